@@ -1,0 +1,54 @@
+# The kit's menu: every recipe is one `python -m scripts.<verb>` line; the logic lives in scripts/.
+# `make` alone lists the targets. Variables: VARIANT (default tiny), SET="KEY=VAL ..." (per-run
+# overrides, e.g. SET=WEIGHTS=dummy), DRY_RUN=1, URL= (use a running server), BASELINE=.
+SHELL := bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+export PYTHONPATH := $(CURDIR)
+VARIANT ?= tiny
+SET ?=
+PY := $(if $(wildcard .venv/bin/python),.venv/bin/python,python3)
+QPY := $(if $(wildcard .venv-quant/bin/python),.venv-quant/bin/python,python3)
+V := --variant $(VARIANT) $(foreach s,$(SET),--set $(s))
+.PHONY: help install download serve eval-latency eval-quality eval-quality-full quantize bake verify-cache build build-import verify-image k8s tune check-schemas test golden report new
+
+help: ## list targets
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
+install: ## create .venv (vLLM, lm-eval) and .venv-quant (llm-compressor), fetch the tiny model
+	python3 -m scripts.install
+download: ## fetch/build weights for VARIANT (SET=WEIGHTS=dummy: architecture only)
+	$(PY) -m scripts.download $(V)
+serve: ## run VARIANT's vLLM server until Ctrl-C (DRY_RUN=1: print command and env)
+	$(PY) -m scripts.serve $(V) $(if $(DRY_RUN),--dry-run)
+eval-latency: ## latency probe of VARIANT (URL= to probe a running server)
+	$(PY) -m scripts.probe $(V) $(if $(URL),--url $(URL)) $(if $(BASELINE),--baseline $(BASELINE))
+eval-quality: ## quality gates on the served VARIANT, fixed 10% sample
+	$(PY) -m scripts.evaluate $(V) --sample $(if $(URL),--url $(URL))
+eval-quality-full: ## quality gates on the served VARIANT, every item
+	$(PY) -m scripts.evaluate $(V) --full $(if $(URL),--url $(URL))
+quantize: ## AWQ W4A16 weights for VARIANT with llm-compressor (in .venv-quant)
+	$(QPY) -m scripts.quantize $(V)
+bake: ## pre-compile VARIANT's torch.compile cache and write its manifest
+	$(PY) -m scripts.bake $(V)
+verify-cache: ## cold-start offline and prove the baked cache was hit
+	$(PY) -m scripts.bake $(V) --verify
+build: ## docker image for VARIANT with a natively baked cache (GPU host)
+	$(PY) -m scripts.image build $(V)
+build-import: ## docker image for VARIANT from CACHE=cache_import.tar.gz
+	$(PY) -m scripts.image build $(V) --cache $(CACHE)
+verify-image: ## run the image, wait for health, one completion, prove the cache hit
+	$(PY) -m scripts.image verify $(V)
+k8s: ## render Kubernetes manifests for VARIANT
+	$(PY) -m scripts.image k8s $(V)
+tune: ## search the levers of BASE under SLO and the quality gate; write the winner as a variant
+	$(PY) -m scripts.tune --base $(BASE) $(if $(SLO),--slo $(SLO)) $(if $(BUDGET),--budget $(BUDGET))
+check-schemas: ## validate schemas, every config.env, every record, freshness of derived files
+	$(PY) -m scripts.check
+test: ## the test suite (CPU; real vLLM, lm-eval and llm-compressor on the tiny model)
+	$(PY) -m pytest $(PYTEST_ARGS)
+golden: ## regenerate tests/golden/argv from every variant (review the diff)
+	$(PY) -m scripts.kit golden
+report: ## regenerate measurements.json and README tables from results/
+	$(PY) -m scripts.report
+new: ## new variant NAME= (BASE= to inherit)
+	$(PY) -m scripts.kit new $(NAME) $(if $(BASE),--base $(BASE))

@@ -1,0 +1,77 @@
+"""`make check-schemas`: validate the whole tree against schemas/ (CPU only, needs just jsonschema).
+
+  1. every file in schemas/ is a valid draft 2020-12 schema;
+  2. every experiments/<v>/config.env parses and validates, and the directory has README.md and
+     measurements.json;
+  3. every JSON under results/ and experiments/ validates (records against run_record + payload
+     schema, measurements.json against measurements.schema.json); errors name file and JSON path;
+  4. derived files (measurements.json, README tables) are fresh.
+Exit 1 with one line per problem.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from scripts.kit.errors import KitError, run_main
+from scripts.kit.paths import EXPERIMENTS, RESULTS, ROOT
+from scripts.kit.record import load_record
+from scripts.kit.schema import all_schema_files, validate_measurements
+from scripts.kit.variant import discover, load
+
+
+def problems() -> list[str]:
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import SchemaError
+    out = []
+    for f in all_schema_files():
+        try:
+            Draft202012Validator.check_schema(json.loads(f.read_text()))
+        except (SchemaError, json.JSONDecodeError) as e:
+            out.append(f"{f.relative_to(ROOT)}: invalid schema: {str(e).splitlines()[0]}")
+    for name in discover():
+        try:
+            load(name)
+        except KitError as e:
+            out.append(str(e))
+        for need in ("README.md", "measurements.json"):
+            if not (EXPERIMENTS / name / need).is_file():
+                out.append(f"experiments/{name}/{need}: missing")
+    for f in sorted(RESULTS.rglob("*.json")):
+        if "logs" in f.relative_to(RESULTS).parts or f.name.startswith("."):
+            continue
+        try:
+            rec = json.loads(f.read_text())
+            if "schema_version" in rec and "kind" in rec:
+                load_record(f)
+            else:
+                out.append(f"{f.relative_to(ROOT)}: not a run record (no schema_version/kind)")
+        except (KitError, json.JSONDecodeError) as e:
+            out.append(str(e) if isinstance(e, KitError) else f"{f.relative_to(ROOT)}: not JSON ({e})")
+    for f in sorted(EXPERIMENTS.glob("*/measurements.json")):
+        try:
+            validate_measurements(json.loads(f.read_text()), str(f.relative_to(ROOT)))
+        except (KitError, json.JSONDecodeError) as e:
+            out.append(str(e))
+    if not out:
+        from scripts.report import main as report_main
+        try:
+            report_main(["--check"])
+        except KitError as e:
+            out.append(str(e))
+    return out
+
+
+def main(argv=None) -> int:
+    argparse.ArgumentParser(prog="make check-schemas", description=__doc__.split("\n\n")[0]).parse_args(argv)
+    found = problems()
+    for line in found:
+        print(line, file=sys.stderr)
+    n_rec = sum(1 for f in RESULTS.rglob("*.json") if "logs" not in f.parts)
+    print(f"check-schemas: {len(found)} problem(s); {len(discover())} variants, {n_rec} records", file=sys.stderr)
+    return 1 if found else 0
+
+
+if __name__ == "__main__":
+    run_main(main)

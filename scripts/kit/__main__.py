@@ -1,0 +1,95 @@
+"""Repository-level verbs.
+
+    python -m scripts.kit list                      # variants
+    python -m scripts.kit show VARIANT [--set K=V]  # resolved config, each value's source
+    python -m scripts.kit golden [--check]          # tests/golden/argv/*.txt from every variant
+    python -m scripts.kit new NAME [--base VARIANT] # copy experiments/_template
+"""
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+
+from .errors import KitError, run_main
+from .paths import EXPERIMENTS, GOLDEN, ROOT
+from .variant import NAME_RE, discover, load
+
+# Goldens are written for both platforms where the argv differs (EAGER=auto).
+GOLDEN_PLATFORMS = ("gpu", "cpu")
+
+
+def golden_text(name: str, platform: str) -> str:
+    """Path- and interpreter-independent rendering of a variant's server command and env."""
+    v = load(name)
+
+    def norm(s: str) -> str:
+        return s.replace(str(ROOT), "$KIT_ROOT")
+    argv = v.to_argv(platform, python="python")
+    env = v.to_env(platform)
+    lines = [f"# {name} on {platform}: `make golden` regenerates; review the diff", "[env]"]
+    lines += [f"{k}={norm(val)}" for k, val in sorted(env.items())]
+    lines += ["[argv]"] + [norm(x) for x in argv]
+    return "\n".join(lines) + "\n"
+
+
+def golden(check: bool) -> int:
+    d = GOLDEN / "argv"
+    d.mkdir(parents=True, exist_ok=True)
+    want = {f"{n}.{p}.txt": golden_text(n, p) for n in discover() for p in GOLDEN_PLATFORMS}
+    bad = []
+    for fname, text in want.items():
+        path = d / fname
+        if not path.exists() or path.read_text() != text:
+            bad.append(fname)
+            if not check:
+                path.write_text(text)
+    for extra in sorted(set(p.name for p in d.glob("*.txt")) - set(want)):
+        bad.append(extra + " (no such variant)")
+        if not check:
+            (d / extra).unlink()
+    if check and bad:
+        raise KitError("argv goldens differ (run: make golden, then review the diff): " + ", ".join(bad))
+    print(("goldens up to date" if not bad else "updated: " + ", ".join(bad)), file=sys.stderr)
+    return 0
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m scripts.kit", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("list", help="list variants")
+    s = sub.add_parser("show", help="resolved config of a variant")
+    s.add_argument("variant")
+    s.add_argument("--set", action="append", default=[])
+    g = sub.add_parser("golden", help="regenerate tests/golden/argv")
+    g.add_argument("--check", action="store_true")
+    n = sub.add_parser("new", help="new variant from experiments/_template")
+    n.add_argument("name")
+    n.add_argument("--base", default=None)
+    a = p.parse_args(argv)
+    if a.cmd == "list":
+        print("\n".join(discover()))
+    elif a.cmd == "show":
+        v = load(a.variant, a.set)
+        print(f"# {v.name}  config_sha256={v.config_sha256}")
+        for k in sorted(v.config):
+            print(f"{k}={'' if v.config[k] is None else v.config[k]}    # {v.sources.get(k, 'default')}")
+    elif a.cmd == "golden":
+        return golden(a.check)
+    elif a.cmd == "new":
+        if not NAME_RE.match(a.name):
+            raise KitError(f"bad variant name {a.name!r}")
+        dst = EXPERIMENTS / a.name
+        if dst.exists():
+            raise KitError(f"{dst.relative_to(ROOT)} exists")
+        if a.base:
+            load(a.base)
+        shutil.copytree(EXPERIMENTS / "_template", dst)
+        cfg = dst / "config.env"
+        cfg.write_text(cfg.read_text().replace("# BASE=", f"BASE={a.base}" if a.base else "# BASE="))
+        print(f"created {dst.relative_to(ROOT)}: edit config.env and README.md, then `make golden report`")
+    return 0
+
+
+if __name__ == "__main__":
+    run_main(main)

@@ -1,0 +1,11 @@
+"""Repository paths. Absolute, because vLLM's compile-cache key contains the model path string:
+bake and serve must see the same one (the Dockerfile fixes the root at /opt/kit)."""
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+EXPERIMENTS = ROOT / "experiments"
+SCHEMAS = ROOT / "schemas"
+WEIGHTS = ROOT / "weights"
+RESULTS = ROOT / "results"
+EVAL = ROOT / "eval"
+GOLDEN = ROOT / "tests" / "golden"

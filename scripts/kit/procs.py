@@ -1,0 +1,154 @@
+"""ServerProcess: the one way the kit starts and stops a server (serve, probe, eval, bake, tests).
+
+It owns exactly what it starts: the server runs in a new session (its own process group), is
+declared ready only when GET /health answers 200 while the process is still alive (so a crash is
+told apart from a slow start), and is stopped with SIGTERM to the group, then SIGKILL. Nothing is
+ever killed by name and nothing sleeps a fixed time hoping the server is up.
+
+    with ServerProcess(argv, env, host, port, ready_timeout_s=600, log_path=p) as srv:
+        requests.get(srv.url + "/v1/models")
+"""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from .errors import KitError
+
+
+def port_free(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+            return True
+        except OSError:
+            return False
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def group_members(pgid: int) -> list[int]:
+    """PIDs whose process group is pgid (read from /proc; used to prove nothing was left behind)."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                stat = (d / "stat").read_text()
+                fields = stat[stat.rindex(")") + 2:].split()
+                if int(fields[2]) == pgid and fields[0] != "Z":
+                    out.append(int(d.name))
+            except (OSError, ValueError, IndexError):
+                continue
+    return out
+
+
+class ServerProcess:
+    def __init__(self, argv: list[str], env: dict, host: str, port: int, ready_timeout_s: float = 600,
+                 log_path: Path | None = None, cwd: Path | None = None, on_wait=None):
+        self.argv, self.env, self.host, self.port = argv, env, host, port
+        self.ready_timeout_s, self.log_path, self.cwd = ready_timeout_s, log_path, cwd
+        self.on_wait = on_wait  # called with elapsed seconds while polling (progress display)
+        self.proc: subprocess.Popen | None = None
+        self.ready_s: float | None = None
+        self._log = None
+
+    @property
+    def url(self) -> str:
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "") else self.host
+        return f"http://{host}:{self.port}"
+
+    def start(self) -> "ServerProcess":
+        if not port_free(self.host, self.port):
+            raise KitError(f"port {self.port} on {self.host} is already in use; stop whatever holds it "
+                           f"or choose another (PORT=... / --set PORT=...)")
+        full_env = {**os.environ, **self.env}
+        if self.log_path:
+            self.log_path.parent.mkdir(parents=True, exist_ok=True)
+            self._log = open(self.log_path, "ab")
+        self.t0 = time.monotonic()
+        self.proc = subprocess.Popen(self.argv, env=full_env, cwd=self.cwd, start_new_session=True,
+                                     stdout=self._log, stderr=subprocess.STDOUT if self._log else None)
+        return self
+
+    def wait_ready(self) -> float:
+        """Seconds from start to GET /health == 200. Raises KitError on crash or timeout."""
+        deadline = self.t0 + self.ready_timeout_s
+        while True:
+            rc = self.proc.poll()
+            if rc is not None:
+                raise KitError(f"server exited with code {rc} before it was ready{self._log_hint()}")
+            try:
+                with urllib.request.urlopen(self.url + "/health", timeout=5) as r:
+                    if r.status == 200:
+                        self.ready_s = time.monotonic() - self.t0
+                        return self.ready_s
+            except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+                pass
+            now = time.monotonic()
+            if now > deadline:
+                self.stop()
+                raise KitError(f"server not ready after {self.ready_timeout_s:.0f} s "
+                               f"(READY_TIMEOUT_S){self._log_hint()}")
+            if self.on_wait:
+                self.on_wait(now - self.t0)
+            # Poll interval, not a guess at readiness: /health decides.
+            time.sleep(0.5)
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, grace_s: float = 30) -> None:
+        """SIGTERM the process group, wait, then SIGKILL; returns when the group is gone."""
+        if self.proc is None:
+            return
+        pgid = self.proc.pid
+        for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10)):
+            try:
+                os.killpg(pgid, sig)
+            except ProcessLookupError:
+                break
+            end = time.monotonic() + wait
+            while time.monotonic() < end:
+                self.proc.poll()
+                if not group_members(pgid):
+                    break
+                time.sleep(0.2)
+            else:
+                continue
+            break
+        self.proc.wait(timeout=10)
+        if self._log:
+            self._log.close()
+            self._log = None
+
+    def tail(self, n: int = 30) -> str:
+        if not self.log_path or not self.log_path.exists():
+            return ""
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+
+    def _log_hint(self) -> str:
+        t = self.tail(25)
+        return f"; last lines of {self.log_path}:\n{t}" if t else ""
+
+    def __enter__(self):
+        self.start()
+        try:
+            self.wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()

