@@ -35,7 +35,8 @@ def pins() -> dict:
 def pip(py: str, *args: str, label: str) -> None:
     t0 = time.time()
     print(f"  {label} ...", file=sys.stderr, flush=True)
-    proc = subprocess.run([py, "-m", "pip", *args, "--progress-bar", "off", "-q"], capture_output=True, text=True)
+    extra = ["--progress-bar", "off"] if args[0] == "install" else []
+    proc = subprocess.run([py, "-m", "pip", *args, *extra, "-q"], capture_output=True, text=True)
     # Some hosts configure pip with local indexes that do not exist; that noise hides real errors.
     noise = "is ignored: it is neither a file nor a directory"
     err = "\n".join(l for l in proc.stderr.splitlines() if noise not in l)

@@ -62,12 +62,21 @@ def utc_now() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def invocation() -> list[str]:
+    """How this process was started, as a user would retype it (`python -m scripts.x ...`)."""
+    argv0 = Path(sys.argv[0]).resolve() if sys.argv and sys.argv[0] else None
+    if argv0 and argv0.suffix == ".py" and ROOT in argv0.parents:
+        mod = ".".join(argv0.relative_to(ROOT).with_suffix("").parts)
+        return ["python", "-m", mod, *sys.argv[1:]]
+    return list(sys.argv)
+
+
 def provenance(variant, command: list[str] | None = None, started: float | None = None) -> dict:
     sha, dirty = git_state()
     return {
         "git_commit": sha, "git_dirty": dirty,
         "utc": utc_now(),
-        "command": list(command if command is not None else sys.argv),
+        "command": list(command if command is not None else invocation()),
         "device": device_provenance(),
         "versions": versions(),
         "weights": variant["WEIGHTS"],
