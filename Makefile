@@ -33,11 +33,11 @@ bake: ## pre-compile VARIANT's torch.compile cache and write its manifest
 verify-cache: ## cold-start offline and prove the baked cache was hit
 	$(PY) -m scripts.bake $(V) --verify
 build: ## docker image for VARIANT with a natively baked cache (GPU host)
-	$(PY) -m scripts.image build $(V)
+	$(PY) -m scripts.image build $(V) $(if $(DRY_RUN),--dry-run)
 build-import: ## docker image for VARIANT from CACHE=cache_import.tar.gz
-	$(PY) -m scripts.image build $(V) --cache $(CACHE)
+	$(PY) -m scripts.image build $(V) --cache $(CACHE) $(if $(DRY_RUN),--dry-run)
 verify-image: ## run the image, wait for health, one completion, prove the cache hit
-	$(PY) -m scripts.image verify $(V)
+	$(PY) -m scripts.image verify $(V) $(if $(DRY_RUN),--dry-run)
 k8s: ## render Kubernetes manifests for VARIANT
 	$(PY) -m scripts.image k8s $(V)
 tune: ## search the levers of BASE under SLO and the quality gate; write the winner as a variant

@@ -78,6 +78,19 @@ def variant_table(docs: dict) -> str:
     return "\n".join(rows)
 
 
+def keys_table() -> str:
+    """The config.env key reference, generated from the schema (the one place defaults live)."""
+    from scripts.kit.schema import load_schema
+    sch = load_schema("variant.schema.json")
+    rows = ["| key | default | meaning |", "|---|---|---|"]
+    for k, p in sch["properties"].items():
+        d = p.get("default")
+        rows.append(f"| `{k}` | `{'' if d is None else d}` | {p['description']} |")
+    for pat, p in sch["patternProperties"].items():
+        rows.append(f"| `{pat}` | | {p['description']} |")
+    return "\n".join(rows)
+
+
 def replace_block(text: str, tag: str, body: str) -> str:
     begin, end = f"<!-- {tag}:begin -->", f"<!-- {tag}:end -->"
     if begin not in text or end not in text:
@@ -90,6 +103,7 @@ def replace_block(text: str, tag: str, body: str) -> str:
 def readme_text(docs: dict) -> str:
     text = README.read_text() if README.exists() else ""
     text = replace_block(text, "variants", variant_table(docs))
+    text = replace_block(text, "keys", keys_table())
     for kind in sorted({k for d in docs.values() for k in d["results"]}):
         mod = summarizer(kind)
         if mod and hasattr(mod, "readme_table"):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shlex
 import signal
@@ -39,7 +40,9 @@ LOG_MARKERS = {
 
 
 def add_variant_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--variant", default="tiny", help="experiments/<variant>/ (default: tiny)")
+    # The image sets KIT_VARIANT: its exec-form ENTRYPOINT cannot expand $VARIANT. --variant wins.
+    p.add_argument("--variant", default=os.environ.get("KIT_VARIANT", "tiny"),
+                   help="experiments/<variant>/ (default: $KIT_VARIANT, else tiny)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override one config key for this run (repeatable); wins over config.env")
 

@@ -1,0 +1,153 @@
+"""Kubernetes manifests for one variant's image: pure rendering, no cluster access, no I/O.
+
+`render(variant, image)` returns plain dicts (validated in tests/test_k8s.py against the official
+schemas shipped by the kubernetes-validate package):
+
+  PersistentVolumeClaim  <name>-weights: laid out like the repo's weights/ folder
+                         (<org>--<name>/<tag>/ and cache/<variant>/), filled once, mounted read-only
+                         over the image's weights path (build the image with --weights mount)
+  Deployment             <name>: the image's entrypoint (scripts.serve for KIT_VARIANT), one pod =
+                         one vLLM server holding TP x DP GPUs; startup/readiness/liveness on /health
+  Service                <name>: ClusterIP on the server port
+  HorizontalPodAutoscaler <name>: scales on vLLM's queue length, a Pods metric
+
+The autoscaler needs a custom-metrics adapter: HPA reads `vllm_num_requests_waiting` from
+custom.metrics.k8s.io, which nothing serves by default. With Prometheus scraping the pods
+(annotations below) a prometheus-adapter rule maps the server's gauge to that name:
+
+    - seriesQuery: 'vllm:num_requests_waiting{namespace!="",pod!=""}'
+      resources: {overrides: {namespace: {resource: namespace}, pod: {resource: pod}}}
+      name: {matches: "^vllm:num_requests_waiting$", as: "vllm_num_requests_waiting"}
+      metricsQuery: 'sum(<<.Series>>{<<.LabelMatchers>>}) by (<<.GroupBy>>)'
+
+    python -m scripts.image k8s --variant qwen3-4b-bf16-tp2 --image kit:qwen3-4b-bf16-tp2
+"""
+from __future__ import annotations
+
+import json
+import re
+
+# Where the kit lives inside the image: vLLM's compile-cache key contains the model path string,
+# so the image keeps the absolute root the cache was baked under (see Dockerfile).
+IMAGE_ROOT = "/opt/kit"
+# The image's non-root user (Dockerfile `useradd --uid`); fsGroup makes the PVC readable to it.
+IMAGE_UID = 10001
+QUEUE_METRIC = "vllm_num_requests_waiting"
+
+
+def k8s_name(variant_name: str) -> str:
+    """A DNS-1035 label from a variant name: dots become dashes, 63 characters at most."""
+    name = re.sub(r"[^a-z0-9-]", "-", variant_name.lower()).strip("-")
+    if not name or not name[0].isalpha():
+        name = "v-" + name
+    return name[:63].rstrip("-")
+
+
+def gpu_count(variant) -> int:
+    """GPUs one server needs: tensor parallel x data parallel (x pipeline parallel)."""
+    n = 1
+    for key in ("SERVE_TENSOR_PARALLEL_SIZE", "SERVE_DATA_PARALLEL_SIZE", "SERVE_PIPELINE_PARALLEL_SIZE"):
+        if key in variant.config:
+            n *= int(variant.config[key])
+    return n
+
+
+def in_image(path, root) -> str:
+    """A host path under the repo root, as the image sees it (/opt/kit/...)."""
+    return IMAGE_ROOT + "/" + str(path.relative_to(root))
+
+
+def server_args(overrides: list[str] | tuple = ()) -> list[str]:
+    """Arguments appended to the image's ENTRYPOINT: the same --set overrides the image was built with."""
+    out = []
+    for item in overrides:
+        out += ["--set", item]
+    return out
+
+
+def render(variant, image: str, root, *, overrides=(), namespace: str | None = None, max_replicas: int = 4,
+           waiting_per_pod: int = 4, pvc_size: str = "64Gi", storage_class: str | None = None,
+           cache_on_pvc: bool = False) -> list[dict]:
+    """PVC, Deployment, Service and HPA for `variant` served from `image`.
+
+    waiting_per_pod: target average of queued requests per pod before the HPA adds one.
+    cache_on_pvc: also mount weights/cache/<variant> from the PVC (default: the cache baked into the image).
+    """
+    name = k8s_name(variant.name)
+    labels = {"app.kubernetes.io/name": name, "app.kubernetes.io/part-of": "vllm-serving-kit",
+              "kit/variant": k8s_name(variant.name)}
+    meta = {"name": name, "labels": labels}
+    if namespace:
+        meta["namespace"] = namespace
+    port = int(variant["PORT"])
+    gpus = gpu_count(variant)
+    weights_sub = str(variant.weights_dir.relative_to(root / "weights"))
+    mounts = [{"name": "weights", "mountPath": in_image(variant.weights_dir, root), "subPath": weights_sub,
+               "readOnly": True},
+              {"name": "dshm", "mountPath": "/dev/shm"}]
+    if cache_on_pvc:
+        cache_sub = str(variant.cache_root.relative_to(root / "weights"))
+        mounts.insert(1, {"name": "weights", "mountPath": in_image(variant.cache_root, root), "subPath": cache_sub})
+    health = {"httpGet": {"path": "/health", "port": "http"}, "timeoutSeconds": 5}
+    # A cold start (no cache hit) may take up to READY_TIMEOUT_S; the startup probe holds off
+    # liveness until then, so a slow compile is not killed and restarted forever.
+    startup_period_s = 10
+    container = {
+        "name": "vllm",
+        "image": image,
+        "ports": [{"name": "http", "containerPort": port, "protocol": "TCP"}],
+        "resources": {"limits": {"nvidia.com/gpu": gpus}, "requests": {"nvidia.com/gpu": gpus}},
+        "startupProbe": {**health, "periodSeconds": startup_period_s,
+                         "failureThreshold": -(-int(variant["READY_TIMEOUT_S"]) // startup_period_s)},
+        "readinessProbe": {**health, "periodSeconds": 5, "failureThreshold": 2},
+        "livenessProbe": {**health, "periodSeconds": 15, "failureThreshold": 4},
+        "volumeMounts": mounts,
+        "securityContext": {"allowPrivilegeEscalation": False, "runAsNonRoot": True, "runAsUser": IMAGE_UID},
+    }
+    if overrides:
+        container["args"] = server_args(overrides)
+    pod = {
+        "metadata": {"labels": labels,
+                     "annotations": {"prometheus.io/scrape": "true", "prometheus.io/port": str(port),
+                                     "prometheus.io/path": "/metrics"}},
+        "spec": {
+            "containers": [container],
+            # scripts.serve stops the vLLM process group with a 30 s SIGTERM grace.
+            "terminationGracePeriodSeconds": 60,
+            "securityContext": {"fsGroup": IMAGE_UID},
+            "volumes": [
+                {"name": "weights", "persistentVolumeClaim": {"claimName": f"{name}-weights", "readOnly": not cache_on_pvc}},
+                # NCCL (TP/DP > 1) exchanges through /dev/shm; the container default is 64 MiB.
+                {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "8Gi"}},
+            ],
+        },
+    }
+    deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta,
+                  "spec": {"replicas": 1, "selector": {"matchLabels": {"app.kubernetes.io/name": name}},
+                           "template": pod}}
+    service = {"apiVersion": "v1", "kind": "Service", "metadata": meta,
+               "spec": {"type": "ClusterIP", "selector": {"app.kubernetes.io/name": name},
+                        "ports": [{"name": "http", "port": port, "targetPort": "http", "protocol": "TCP"}]}}
+    pvc_spec = {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": pvc_size}}}
+    if storage_class:
+        pvc_spec["storageClassName"] = storage_class
+    pvc = {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+           "metadata": {**meta, "name": f"{name}-weights"}, "spec": pvc_spec}
+    hpa = {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler", "metadata": meta,
+           "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
+                    "minReplicas": 1, "maxReplicas": max_replicas,
+                    "metrics": [{"type": "Pods", "pods": {"metric": {"name": QUEUE_METRIC},
+                                                          "target": {"type": "AverageValue",
+                                                                     "averageValue": str(waiting_per_pod)}}}],
+                    # A new pod costs a server start (about a minute warm); scale down slowly.
+                    "behavior": {"scaleDown": {"stabilizationWindowSeconds": 600}}}}
+    # A JSON round trip: plain, unshared dicts (YAML would otherwise emit anchors for shared ones).
+    return json.loads(json.dumps([pvc, deployment, service, hpa]))
+
+
+def header(variant, gpus: int) -> str:
+    """YAML comment block on top of the rendered manifests (the autoscaler's prerequisite)."""
+    return (f"# Kubernetes manifests for {variant.name} ({gpus} GPU(s) per pod), rendered by `make k8s`.\n"
+            f"# The HPA scales on the Pods metric {QUEUE_METRIC}: it needs a custom-metrics adapter\n"
+            "# (e.g. prometheus-adapter mapping vllm:num_requests_waiting; see scripts/kit/k8s.py).\n"
+            "# Fill the PVC like the repo's weights/ folder (weights/<org>--<name>/<tag>/) before applying.\n")

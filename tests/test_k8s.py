@@ -1,0 +1,126 @@
+"""Kubernetes manifests (scripts/kit/k8s.py): every variant's render validates against the official
+Kubernetes JSON schemas (strict: unknown fields are errors), shipped offline by the
+kubernetes-validate package, and carries the scale-out facts (GPUs = TP x DP, /health probes,
+queue-length HPA, the served paths under /opt/kit).
+"""
+from __future__ import annotations
+
+import copy
+
+import pytest
+import yaml
+
+from scripts import image
+from scripts.kit import k8s
+from scripts.kit.paths import ROOT
+from scripts.kit.variant import discover, load
+
+try:
+    import kubernetes_validate as kv
+    import kubernetes_validate.utils
+except ImportError:
+    pytest.fail("kubernetes-validate is not installed: pin kubernetes-validate==1.37.0 in the test dependencies",
+                pytrace=False)
+# The oldest release we claim (autoscaling/v2 and startupProbe are GA long before) and the newest the package ships.
+K8S_VERSIONS = ("1.29", kv.utils.latest_version())
+
+
+def validate(doc: dict) -> None:
+    for version in K8S_VERSIONS:
+        kv.validate(doc, version, strict=True)
+
+
+def by_kind(docs: list[dict]) -> dict[str, dict]:
+    return {d["kind"]: d for d in docs}
+
+
+@pytest.mark.parametrize("name", discover())
+def test_every_variant_renders_valid_manifests(name):
+    docs = k8s.render(load(name), f"registry.example/kit:{name}", ROOT)
+    assert [d["kind"] for d in docs] == ["PersistentVolumeClaim", "Deployment", "Service", "HorizontalPodAutoscaler"]
+    for d in docs:
+        validate(d)
+
+
+def test_the_validator_rejects_broken_manifests():
+    dep = by_kind(k8s.render(load("qwen3-4b-bf16"), "kit:x", ROOT))["Deployment"]
+    typo = copy.deepcopy(dep)
+    typo["spec"]["template"]["spec"]["containers"][0]["readinessProbes"] = {}
+    wrong_type = copy.deepcopy(dep)
+    wrong_type["spec"]["replicas"] = "one"
+    for bad in (typo, wrong_type):
+        with pytest.raises(kv.ValidationError):
+            validate(bad)
+
+
+@pytest.mark.parametrize("name,gpus", [("qwen3-4b-bf16", 1), ("qwen3-4b-bf16-tp2", 2), ("qwen3-4b-bf16-dp2", 2)])
+def test_gpu_request_is_tp_times_dp(name, gpus):
+    v = load(name)
+    assert k8s.gpu_count(v) == gpus
+    c = by_kind(k8s.render(v, "kit:x", ROOT))["Deployment"]["spec"]["template"]["spec"]["containers"][0]
+    assert c["resources"]["limits"]["nvidia.com/gpu"] == gpus == c["resources"]["requests"]["nvidia.com/gpu"]
+    assert k8s.gpu_count(load("qwen3-4b-bf16", ["SERVE_TENSOR_PARALLEL_SIZE=2", "SERVE_DATA_PARALLEL_SIZE=2"])) == 4
+
+
+def test_probes_on_health_and_startup_covers_a_cold_start():
+    v = load("qwen3.5-4b-bf16")
+    pod = by_kind(k8s.render(v, "kit:x", ROOT))["Deployment"]["spec"]["template"]["spec"]
+    c = pod["containers"][0]
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert c[probe]["httpGet"] == {"path": "/health", "port": "http"}
+    s = c["startupProbe"]
+    assert s["periodSeconds"] * s["failureThreshold"] >= v["READY_TIMEOUT_S"]
+    assert c["ports"][0]["containerPort"] == v["PORT"]
+    assert c["securityContext"]["runAsNonRoot"] and c["securityContext"]["runAsUser"] == k8s.IMAGE_UID
+
+
+def test_hpa_scales_on_the_queue_metric():
+    hpa = by_kind(k8s.render(load("qwen3-4b-bf16"), "kit:x", ROOT, max_replicas=6, waiting_per_pod=3))["HorizontalPodAutoscaler"]
+    (metric,) = hpa["spec"]["metrics"]
+    assert metric["type"] == "Pods" and metric["pods"]["metric"]["name"] == k8s.QUEUE_METRIC == "vllm_num_requests_waiting"
+    assert metric["pods"]["target"] == {"type": "AverageValue", "averageValue": "3"}
+    assert hpa["spec"]["maxReplicas"] == 6 and hpa["spec"]["scaleTargetRef"]["name"] == "qwen3-4b-bf16"
+    assert "metrics adapter" in k8s.header(load("qwen3-4b-bf16"), 1).replace("custom-metrics adapter", "metrics adapter")
+    assert "vllm:num_requests_waiting" in k8s.__doc__ and "prometheus-adapter" in k8s.__doc__
+
+
+def test_pvc_mounts_weights_at_the_served_path_and_cache_optionally():
+    v = load("qwen3-4b-bf16-tp2", ["WEIGHTS=dummy"])
+    docs = by_kind(k8s.render(v, "kit:x", ROOT, overrides=["WEIGHTS=dummy"]))
+    c = docs["Deployment"]["spec"]["template"]["spec"]["containers"][0]
+    mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
+    served = image.in_image(v.weights_dir)
+    assert served == "/opt/kit/weights/Qwen--Qwen3-4B/dummy-bf16"
+    assert mounts[served]["subPath"] == "Qwen--Qwen3-4B/dummy-bf16" and mounts[served]["readOnly"]
+    assert image.in_image(v.cache_root) not in mounts, "default: the cache baked into the image"
+    assert "/dev/shm" in mounts
+    assert c["args"] == ["--set", "WEIGHTS=dummy"]
+    assert docs["PersistentVolumeClaim"]["metadata"]["name"] == \
+        docs["Deployment"]["spec"]["template"]["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"]
+    with_cache = by_kind(k8s.render(v, "kit:x", ROOT, cache_on_pvc=True))["Deployment"]
+    paths = [m["mountPath"] for m in with_cache["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]]
+    assert "/opt/kit/weights/cache/qwen3-4b-bf16-tp2" in paths
+    validate(with_cache)
+
+
+@pytest.mark.parametrize("name", ["qwen3.5-4b-awq-seq8-mtp4-fp8kv", "tiny", "x.y_z", "9lives"])
+def test_k8s_names_are_dns_labels(name):
+    import re
+    n = k8s.k8s_name(name)
+    assert re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", n) and len(n) <= 63
+
+
+def test_cli_stdout_and_out_dir(tmp_path, capsys):
+    assert image.main(["k8s", "--variant", "qwen3-4b-bf16-dp2", "--image", "reg/kit:dp2"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("# Kubernetes manifests for qwen3-4b-bf16-dp2 (2 GPU(s) per pod)")
+    docs = [d for d in yaml.safe_load_all(out) if d]
+    assert [d["kind"] for d in docs] == ["PersistentVolumeClaim", "Deployment", "Service", "HorizontalPodAutoscaler"]
+    for d in docs:
+        validate(d)
+    assert image.main(["k8s", "--variant", "qwen3-4b-bf16-dp2", "--out", str(tmp_path / "k")]) == 0
+    files = sorted(p.name for p in (tmp_path / "k").iterdir())
+    assert files == ["00-persistentvolumeclaim.yaml", "01-deployment.yaml", "02-service.yaml",
+                     "03-horizontalpodautoscaler.yaml"]
+    assert yaml.safe_load((tmp_path / "k" / "01-deployment.yaml").read_text())["spec"]["template"]["spec"][
+        "containers"][0]["image"] == "vllm-serving-kit:qwen3-4b-bf16-dp2"

@@ -1,0 +1,68 @@
+"""ServerProcess: readiness by /health, crash vs timeout, busy port, group teardown.
+The server here is a stdlib HTTP server (a stand-in for vLLM's readiness contract only)."""
+import socket
+import sys
+import textwrap
+
+import pytest
+
+from scripts.kit.errors import KitError
+from scripts.kit.procs import ServerProcess, free_port, group_members
+
+# Serves /health after a delay and spawns a grandchild, so teardown must take the whole group.
+STANDIN = textwrap.dedent("""
+    import http.server, subprocess, sys, time
+    delay, port = float(sys.argv[1]), int(sys.argv[2])
+    subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    time.sleep(delay)
+    class H(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200 if self.path == "/health" else 404); self.end_headers()
+        def log_message(self, *a): pass
+    http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
+""")
+
+
+def standin(tmp_path, delay=0.5, port=None, timeout=30):
+    port = port or free_port()
+    script = tmp_path / "standin.py"
+    script.write_text(STANDIN)
+    return ServerProcess([sys.executable, str(script), str(delay), str(port)], {}, "127.0.0.1", port,
+                         ready_timeout_s=timeout, log_path=tmp_path / "log.txt")
+
+
+def test_ready_then_whole_group_stopped(tmp_path):
+    srv = standin(tmp_path, delay=1.0)
+    with srv:
+        assert srv.ready_s >= 1.0
+        pgid = srv.proc.pid
+        assert len(group_members(pgid)) == 2  # server + grandchild
+    assert group_members(pgid) == []
+
+
+def test_crash_before_ready_is_reported_as_crash(tmp_path):
+    port = free_port()
+    srv = ServerProcess([sys.executable, "-c", "print('boom: bad flag'); raise SystemExit(3)"], {}, "127.0.0.1",
+                        port, ready_timeout_s=30, log_path=tmp_path / "log.txt")
+    with pytest.raises(KitError, match=r"(?s)exited with code 3 before it was ready.*boom: bad flag"):
+        with srv:
+            pass
+
+
+def test_timeout_stops_the_server(tmp_path):
+    srv = standin(tmp_path, delay=60, timeout=2)
+    with pytest.raises(KitError, match="not ready after 2 s"):
+        with srv:
+            pass
+    assert group_members(srv.proc.pid) == []
+
+
+def test_busy_port_is_refused_before_starting(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        srv = standin(tmp_path, port=port)
+        with pytest.raises(KitError, match=f"port {port} on 127.0.0.1 is already in use"):
+            srv.start()
+        assert srv.proc is None

