@@ -8,6 +8,9 @@ its own process group, is declared ready by GET /health, and is stopped as a gro
     python -m scripts.serve --variant qwen3-4b-bf16 --set WEIGHTS=dummy --smoke
         # start, call /health, /v1/models, /v1/completions and streaming chat, write a
         # serve_smoke record to results/, stop
+    python -m scripts.serve --variant X --smoke --then "python -m scripts.probe --variant X --url {url}"
+        # one server start for several jobs: each --then command runs against the live server
+        # ({url} is substituted), in order; the server is stopped afterwards, whatever they return
 """
 from __future__ import annotations
 
@@ -23,7 +26,7 @@ import time
 from scripts.kit import weights
 from scripts.kit.device import host_platform
 from scripts.kit.errors import KitError, run_main
-from scripts.kit.paths import RESULTS
+import scripts.kit.record as record_mod
 from scripts.kit.procs import ServerProcess
 from scripts.kit.record import make_record, write_record
 from scripts.kit.variant import load
@@ -116,6 +119,8 @@ def main(argv=None) -> int:
     p.add_argument("--dry-run", action="store_true", help="print the exact command line and environment; start nothing")
     p.add_argument("--smoke", action="store_true", help="start, check the endpoints, record, stop")
     p.add_argument("--check-args", action="store_true", help="with --dry-run: validate the flags with vLLM's own parser")
+    p.add_argument("--then", action="append", default=[], metavar="CMD",
+                   help="once ready, run CMD ({url} = server URL) and stop the server when all are done (repeatable)")
     a = p.parse_args(argv)
     v = load(a.variant, a.set)
     platform = host_platform()
@@ -132,7 +137,7 @@ def main(argv=None) -> int:
         return 0
     weights.require(v)
     started = time.time()
-    log = RESULTS / v.name / "logs" / f"serve-{time.strftime('%Y%m%dT%H%M%S')}.log" if a.smoke else None
+    log = record_mod.RESULTS / v.name / "logs" / f"serve-{time.strftime('%Y%m%dT%H%M%S')}.log" if a.smoke or a.then else None
     srv = ServerProcess(cmd, env, v["HOST"], v["PORT"], v["READY_TIMEOUT_S"], log_path=log)
     # Ctrl-C or a TERM to make: stop the whole server group, never leave it running.
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
@@ -140,15 +145,8 @@ def main(argv=None) -> int:
         srv.start()
         ready = srv.wait_ready()
         print(f"ready: {srv.url}/v1 (model name {v.name!r}) after {ready:.1f} s", file=sys.stderr)
-        if a.smoke:
-            endpoints = smoke(srv, v.name)
-            payload = {"ready_s": round(ready, 2), "argv": cmd, "endpoints": endpoints,
-                       "log_markers": log_markers(log.read_text(errors="replace"))}
-            path = write_record(make_record("serve_smoke", v, payload, started=started))
-            print(f"record: {path}", file=sys.stderr)
-            for k, e in endpoints.items():
-                print(f"  {k}: {e['status']} {e['latency_ms']} ms {e.get('sample', '')!r}", file=sys.stderr)
-            return 0
+        if a.smoke or a.then:
+            return after_ready(a, v, srv, cmd, ready, log, started)
         print("Ctrl-C stops the server", file=sys.stderr)
         rc = srv.proc.wait()
         raise KitError(f"server exited with code {rc}")
@@ -157,6 +155,30 @@ def main(argv=None) -> int:
         return 0
     finally:
         srv.stop()
+
+
+def after_ready(a, v, srv, cmd, ready, log, started) -> int:
+    """--smoke and --then: the jobs that share one server start."""
+    import subprocess
+    rc = 0
+    if a.smoke:
+        endpoints = smoke(srv, v.name)
+        payload = {"ready_s": round(ready, 2), "argv": cmd, "endpoints": endpoints,
+                   "log_markers": log_markers(log.read_text(errors="replace"))}
+        path = write_record(make_record("serve_smoke", v, payload, started=started))
+        print(f"record: {path}", file=sys.stderr)
+        for k, e in endpoints.items():
+            print(f"  {k}: {e['status']} {e['latency_ms']} ms {e.get('sample', '')!r}", file=sys.stderr)
+    for job in a.then:
+        line = job.replace("{url}", srv.url)
+        print(f"then: {line}", file=sys.stderr)
+        r = subprocess.run(shlex.split(line))
+        if r.returncode != 0:
+            print(f"then: exit {r.returncode}: {line}", file=sys.stderr)
+            rc = rc or r.returncode
+        if not srv.alive():
+            raise KitError(f"server died during: {line}{srv._log_hint()}")
+    return rc
 
 
 if __name__ == "__main__":

@@ -78,3 +78,18 @@ def test_busy_port_is_reported(tmp_path):
         port = s.getsockname()[1]
         r = cli("--variant", "tiny", "--set", f"PORT={port}")
     assert r.returncode == 2 and f"port {port} on 127.0.0.1 is already in use" in r.stderr
+
+
+@pytest.mark.e2e
+def test_then_runs_jobs_against_one_server_and_records_smoke(tmp_path, monkeypatch):
+    """--smoke --then: one start, the smoke record, each job sees the live URL, then the group stops."""
+    import scripts.kit.record as record
+    from scripts.kit.procs import free_port
+    from scripts.serve import main
+    monkeypatch.setattr(record, "RESULTS", tmp_path)
+    out = tmp_path / "seen.txt"
+    job = f"{sys.executable} -c \"import sys,urllib.request; open('{out}','w').write(str(urllib.request.urlopen(sys.argv[1]+'/health').status))\" {{url}}"
+    rc = main(["--variant", "tiny", "--set", f"PORT={free_port()}", "--smoke", "--then", job])
+    assert rc == 0 and out.read_text() == "200"
+    recs = list(tmp_path.glob("tiny/*-serve_smoke.json"))
+    assert len(recs) == 1 and json.loads(recs[0].read_text())["payload"]["endpoints"]["POST /v1/completions"]["status"] == 200

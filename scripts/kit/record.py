@@ -97,10 +97,10 @@ def make_record(kind: str, variant, payload: dict, command=None, started=None) -
     }
 
 
-def write_record(rec: dict, root: Path = RESULTS) -> Path:
+def write_record(rec: dict, root: Path | None = None) -> Path:
     """Validate, then write results/<variant>/<UTC>-<kind>.json without ever replacing a file."""
     validate_record(rec, f"new {rec.get('kind')} record")
-    d = root / rec["variant"]
+    d = (root or RESULTS) / rec["variant"]
     d.mkdir(parents=True, exist_ok=True)
     stamp = rec["provenance"]["utc"].replace("-", "").replace(":", "")
     data = json.dumps(rec, indent=2, sort_keys=True) + "\n"
@@ -128,8 +128,9 @@ def load_record(path: Path) -> dict:
     return rec
 
 
-def records(variant: str | None = None, kind: str | None = None, root: Path = RESULTS) -> list[tuple[Path, dict]]:
+def records(variant: str | None = None, kind: str | None = None, root: Path | None = None) -> list[tuple[Path, dict]]:
     """Every record (validated), oldest first, optionally of one variant and/or kind."""
+    root = root or RESULTS
     pattern = f"{variant or '*'}/*-{kind}.json" if kind else f"{variant or '*'}/*.json"
     out = [(p, load_record(p)) for p in sorted(root.glob(pattern)) if not p.name.startswith(".")]
     if kind:
