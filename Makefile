@@ -4,7 +4,9 @@
 SHELL := bash
 .SHELLFLAGS := -eu -o pipefail -c
 .DEFAULT_GOAL := help
-export PYTHONPATH := $(CURDIR)
+# Keep what the caller had (the GPU machine puts vLLM on PYTHONPATH); the repo root first, so
+# sitecustomize.py (the device-name shim) loads in every Python process, vLLM's workers too.
+export PYTHONPATH := $(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH))
 VARIANT ?= tiny
 SET ?=
 PY := $(if $(wildcard .venv/bin/python),.venv/bin/python,python3)

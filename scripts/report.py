@@ -136,6 +136,17 @@ def main(argv=None) -> int:
         stale.append("README.md")
         if not a.check:
             atomic_write(README, new_readme)
+    # Binary artifacts (plots) a summary derives from the same records, compared byte for byte.
+    for kind in sorted({k for d in docs.values() for k in d["results"]}):
+        mod = summarizer(kind)
+        for path, data in (mod.artifacts(docs).items() if mod and hasattr(mod, "artifacts") else ()):
+            if not path.exists() or path.read_bytes() != data:
+                stale.append(str(path.relative_to(ROOT)))
+                if not a.check:
+                    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+                    with os.fdopen(fd, "wb") as f:
+                        f.write(data)
+                    os.replace(tmp, path)
     if a.check and stale:
         raise KitError("derived files are stale (run: make report): " + ", ".join(stale))
     print(("up to date" if not stale else ("stale: " if a.check else "wrote: ") + ", ".join(stale)), file=sys.stderr)

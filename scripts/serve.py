@@ -126,6 +126,8 @@ def main(argv=None) -> int:
     platform = host_platform()
     cmd, env = v.to_argv(platform), v.to_env(platform)
     print(describe(v, platform), file=sys.stderr)
+    from scripts.kit.cachekey import describe_cache
+    print(describe_cache(v, platform), file=sys.stderr)
     if a.dry_run:
         print(command_text(cmd, env))
         if a.check_args:

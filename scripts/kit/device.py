@@ -58,3 +58,89 @@ def device_provenance() -> dict:
     return {"kind": "gpu", "name": g["name"], "count": len(gpus), "driver": g["driver"],
             "compute_capability": g["compute_capability"], "memory_mib": g["memory_mib"],
             "shimmed_name": shim or None}
+
+
+# -- device-name shim (sitecustomize.py -> scripts/_cache_patch.py) ---------------------------
+# torch puts the GPU's marketing name into its compile-cache keys (Inductor's CacheBase.get_system
+# and the AOT SystemInfo check), so a cache baked on an "H100 PCIe" misses on an "H100 80GB HBM3"
+# although both run the same sm90 cubins. The shim presents the baked name, but only where the
+# compute capability is the same: cubins are arch-specific, so anything else must compile fresh.
+#
+# Ordered (pattern, canonical NVML name, compute capability). Order matters: more specific
+# patterns first ("GH200" before "H200", "H100 PCIe" before the bare "H100").
+GPU_TABLE: tuple[tuple[str, str, str], ...] = (
+    (r"GH200", "NVIDIA GH200 480GB", "9.0"),
+    (r"H200.*NVL", "NVIDIA H200 NVL", "9.0"),
+    (r"H200", "NVIDIA H200", "9.0"),
+    (r"H100.*PCIe", "NVIDIA H100 PCIe", "9.0"),
+    (r"H100.*NVL", "NVIDIA H100 NVL", "9.0"),
+    (r"H100", "NVIDIA H100 80GB HBM3", "9.0"),
+    (r"H800", "NVIDIA H800", "9.0"),
+    (r"B200", "NVIDIA B200", "10.0"),
+    (r"L40S", "NVIDIA L40S", "8.9"),
+    (r"L40", "NVIDIA L40", "8.9"),
+    (r"\bL4\b", "NVIDIA L4", "8.9"),
+    (r"RTX 4090", "NVIDIA GeForce RTX 4090", "8.9"),
+    (r"A100.*PCIE.*40GB|A100-PCIE-40GB", "NVIDIA A100-PCIE-40GB", "8.0"),
+    (r"A100.*80GB.*PCIe", "NVIDIA A100 80GB PCIe", "8.0"),
+    (r"A100.*80GB", "NVIDIA A100-SXM4-80GB", "8.0"),
+    (r"A100", "NVIDIA A100-SXM4-40GB", "8.0"),
+    (r"A10G", "NVIDIA A10G", "8.6"),
+    (r"\bA10\b", "NVIDIA A10", "8.6"),
+    (r"RTX 3090", "NVIDIA GeForce RTX 3090", "8.6"),
+    (r"V100", "Tesla V100-SXM2-16GB", "7.0"),
+    (r"T4\b", "Tesla T4", "7.5"),
+)
+
+
+def lookup_gpu(name: str) -> tuple[str, str] | None:
+    """(canonical name, compute capability) of the first table row whose pattern matches, else None."""
+    import re
+    for pattern, canonical, cc in GPU_TABLE:
+        if re.search(pattern, name or "", re.IGNORECASE):
+            return canonical, cc
+    return None
+
+
+def normalize_cc(cc) -> str | None:
+    """'9.0', '90', 'sm90', 'sm_90', (9, 0) -> '9.0'; None or junk -> None."""
+    if cc is None:
+        return None
+    if isinstance(cc, (tuple, list)) and len(cc) == 2:
+        return f"{int(cc[0])}.{int(cc[1])}"
+    s = str(cc).strip().lower().removeprefix("sm_").removeprefix("sm")
+    if "." in s:
+        major, _, minor = s.partition(".")
+        return f"{int(major)}.{int(minor)}" if major.isdigit() and minor.isdigit() else None
+    # Two or three digits without a dot: the last one is the minor ("90" -> 9.0, "100" -> 10.0).
+    return f"{int(s[:-1])}.{int(s[-1])}" if s.isdigit() and len(s) in (2, 3) else None
+
+
+def baked_cc(baked_name: str, declared: str | None = None, manifest_cc: str | None = None) -> tuple[str | None, str]:
+    """The compute capability the cache was baked for, and where it came from.
+
+    Precedence: an explicit KIT_DEVICE_CC, then the bake manifest, then the GPU table by name.
+    """
+    for value, source in ((declared, "KIT_DEVICE_CC"), (manifest_cc, "manifest")):
+        cc = normalize_cc(value)
+        if cc:
+            return cc, source
+    hit = lookup_gpu(baked_name)
+    return (hit[1], "GPU table") if hit else (None, "unknown")
+
+
+def shim_decision(baked_name: str, baked: str | None, real_name: str, real_cc) -> tuple[bool, str]:
+    """Whether to present `baked_name` instead of `real_name`, and the one line that says so.
+
+    Pure: the same-compute-capability guard of the shim, unit-tested in tests/test_sitecustomize.py.
+    """
+    real = normalize_cc(real_cc)
+    if real_name == baked_name:
+        return False, f"kit: device name {real_name} already matches KIT_DEVICE_NAME; shim not needed"
+    if baked is None:
+        return False, (f"kit: REFUSING device-name shim: compute capability of the baked GPU {baked_name!r} is "
+                       f"unknown (set KIT_DEVICE_CC); {real_name} keeps its name, vLLM compiles fresh")
+    if real != baked:
+        return False, (f"kit: REFUSING device-name shim: this GPU {real_name} has compute capability {real}, the cache "
+                       f"was baked on {baked_name} ({baked}); cubins are arch-specific, so vLLM compiles fresh")
+    return True, f"kit: device name {real_name} -> {baked_name} (KIT_DEVICE_NAME, same compute capability {real})"

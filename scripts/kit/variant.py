@@ -231,6 +231,10 @@ class Variant:
         """Environment the server gets on top of the caller's: offline flags, cache root, pass-through."""
         env = dict(OFFLINE_ENV)
         env["VLLM_CACHE_ROOT"] = str(self.cache_root)
+        # Triton/FlashInfer JIT caches default to ~/.triton and ~/.cache/flashinfer; beside vLLM's
+        # they travel with the bake (Qwen3.5's linear-attention kernels are ~95 s of Triton JIT).
+        env["TRITON_CACHE_DIR"] = str(self.cache_root / "triton")
+        env["FLASHINFER_WORKSPACE_BASE"] = str(self.cache_root / "flashinfer")
         typed = _schema()["properties"]
         env.update({k: v for k, v in sorted(self.config.items()) if k not in typed and not k.startswith("SERVE_")})
         return env

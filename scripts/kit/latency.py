@@ -1,0 +1,456 @@
+"""Latency-probe logic with no I/O: the seeded workload, per-request metrics, percentiles, goodput
+under an SLO, /metrics parsing and deltas, the weights-bandwidth floor, and when two latency
+records may be compared. scripts/probe.py drives the server; everything here is unit-tested.
+
+Definitions (the same as `vllm bench serve`, so numbers line up with vLLM's own tool):
+  - TTFT: request sent -> first streamed chunk carrying text.
+  - ITL: gaps between successive text-carrying chunks. With speculative decoding one chunk can
+    carry several tokens, so ITL is per chunk, not per token.
+  - TPOT: (end-to-end - TTFT) / (output tokens - 1), per request; output tokens from `usage`.
+  - goodput: requests per second that met both SLO bounds (TTFT and TPOT), as `--goodput` does.
+  - a concurrency level meets the SLO when its p99 TTFT and p99 TPOT are within the bounds
+    (MLPerf interactive: TTFT p99 <= 500 ms, TPOT p99 <= 30 ms, mlcommons loadgen/mlperf.conf).
+
+    from scripts.kit.latency import Workload, level_requests
+    w = Workload()                      # the defaults; probe flags override fields
+    reqs = level_requests(w, concurrency=8, repeat=0)
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import random
+import re
+import statistics
+from dataclasses import asdict, dataclass, field, fields
+
+# Prompts are random token ids from this range: valid in every vocabulary the kit serves
+# (SmolLM2 49,152; Qwen3 151,936; Qwen3.5 248,320) and clear of special tokens (SmolLM2 keeps
+# them at 0..16, Qwen at the top), so every model sees exactly the requested input length and
+# no tokenizer is needed. Real speculative acceptance on random tokens is not representative:
+# the probe records acceptance, but judge MTP on real text (eval) or synthetic rates (dummy).
+TOKEN_LO, TOKEN_HI = 1000, 30000
+# Run defaults (the probe's flags read them; the GPU plan overrides them by flag).
+CONCURRENCY = (1, 4, 8, 16, 32)
+REPEATS = 3
+# A repeat whose output tok/s is further than this from the median of its level's repeats is
+# flagged: the shared GPU README's batch-8 650-vs-1423 tok/s run is the case this catches.
+MAX_SPREAD_PCT = 10.0
+REQUEST_TIMEOUT_S = 300.0
+
+
+@dataclass(frozen=True)
+class Workload:
+    """The request set. Every field is a probe flag (`--<field-with-dashes>`); help = metadata."""
+    seed: int = field(default=0, metadata={"help": "seed of every random choice (prompts, lengths, mix)"})
+    input_lens: tuple = field(default=(128, 1024, 4096), metadata={
+        "help": "input tokens of the short, medium and long prompt classes"})
+    class_weights: tuple = field(default=(0.5, 0.35, 0.15), metadata={
+        "help": "share of requests from each prompt class"})
+    output_min: int = field(default=64, metadata={"help": "fewest output tokens of a request"})
+    output_max: int = field(default=512, metadata={
+        "help": "most output tokens of a request (uniform in [min, max], forced by ignore_eos + min_tokens)"})
+    requests: int = field(default=16, metadata={
+        "help": "timed requests per repeat; a level sends max(requests, concurrency) so every slot is busy"})
+    prefix_tokens: int = field(default=2048, metadata={
+        "help": "shared prefix of the prefix-cache run (Qwen3.5 caches in 528-token blocks: keep it >> 528); 0 = no run"})
+    prefix_suffix_tokens: int = field(default=128, metadata={"help": "distinct suffix after the shared prefix"})
+    prefix_requests: int = field(default=8, metadata={"help": "requests of the prefix-cache run (the first is cold)"})
+
+    def spec(self) -> dict:
+        d = asdict(self)
+        d.update(token_range=[TOKEN_LO, TOKEN_HI], input_lens=list(self.input_lens),
+                 class_weights=list(self.class_weights))
+        return d
+
+    @property
+    def sha256(self) -> str:
+        """Identity of the request shapes; records are comparable only under the same hash."""
+        return hashlib.sha256(json.dumps(self.spec(), sort_keys=True).encode()).hexdigest()
+
+
+def workload_fields():
+    return fields(Workload)
+
+
+@dataclass(frozen=True)
+class Request:
+    prompt: list
+    max_tokens: int
+    cls: str
+
+
+CLASS_NAMES = ("short", "medium", "long")
+
+
+def _prompt(rng: random.Random, n: int) -> list:
+    return [rng.randrange(TOKEN_LO, TOKEN_HI) for _ in range(n)]
+
+
+def level_requests(w: Workload, concurrency: int, repeat: int, warmup: bool = False) -> list[Request]:
+    """The requests of one repeat (or the warm-up pass) at one concurrency level.
+
+    Prompts are seeded by (seed, level, repeat) so no two passes share a prompt: the prefix cache
+    cannot inflate a repeat even where it cannot be reset. The warm-up sends one wave (concurrency
+    requests) of the same class mix, so every batch shape of the level is compiled/captured first.
+    """
+    rng = random.Random(f"{w.seed}:{concurrency}:{'warmup' if warmup else repeat}")
+    n = concurrency if warmup else max(w.requests, concurrency)
+    names = CLASS_NAMES[:len(w.input_lens)]
+    out = []
+    for _ in range(n):
+        i = rng.choices(range(len(names)), weights=w.class_weights[:len(names)])[0]
+        out.append(Request(_prompt(rng, w.input_lens[i]), rng.randint(w.output_min, w.output_max), names[i]))
+    return out
+
+
+def prefix_requests(w: Workload) -> list[Request]:
+    rng = random.Random(f"{w.seed}:prefix")
+    prefix = _prompt(rng, w.prefix_tokens)
+    return [Request(prefix + _prompt(rng, w.prefix_suffix_tokens), w.output_min, "prefix")
+            for _ in range(w.prefix_requests)]
+
+
+def completion_body(model: str, req: Request) -> dict:
+    """OpenAI /v1/completions streaming request; the output length is forced so variants generate
+    the same amount (ignore_eos + min_tokens are vLLM extensions of the OpenAI API)."""
+    return {"model": model, "prompt": req.prompt, "max_tokens": req.max_tokens, "min_tokens": req.max_tokens,
+            "ignore_eos": True, "temperature": 0.0, "stream": True,
+            "stream_options": {"include_usage": True}}
+
+
+# -- per request ---------------------------------------------------------------------------------
+@dataclass
+class Result:
+    """One request as the client saw it; times in seconds from perf_counter."""
+    sent: float
+    chunk_times: list = field(default_factory=list)
+    end: float | None = None
+    output_tokens: int | None = None
+    expected_tokens: int = 0
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and bool(self.chunk_times) and self.output_tokens == self.expected_tokens
+
+    def failure(self) -> str:
+        if self.error:
+            return self.error
+        if not self.chunk_times:
+            return "no streamed text"
+        return f"generated {self.output_tokens} of {self.expected_tokens} tokens"
+
+    @property
+    def ttft_ms(self) -> float:
+        return (self.chunk_times[0] - self.sent) * 1e3
+
+    @property
+    def e2e_ms(self) -> float:
+        return (self.end - self.sent) * 1e3
+
+    @property
+    def tpot_ms(self) -> float | None:
+        if self.output_tokens is None or self.output_tokens < 2:
+            return None
+        return (self.e2e_ms - self.ttft_ms) / (self.output_tokens - 1)
+
+    @property
+    def itl_ms(self) -> list:
+        t = self.chunk_times
+        return [(b - a) * 1e3 for a, b in zip(t, t[1:])]
+
+
+def percentile(xs, q: float) -> float | None:
+    """Linear-interpolated percentile (numpy's default), q in [0, 100]; None for no data."""
+    xs = sorted(xs)
+    if not xs:
+        return None
+    k = (len(xs) - 1) * q / 100
+    lo, hi = math.floor(k), math.ceil(k)
+    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
+
+
+def stats(xs) -> dict:
+    xs = list(xs)
+    r = lambda x: None if x is None else round(x, 3)
+    return {"mean": r(statistics.fmean(xs)) if xs else None, "p50": r(percentile(xs, 50)),
+            "p95": r(percentile(xs, 95)), "p99": r(percentile(xs, 99)), "n": len(xs)}
+
+
+# -- SLO -----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SLO:
+    ttft_p99_ms: float = 500.0
+    tpot_p99_ms: float = 30.0
+
+    def request_ok(self, r: Result) -> bool:
+        return r.ok and r.ttft_ms <= self.ttft_p99_ms and (r.tpot_ms is None or r.tpot_ms <= self.tpot_p99_ms)
+
+
+def parse_slo(text: str) -> SLO:
+    """'ttft=500,tpot=30' (ms) -> SLO; raises ValueError naming the bad part."""
+    vals = {}
+    for part in filter(None, text.split(",")):
+        k, _, v = part.partition("=")
+        if k.strip() not in ("ttft", "tpot"):
+            raise ValueError(f"unknown SLO bound {k!r} (use ttft=MS,tpot=MS)")
+        vals[k.strip() + "_p99_ms"] = float(v)
+    return SLO(**vals)
+
+
+def summarize_level(concurrency: int, repeats: list[dict], results: list[Result], slo: SLO,
+                    max_spread_pct: float) -> dict:
+    """Pool the requests of every repeat of one level into percentiles, goodput and SLO verdict.
+
+    repeats: per repeat {"duration_s", "results": [Result]} (this adds throughput and deviation).
+    A repeat whose output tok/s is more than max_spread_pct from the median of repeats is flagged:
+    the classic cause is a batch shape that was never warmed up.
+    """
+    ok = [r for r in results if r.ok]
+    tps = [sum(r.output_tokens for r in rep["results"] if r.ok) / rep["duration_s"] for rep in repeats]
+    med = statistics.median(tps) if tps else 0.0
+    reps = []
+    for rep, t in zip(repeats, tps):
+        dev = 100.0 * (t - med) / med if med else 0.0
+        reps.append({"duration_s": round(rep["duration_s"], 4), "output_tok_per_s": round(t, 2),
+                     "deviation_pct": round(dev, 2), "completed": sum(r.ok for r in rep["results"]),
+                     "failed": sum(not r.ok for r in rep["results"]),
+                     "metrics_delta": rep.get("metrics_delta")})
+    duration = sum(rep["duration_s"] for rep in repeats)
+    good = sum(slo.request_ok(r) for r in results)
+    level = {
+        "concurrency": concurrency,
+        "repeats": reps,
+        "requests": len(results), "failed": len(results) - len(ok),
+        "failures": sorted({r.failure() for r in results if not r.ok})[:5],
+        "ttft_ms": stats(r.ttft_ms for r in ok),
+        "tpot_ms": stats(r.tpot_ms for r in ok if r.tpot_ms is not None),
+        "itl_ms": stats(x for r in ok for x in r.itl_ms),
+        "e2e_ms": stats(r.e2e_ms for r in ok),
+        "output_tok_per_s": {"median": round(med, 2), "min": round(min(tps), 2) if tps else None,
+                             "max": round(max(tps), 2) if tps else None,
+                             "spread_pct": round(100.0 * (max(tps) - min(tps)) / med, 2) if med else None},
+        "goodput_req_per_s": round(good / duration, 4) if duration else 0.0,
+        "good_fraction": round(good / len(results), 4) if results else 0.0,
+        "unstable_repeats": [i for i, r in enumerate(reps) if abs(r["deviation_pct"]) > max_spread_pct],
+    }
+    p99_ttft, p99_tpot = level["ttft_ms"]["p99"], level["tpot_ms"]["p99"]
+    level["meets_slo"] = bool(ok) and level["failed"] == 0 and p99_ttft is not None and \
+        p99_ttft <= slo.ttft_p99_ms and (p99_tpot is None or p99_tpot <= slo.tpot_p99_ms)
+    return level
+
+
+def max_concurrency_meeting_slo(levels: list[dict]) -> int | None:
+    """Highest level that meets the SLO with every lower level meeting it too (a level that passes
+    above a failing one is noise, not capacity)."""
+    best = None
+    for lv in sorted(levels, key=lambda x: x["concurrency"]):
+        if not lv["meets_slo"]:
+            break
+        best = lv["concurrency"]
+    return best
+
+
+# -- /metrics ------------------------------------------------------------------------------------
+_SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)')
+_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+PREFIX_HITS, PREFIX_QUERIES = "vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total"
+SPEC_DRAFTS, SPEC_DRAFT_TOKENS = "vllm:spec_decode_num_drafts_total", "vllm:spec_decode_num_draft_tokens_total"
+SPEC_ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
+SPEC_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+COUNTERS = (PREFIX_HITS, PREFIX_QUERIES, SPEC_DRAFTS, SPEC_DRAFT_TOKENS, SPEC_ACCEPTED)
+
+
+def parse_metrics(text: str) -> dict:
+    """Prometheus text -> {counter: value} summed over label sets (model, engine), plus
+    {SPEC_PER_POS: {position: value}}. Only the counters the probe uses are kept."""
+    out: dict = {}
+    for line in text.splitlines():
+        if not line or line[0] == "#":
+            continue
+        m = _SAMPLE.match(line)
+        if not m:
+            continue
+        name, labels, raw = m.groups()
+        try:
+            val = float(raw)
+        except ValueError:
+            continue
+        if name in COUNTERS:
+            out[name] = out.get(name, 0.0) + val
+        elif name == SPEC_PER_POS:
+            pos = dict(_LABEL.findall(labels or "")).get("position")
+            if pos is not None:
+                per = out.setdefault(SPEC_PER_POS, {})
+                per[int(pos)] = per.get(int(pos), 0.0) + val
+    return out
+
+
+def metrics_delta(before: dict, after: dict) -> dict:
+    d = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in COUNTERS if k in after}
+    if SPEC_PER_POS in after:
+        b = before.get(SPEC_PER_POS, {})
+        d[SPEC_PER_POS] = {p: v - b.get(p, 0.0) for p, v in after[SPEC_PER_POS].items()}
+    return d
+
+
+def add_deltas(deltas: list[dict]) -> dict:
+    total: dict = {}
+    for d in deltas:
+        for k, v in d.items():
+            if k == SPEC_PER_POS:
+                per = total.setdefault(k, {})
+                for p, x in v.items():
+                    per[p] = per.get(p, 0.0) + x
+            else:
+                total[k] = total.get(k, 0.0) + v
+    return total
+
+
+def prefix_cache(delta: dict) -> dict | None:
+    """Token-level hit rate of the prefix cache over a delta; None when the server has no such counter."""
+    if PREFIX_QUERIES not in delta:
+        return None
+    q, h = delta[PREFIX_QUERIES], delta.get(PREFIX_HITS, 0.0)
+    return {"queries_tokens": int(q), "hits_tokens": int(h), "hit_rate": round(h / q, 4) if q else None}
+
+
+def spec_decode(delta: dict) -> dict | None:
+    """Acceptance over a delta: length = 1 + accepted/drafts; per position = accepted_pos / drafts."""
+    drafts = delta.get(SPEC_DRAFTS, 0.0)
+    if not drafts:
+        return None
+    acc = delta.get(SPEC_ACCEPTED, 0.0)
+    per = delta.get(SPEC_PER_POS, {})
+    return {"drafts": int(drafts), "draft_tokens": int(delta.get(SPEC_DRAFT_TOKENS, 0.0)),
+            "accepted_tokens": int(acc), "acceptance_length": round(1 + acc / drafts, 4),
+            "draft_acceptance_rate": round(acc / delta[SPEC_DRAFT_TOKENS], 4) if delta.get(SPEC_DRAFT_TOKENS) else None,
+            "per_position_acceptance": [round(per[p] / drafts, 4) for p in sorted(per)]}
+
+
+# -- the bandwidth floor ---------------------------------------------------------------------------
+# Decode of one step reads every weight once, so step time >= weight bytes / memory bandwidth.
+# Ordered: more specific names first. Bandwidth in bytes/s and where the figure comes from.
+BANDWIDTH = (
+    ("H100 80GB HBM3", 3.0e12, "measured device-to-device copy, shared/gpu/README.md (spec 3.35 TB/s)"),
+    ("H100 NVL", 3.9e12, "NVIDIA spec sheet"),
+    ("H100 PCIe", 2.0e12, "NVIDIA spec sheet"),
+    ("H200", 4.0e12, "~83% of the 4.8 TB/s spec, the ratio measured on H100"),
+    ("A100-SXM4-80GB", 2.0e12, "NVIDIA spec sheet"),
+    ("A100", 1.55e12, "NVIDIA spec sheet (40 GB)"),
+)
+
+
+def bandwidth(gpu_name: str | None) -> tuple[float, str] | None:
+    for pattern, bw, src in BANDWIDTH:
+        if gpu_name and pattern in gpu_name:
+            return bw, src
+    return None
+
+
+def _layer_params(c: dict, kind: str) -> tuple[int, int]:
+    """(attention-or-mixer params, MLP params) of one decoder layer; kind 'full' or 'linear'."""
+    h = c["hidden_size"]
+    if kind == "linear":  # Gated DeltaNet (Qwen3-Next/3.5): qkvz and ba projections, conv, out
+        nk, nv = c["linear_num_key_heads"], c["linear_num_value_heads"]
+        dk, dv = c["linear_key_head_dim"], c["linear_value_head_dim"]
+        mixer = h * (2 * nk * dk + 2 * nv * dv) + h * 2 * nv + (2 * nk * dk + nv * dv) * c["linear_conv_kernel_dim"] \
+            + nv * dv * h
+    else:
+        nh, nkv = c["num_attention_heads"], c.get("num_key_value_heads", c["num_attention_heads"])
+        hd = c.get("head_dim") or h // nh
+        q = nh * hd * (2 if c.get("attn_output_gate") else 1)  # the output gate rides on q_proj
+        mixer = h * q + 2 * h * nkv * hd + nh * hd * h
+    return mixer, 3 * h * c["intermediate_size"]
+
+
+def layer_kinds(c: dict) -> list[str]:
+    n = c["num_hidden_layers"]
+    if c.get("layer_types"):
+        return ["linear" if t == "linear_attention" else "full" for t in c["layer_types"]]
+    if c.get("full_attention_interval"):
+        k = c["full_attention_interval"]
+        return ["full" if (i + 1) % k == 0 else "linear" for i in range(n)]
+    return ["full"] * n
+
+
+def weight_bytes_per_step(config: dict, quant: str = "none", group_size: int = 32, scope: str = "mlp") -> int:
+    """Bytes of weights one decode step reads: every decoder Linear + lm_head (the embedding
+    lookup reads one row, negligible). W4A16 targets (scripts/kit/quant.py: MLP only, or every
+    decoder Linear except Gated DeltaNet) cost 0.5 byte/param + one 16-bit scale per group.
+    The MTP head is left out: a lower bound must not count what a step may skip."""
+    c = config.get("text_config", config)
+    w4 = 0.5 + 2 / group_size
+    total = 2.0 * c["vocab_size"] * c["hidden_size"]
+    for kind in layer_kinds(c):
+        mixer, mlp = _layer_params(c, kind)
+        q_mlp = quant != "none"
+        q_mixer = quant != "none" and scope == "linear" and kind == "full"
+        total += mlp * (w4 if q_mlp else 2.0) + mixer * (w4 if q_mixer else 2.0)
+    return int(total)
+
+
+def roofline(config: dict | None, variant_cfg: dict, gpu_name: str | None, tpot_c1_ms: float | None,
+             tokens_per_step: float) -> dict:
+    """Floor TPOT = weight bytes / bandwidth / tokens per step (1, or the measured acceptance
+    length under speculation). Below the floor is physically impossible: the run is invalid."""
+    if gpu_name is None:
+        return {"status": "skipped", "reason": "CPU host: no HBM bandwidth floor applies"}
+    bw = bandwidth(gpu_name)
+    if bw is None:
+        return {"status": "skipped", "reason": f"no bandwidth for GPU {gpu_name!r} in scripts/kit/latency.py BANDWIDTH"}
+    if config is None:
+        return {"status": "skipped", "reason": "no config.json in the weights folder to count bytes from"}
+    nbytes = weight_bytes_per_step(config, variant_cfg["QUANT"], variant_cfg["QUANT_GROUP_SIZE"],
+                                   variant_cfg["QUANT_SCOPE"])
+    floor_ms = nbytes / bw[0] * 1e3 / tokens_per_step
+    out = {"status": "ok", "weight_bytes_per_step": nbytes, "bandwidth_bytes_per_s": bw[0], "bandwidth_source": bw[1],
+           "tokens_per_step": round(tokens_per_step, 4), "floor_tpot_ms": round(floor_ms, 4),
+           "tpot_p50_ms_c1": tpot_c1_ms,
+           "roofline_pct_c1": round(100.0 * floor_ms / tpot_c1_ms, 2) if tpot_c1_ms else None}
+    if tpot_c1_ms is not None and tpot_c1_ms < floor_ms:
+        out["status"] = "violated"
+    return out
+
+
+def floor_violations(levels: list[dict], floor_tpot_ms: float) -> list[str]:
+    """Every level whose median TPOT is below the floor (one step per token cannot be faster)."""
+    return [f"concurrency {lv['concurrency']}: TPOT p50 {lv['tpot_ms']['p50']} ms is below the "
+            f"bandwidth floor {floor_tpot_ms:.3f} ms (weights bytes / bandwidth): the measurement is wrong"
+            for lv in levels if lv["tpot_ms"]["p50"] is not None and lv["tpot_ms"]["p50"] < floor_tpot_ms]
+
+
+# -- comparing with a baseline -------------------------------------------------------------------
+def comparability(cur: dict, base: dict) -> list[str]:
+    """Why two latency records may not be compared ([] = comparable). Each argument is a record."""
+    reasons = []
+    pairs = (("GPU", lambda r: r["provenance"]["device"]["name"]),
+             ("vLLM version", lambda r: r["provenance"]["versions"].get("vllm")),
+             ("workload", lambda r: r["payload"]["workload"]["sha256"]),
+             ("weights", lambda r: r["provenance"]["weights"]))
+    for what, get in pairs:
+        if get(cur) != get(base):
+            reasons.append(f"{what} differs: {get(cur)} vs baseline {get(base)}")
+    if not base["payload"]["validity"]["valid"]:
+        reasons.append("the baseline record is invalid: " + "; ".join(base["payload"]["validity"]["errors"]))
+    return reasons
+
+
+def speedups(levels: list[dict], base_levels: list[dict]) -> list[dict]:
+    """Per common concurrency: throughput ratio (variant / baseline) and latency ratios
+    (baseline / variant), so > 1 always means the variant is better."""
+    base = {lv["concurrency"]: lv for lv in base_levels}
+    out = []
+    for lv in levels:
+        b = base.get(lv["concurrency"])
+        if not b:
+            continue
+        ratio = lambda x, y: round(x / y, 4) if x and y else None
+        out.append({"concurrency": lv["concurrency"],
+                    "output_tok_per_s": ratio(lv["output_tok_per_s"]["median"], b["output_tok_per_s"]["median"]),
+                    "tpot_p50": ratio(b["tpot_ms"]["p50"], lv["tpot_ms"]["p50"]),
+                    "ttft_p50": ratio(b["ttft_ms"]["p50"], lv["ttft_ms"]["p50"]),
+                    "e2e_p50": ratio(b["e2e_ms"]["p50"], lv["e2e_ms"]["p50"])})
+    return out

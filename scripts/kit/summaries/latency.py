@@ -1,0 +1,133 @@
+"""Summary of `latency` records for measurements.json, the README table, and the latency plot.
+
+The newest valid record is the result; invalid ones (failed requests, TPOT below the bandwidth
+floor) are listed, never summarized. plot_png() draws TTFT/TPOT percentiles and output tok/s vs
+concurrency for a variant and its baseline, as PNG bytes that depend only on the summaries (no
+timestamps, no version metadata), so experiments/<v>/latency.png can be committed.
+
+    from scripts.kit.summaries import latency
+    latency.summarize(variant, [(relpath, record), ...]) -> dict
+    latency.readme_table({name: measurements}) -> str
+    latency.artifacts({name: measurements}) -> {Path: png bytes}
+"""
+from __future__ import annotations
+
+import io
+
+from scripts.kit.paths import EXPERIMENTS
+
+
+def _level(lv: dict) -> dict:
+    return {"ttft_p50_ms": lv["ttft_ms"]["p50"], "ttft_p99_ms": lv["ttft_ms"]["p99"],
+            "tpot_p50_ms": lv["tpot_ms"]["p50"], "tpot_p99_ms": lv["tpot_ms"]["p99"],
+            "itl_p99_ms": lv["itl_ms"]["p99"], "e2e_p50_ms": lv["e2e_ms"]["p50"],
+            "output_tok_per_s": lv["output_tok_per_s"]["median"],
+            "output_tok_per_s_spread_pct": lv["output_tok_per_s"]["spread_pct"],
+            "goodput_req_per_s": lv["goodput_req_per_s"], "meets_slo": lv["meets_slo"],
+            "unstable_repeats": len(lv["unstable_repeats"]),
+            "acceptance_length": (lv["spec_decode"] or {}).get("acceptance_length"),
+            "per_position_acceptance": (lv["spec_decode"] or {}).get("per_position_acceptance")}
+
+
+def summarize(variant, records: list) -> dict:
+    valid = [(p, r) for p, r in records if r["payload"]["validity"]["valid"]]
+    out = {"invalid_records": [p for p, r in records if not r["payload"]["validity"]["valid"]]}
+    if not valid:
+        return {**out, "latest": None}
+    path, rec = valid[-1]
+    p = rec["payload"]
+    prefix = (p["prefix_run"] or {}).get("prefix_cache") or {}
+    return {**out, "latest": path,
+            "device": rec["provenance"]["device"]["name"], "vllm": rec["provenance"]["versions"].get("vllm"),
+            "weights": rec["provenance"]["weights"], "acceptance": rec["provenance"]["acceptance"],
+            "workload_sha256": p["workload"]["sha256"], "slo": p["slo"], "repeats": p["repeats"],
+            "levels": {str(lv["concurrency"]): _level(lv) for lv in p["levels"]},
+            "max_concurrency_meeting_slo": p["max_concurrency_meeting_slo"],
+            "roofline_pct_c1": p["roofline"].get("roofline_pct_c1"),
+            "floor_tpot_ms": p["roofline"].get("floor_tpot_ms"),
+            "prefix_cache_hit_rate": prefix.get("hit_rate"),
+            "prefix_cold_ttft_ms": (p["prefix_run"] or {}).get("cold_ttft_ms"),
+            "prefix_warm_ttft_p50_ms": (p["prefix_run"] or {}).get("warm_ttft_p50_ms"),
+            "baseline": {k: p["baseline"].get(k) for k in ("variant", "comparable", "reasons", "speedup")},
+            "warnings": p["validity"]["warnings"]}
+
+
+def _fmt(x, unit: str = "") -> str:
+    return "-" if x is None else f"{x:g}{unit}"
+
+
+def readme_table(docs: dict) -> str:
+    rows = ["| variant | device | weights | TPOT p50 c=1 (ms) | TTFT p50 c=1 (ms) | tok/s c=1 | best tok/s (c) | "
+            "max c in SLO | roofline c=1 | speedup c=1 | accept len | prefix hit | flags |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for name, doc in sorted(docs.items()):
+        s = doc["results"].get("latency")
+        if not s or not s.get("latest"):
+            continue
+        lv = s["levels"]
+        c1 = lv.get("1", {})
+        best_c = max(lv, key=lambda c: lv[c]["output_tok_per_s"])
+        sp = next((x["output_tok_per_s"] for x in (s["baseline"].get("speedup") or []) if x["concurrency"] == 1), None)
+        flags = []
+        if any(x["unstable_repeats"] for x in lv.values()):
+            flags.append("unstable repeats")
+        if s["invalid_records"]:
+            flags.append(f"{len(s['invalid_records'])} invalid")
+        rows.append(f"| `{name}` | {s['device']} | {s['weights']} | {_fmt(c1.get('tpot_p50_ms'))} | "
+                    f"{_fmt(c1.get('ttft_p50_ms'))} | {_fmt(c1.get('output_tok_per_s'))} | "
+                    f"{_fmt(lv[best_c]['output_tok_per_s'])} ({best_c}) | {_fmt(s['max_concurrency_meeting_slo'])} | "
+                    f"{_fmt(s['roofline_pct_c1'], '%')} | {_fmt(sp, 'x')} | {_fmt(c1.get('acceptance_length'))} | "
+                    f"{_fmt(s['prefix_cache_hit_rate'])} | {', '.join(flags) or '-'} |")
+    return "\n".join(rows)
+
+
+def plot_png(name: str, docs: dict) -> bytes | None:
+    """TTFT and TPOT (p50 solid, p99 dashed) and output tok/s vs concurrency, variant vs baseline."""
+    s = docs.get(name, {}).get("results", {}).get("latency")
+    if not s or not s.get("latest"):
+        return None
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    series = [(name, s, "tab:blue")]
+    b = s["baseline"]
+    bs = docs.get(b["variant"] or "", {}).get("results", {}).get("latency")
+    if b["comparable"] and bs and bs.get("latest"):
+        series.append((f"{b['variant']} (baseline)", bs, "tab:gray"))
+    fig, axes = plt.subplots(1, 3, figsize=(13, 4), dpi=100)
+    for label, summ, color in series:
+        cs = sorted(summ["levels"], key=int)
+        x = [int(c) for c in cs]
+        for ax, metric in zip(axes[:2], ("ttft", "tpot")):
+            ax.plot(x, [summ["levels"][c][f"{metric}_p50_ms"] for c in cs], "o-", color=color, label=f"{label} p50")
+            ax.plot(x, [summ["levels"][c][f"{metric}_p99_ms"] for c in cs], "s--", color=color, label=f"{label} p99")
+        axes[2].plot(x, [summ["levels"][c]["output_tok_per_s"] for c in cs], "o-", color=color, label=label)
+    slo = s["slo"]
+    axes[0].axhline(slo["ttft_p99_ms"], color="tab:red", lw=0.8, label="SLO p99")
+    axes[1].axhline(slo["tpot_p99_ms"], color="tab:red", lw=0.8, label="SLO p99")
+    if s.get("floor_tpot_ms"):
+        axes[1].axhline(s["floor_tpot_ms"], color="black", lw=0.8, ls=":", label="bandwidth floor")
+    for ax, title in zip(axes, ("TTFT (ms)", "TPOT (ms)", "output tok/s")):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("concurrency")
+        ax.set_title(title)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle(f"{name}: {s['device']}, vLLM {s['vllm']}, {s['weights']} weights, workload {s['workload_sha256'][:8]}",
+                 fontsize=9)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    # No Software/creation metadata: the bytes depend on the numbers only.
+    fig.savefig(buf, format="png", metadata={"Software": None})
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def artifacts(docs: dict) -> dict:
+    """experiments/<v>/latency.png for every variant with a latency result."""
+    out = {}
+    for name in docs:
+        png = plot_png(name, docs)
+        if png is not None:
+            out[EXPERIMENTS / name / "latency.png"] = png
+    return out

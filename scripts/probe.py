@@ -1,0 +1,426 @@
+"""`make eval-latency`: stream a fixed, seeded workload through the variant's OpenAI endpoint and
+record TTFT / TPOT / ITL / end-to-end percentiles, tok/s, goodput under an SLO, prefix-cache and
+speculative-acceptance counters, and validity checks, per concurrency level.
+
+Per level: one warm-up wave at that level's shape (untimed), then --repeats timed passes, each
+after POST /reset_prefix_cache (the probe starts its server with VLLM_SERVER_DEV_MODE=1; for --url
+a missing endpoint is recorded) with /metrics read before and after. Then a prefix-cache run:
+--prefix-requests prompts sharing --prefix-tokens, one at a time, first one cold.
+Output: one `latency` record (schemas/payloads/latency.schema.json) under results/<variant>/,
+and the plot experiments/<variant>/latency.png (variant vs its baseline). Exit 1 when the run is
+invalid (failed requests, TPOT below the bandwidth floor): the record says why, the summary skips it.
+A dead server mid-probe or an unreachable --url is an error (exit 2) and writes nothing.
+
+    python -m scripts.probe --variant qwen3-4b-awq --set WEIGHTS=dummy
+    python -m scripts.probe --variant tiny --url http://127.0.0.1:8000 --concurrency 1,2 --repeats 1 \\
+        --input-lens 16,48,96 --output-min 4 --output-max 8 --requests 3 --prefix-tokens 256
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from pathlib import Path
+
+from scripts.kit import latency as L
+from scripts.kit import weights
+from scripts.kit.device import device_provenance, host_platform
+from scripts.kit.errors import KitError, run_main
+from scripts.kit.paths import EXPERIMENTS, RESULTS, ROOT
+from scripts.kit.procs import ServerProcess
+from scripts.kit.record import make_record, records, write_record
+from scripts.kit.variant import load
+from scripts.serve import add_variant_args, describe
+
+_local = threading.local()
+
+
+def _session():
+    import requests
+    if not hasattr(_local, "s"):
+        _local.s = requests.Session()
+    return _local.s
+
+
+def stream_one(url: str, body: dict, timeout_s: float) -> L.Result:
+    """One streaming completion, every text-carrying chunk timestamped as it arrives."""
+    import requests
+    res = L.Result(sent=time.perf_counter(), expected_tokens=body["max_tokens"])
+    try:
+        with _session().post(url + "/v1/completions", json=body, stream=True, timeout=(10, timeout_s)) as r:
+            if r.status_code != 200:
+                res.error = f"HTTP {r.status_code}: {r.text[:200]}"
+                return res
+            # chunk_size=None: yield bytes as they arrive; the default (512) would hold lines back.
+            for line in r.iter_lines(chunk_size=None):
+                now = time.perf_counter()
+                if not line.startswith(b"data: "):
+                    continue
+                data = line[6:]
+                if data == b"[DONE]":
+                    break
+                obj = json.loads(data)
+                if "error" in obj:
+                    res.error = f"stream error: {str(obj['error'])[:200]}"
+                    break
+                if any(c.get("text") for c in obj.get("choices") or ()):
+                    res.chunk_times.append(now)
+                if obj.get("usage"):
+                    res.output_tokens = obj["usage"]["completion_tokens"]
+    except (requests.RequestException, ValueError) as e:
+        res.error = f"{type(e).__name__}: {str(e)[:200]}"
+    res.end = time.perf_counter()
+    return res
+
+
+class Server:
+    """The endpoint under test: a ServerProcess this probe owns, or a --url it does not."""
+
+    def __init__(self, url: str, proc: ServerProcess | None = None):
+        self.url, self.proc = url.rstrip("/"), proc
+
+    def get(self, path: str, timeout: float = 10):
+        import requests
+        return requests.get(self.url + path, timeout=timeout)
+
+    def alive(self) -> bool:
+        import requests
+        if self.proc is not None and not self.proc.alive():
+            return False
+        try:
+            return self.get("/health", 5).status_code == 200
+        except requests.RequestException:
+            return False
+
+    def metrics(self) -> dict | None:
+        r = self.get("/metrics", 30)
+        return L.parse_metrics(r.text) if r.status_code == 200 else None
+
+    def reset_prefix_cache(self) -> bool:
+        """True when the server reset its prefix cache; False when it has no such endpoint."""
+        import requests
+        r = requests.post(self.url + "/reset_prefix_cache", timeout=60)
+        return r.status_code == 200
+
+
+def run_pass(srv: Server, model: str, reqs: list, concurrency: int, timeout_s: float, bar, where: str):
+    """Closed loop: `concurrency` requests in flight until the list is done. (results, seconds)."""
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=concurrency) as ex:
+        futs = [ex.submit(stream_one, srv.url, L.completion_body(model, r), timeout_s) for r in reqs]
+        for _ in as_completed(futs):
+            bar.update(1)
+    dt = time.perf_counter() - t0
+    results = [f.result() for f in futs]
+    if any(not r.ok for r in results) and not srv.alive():
+        raise KitError(f"the server at {srv.url} stopped answering during {where} "
+                       f"({sum(not r.ok for r in results)} of {len(results)} requests failed: "
+                       f"{next(r.failure() for r in results if not r.ok)}); no record written"
+                       + (srv.proc._log_hint() if srv.proc else ""))
+    return results, dt
+
+
+def measured_pass(srv, model, reqs, c, a, bar, where):
+    before = srv.metrics()
+    results, dt = run_pass(srv, model, reqs, c, a.request_timeout_s, bar, where)
+    after = srv.metrics()
+    delta = L.metrics_delta(before, after) if before is not None and after is not None else None
+    return results, dt, delta
+
+
+def probe(srv: Server, model: str, w: L.Workload, a, bar) -> dict:
+    """Every level and the prefix-cache run; returns the payload minus baseline and validity."""
+    can_reset = None  # learned on the first try
+    levels, notes = [], []
+
+    def reset():
+        nonlocal can_reset
+        if can_reset is not False:
+            can_reset = srv.reset_prefix_cache()
+        return can_reset
+
+    for c in a.concurrency:
+        bar.set_description(f"c={c} warm-up")
+        run_pass(srv, model, L.level_requests(w, c, 0, warmup=True), c, a.request_timeout_s, bar, f"warm-up c={c}")
+        reps, pooled, deltas = [], [], []
+        for i in range(a.repeats):
+            bar.set_description(f"c={c} repeat {i + 1}/{a.repeats}")
+            reset()
+            results, dt, delta = measured_pass(srv, model, L.level_requests(w, c, i), c, a, bar,
+                                               f"concurrency {c} repeat {i + 1}")
+            reps.append({"duration_s": dt, "results": results, "metrics_delta": _delta_json(delta)})
+            pooled += results
+            if delta is not None:
+                deltas.append(delta)
+        lv = L.summarize_level(c, reps, pooled, a.slo, a.max_spread_pct)
+        total = L.add_deltas(deltas) if deltas else {}
+        lv["prefix_cache"] = L.prefix_cache(total)
+        lv["spec_decode"] = L.spec_decode(total)
+        levels.append(lv)
+    prefix_run = None
+    if w.prefix_tokens and w.prefix_requests:
+        bar.set_description("prefix cache")
+        reset()
+        results, dt, delta = measured_pass(srv, model, L.prefix_requests(w), 1, a, bar, "the prefix-cache run")
+        ok = [r for r in results if r.ok]
+        prefix_run = {"requests": len(results), "failed": len(results) - len(ok),
+                      "cold_ttft_ms": round(results[0].ttft_ms, 3) if results[0].ok else None,
+                      "warm_ttft_p50_ms": L.stats(r.ttft_ms for r in results[1:] if r.ok)["p50"],
+                      "prefix_cache": L.prefix_cache(delta) if delta is not None else None}
+    if can_reset is False:
+        notes.append("the server has no /reset_prefix_cache (start it with VLLM_SERVER_DEV_MODE=1): "
+                     "caches were not reset between repeats; prompts differ per repeat, so no repeat reuses another's")
+    return {"levels": levels, "prefix_run": prefix_run,
+            "prefix_cache_reset": {True: "ok", False: "unavailable", None: "not attempted"}[can_reset],
+            "notes": notes}
+
+
+def _delta_json(delta):
+    if delta is None:
+        return None
+    out = {k.removeprefix("vllm:"): v for k, v in delta.items() if k != L.SPEC_PER_POS}
+    if L.SPEC_PER_POS in delta:
+        out["spec_decode_num_accepted_tokens_per_pos"] = [delta[L.SPEC_PER_POS][p] for p in sorted(delta[L.SPEC_PER_POS])]
+    return out
+
+
+def weights_config(v) -> dict | None:
+    """The served architecture: the weights folder's config.json, else ARCH_CONFIG (a --url
+    server whose weights live elsewhere); byte counts take QUANT from the variant either way."""
+    for p in (v.weights_dir / "config.json", ROOT / v["ARCH_CONFIG"] if v["ARCH_CONFIG"] else None):
+        if p and p.is_file():
+            return json.loads(p.read_text())
+    return None
+
+
+def validity(payload: dict, v, gpu_name: str | None, repeats: int) -> dict:
+    errors, warnings = [], []
+    for lv in payload["levels"]:
+        if lv["failed"]:
+            errors.append(f"concurrency {lv['concurrency']}: {lv['failed']} of {lv['requests']} requests failed "
+                          f"({'; '.join(lv['failures'])})")
+        for i in lv["unstable_repeats"]:
+            rep = lv["repeats"][i]
+            warnings.append(f"concurrency {lv['concurrency']} repeat {i + 1}: {rep['output_tok_per_s']} tok/s is "
+                            f"{rep['deviation_pct']:+.1f}% from the median of repeats (unwarmed shape? noisy host?)")
+    if payload["prefix_run"] and payload["prefix_run"]["failed"]:
+        errors.append(f"prefix-cache run: {payload['prefix_run']['failed']} requests failed")
+    c1 = next((lv for lv in payload["levels"] if lv["concurrency"] == 1), payload["levels"][0])
+    spec = c1.get("spec_decode")
+    # Under speculation a step may emit several tokens: divide by the measured acceptance length,
+    # or by 1+K (the most a step can emit) when the server exposes no counters.
+    tokens_per_step = spec["acceptance_length"] if spec else (1 + v["SPEC_K"])
+    rf = L.roofline(weights_config(v), v.config, gpu_name, c1["tpot_ms"]["p50"] if c1["concurrency"] == 1 else None,
+                    tokens_per_step)
+    if rf["status"] != "skipped":
+        below = L.floor_violations(payload["levels"], rf["floor_tpot_ms"])
+        errors += below
+        rf["status"] = "violated" if below else "ok"
+    if repeats < 3:
+        warnings.append(f"{repeats} repeat(s): spread is not meaningful below 3")
+    warnings += payload.pop("notes")
+    return rf, {"valid": not errors, "errors": errors, "warnings": warnings}
+
+
+def baseline_block(rec: dict, name: str | None, root: Path) -> dict:
+    """Speedups vs the newest comparable record of the baseline, or why there is none."""
+    if not name:
+        return {"variant": None, "comparable": False, "reasons": ["the variant names no BASELINE"]}
+    if name == rec["variant"]:
+        return {"variant": name, "comparable": False, "reasons": ["this variant is its own baseline"]}
+    bv = load(name)
+    cands = [(p, r) for p, r in records(name, "latency", root) if r["config_sha256"] == bv.config_sha256]
+    if not cands:
+        return {"variant": name, "comparable": False,
+                "reasons": [f"no latency record of {name} under its current config (run: make eval-latency VARIANT={name})"]}
+    reasons = None
+    for path, base in reversed(cands):
+        why = L.comparability(rec, base)
+        if not why:
+            return {"variant": name, "comparable": True, "reasons": [], "record": _rel(path),
+                    "speedup": L.speedups(rec["payload"]["levels"], base["payload"]["levels"])}
+        reasons = reasons or why
+    return {"variant": name, "comparable": False, "reasons": reasons}
+
+
+def _rel(p: Path) -> str:
+    try:
+        return str(Path(p).resolve().relative_to(ROOT))
+    except ValueError:
+        return str(p)
+
+
+def write_plot(v, root: Path, path: Path) -> Path:
+    """Regenerate the variant's plot from its records (and its baseline's) under root."""
+    from scripts.kit.summaries import latency as S
+    docs = {}
+    for name in {v.name, v["BASELINE"]} - {None}:
+        cur = load(name)
+        recs = [(_rel(p), r) for p, r in records(name, "latency", root) if r["config_sha256"] == cur.config_sha256]
+        docs[name] = {"results": {"latency": S.summarize(cur, recs)}} if recs else {"results": {}}
+    try:
+        data = S.plot_png(v.name, docs)
+    except ModuleNotFoundError as e:  # the GPU host's vLLM site has no matplotlib; `make report` redraws it
+        print(f"plot skipped: {e}", file=sys.stderr)
+        return None
+    if data is None:
+        return None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_bytes(data)
+    tmp.replace(path)
+    return path
+
+
+def csv_ints(text: str) -> tuple:
+    try:
+        vals = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not vals or min(vals) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
+    return vals
+
+
+def csv_floats(text: str) -> tuple:
+    try:
+        return tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
+
+
+def slo_arg(text: str) -> L.SLO:
+    try:
+        return L.parse_slo(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="make eval-latency", description=__doc__.split("\n\n")[0],
+                                epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_variant_args(p)
+    p.add_argument("--url", help="probe a server that is already running (e.g. http://127.0.0.1:8000) instead of starting one")
+    p.add_argument("--baseline", help="variant to compute speedups against (default: the variant's BASELINE key)")
+    p.add_argument("--concurrency", type=csv_ints, default=L.CONCURRENCY, metavar="N,N,...",
+                   help=f"concurrency levels (default: {','.join(map(str, L.CONCURRENCY))})")
+    p.add_argument("--repeats", type=int, default=L.REPEATS, help=f"timed passes per level (default: {L.REPEATS})")
+    slo = L.SLO()
+    p.add_argument("--slo", type=slo_arg, default=slo, metavar="ttft=MS,tpot=MS",
+                   help=f"p99 bounds (default: ttft={slo.ttft_p99_ms:g},tpot={slo.tpot_p99_ms:g}, MLPerf interactive)")
+    p.add_argument("--max-spread-pct", type=float, default=L.MAX_SPREAD_PCT,
+                   help=f"flag a repeat this far from its level's median tok/s (default: {L.MAX_SPREAD_PCT:g})")
+    p.add_argument("--request-timeout-s", type=float, default=L.REQUEST_TIMEOUT_S,
+                   help=f"longest silence on one stream before it counts as failed (default: {L.REQUEST_TIMEOUT_S:g})")
+    g = p.add_argument_group("workload (hashed into the record; only equal workloads are compared)")
+    for f in L.workload_fields():
+        kind = csv_ints if f.name == "input_lens" else csv_floats if f.name == "class_weights" else int
+        shown = ",".join(map(str, f.default)) if isinstance(f.default, tuple) else f.default
+        g.add_argument("--" + f.name.replace("_", "-"), type=kind, default=f.default,
+                       help=f"{f.metadata['help']} (default: {shown})")
+    p.add_argument("--results-dir", type=Path, default=RESULTS, help="where records go (default: results/)")
+    p.add_argument("--plot", type=Path, help="PNG to regenerate (default: experiments/<variant>/latency.png)")
+    return p
+
+
+def main(argv=None) -> int:
+    a = parser().parse_args(argv)
+    w = L.Workload(**{f.name: getattr(a, f.name) for f in L.workload_fields()})
+    if len(w.class_weights) != len(w.input_lens):
+        raise KitError(f"--class-weights has {len(w.class_weights)} values for {len(w.input_lens)} --input-lens")
+    if not 1 <= w.output_min <= w.output_max:
+        raise KitError(f"--output-min {w.output_min} / --output-max {w.output_max}: need 1 <= min <= max")
+    if a.repeats < 1:
+        raise KitError(f"--repeats {a.repeats}: need at least 1")
+    v = load(a.variant, a.set)
+    if a.baseline:
+        load(a.baseline)
+    platform = host_platform()
+    print(describe(v, platform), file=sys.stderr)
+    print(f"workload sha256 {w.sha256[:12]}: {json.dumps(w.spec(), sort_keys=True)}", file=sys.stderr)
+    started = time.time()
+    dev = device_provenance()
+    proc = None
+    if a.url:
+        srv = Server(a.url)
+        if not srv.alive():
+            raise KitError(f"--url {a.url}: GET /health does not answer 200 (start the server with "
+                           f"`make serve VARIANT={v.name}`, or drop --url to let the probe start it)")
+    else:
+        weights.require(v)
+        # Dev mode only adds /reset_prefix_cache (and /sleep); it is not in vLLM's compile hash.
+        env = {**v.to_env(platform), "VLLM_SERVER_DEV_MODE": "1"}
+        log = a.results_dir / v.name / "logs" / f"probe-{time.strftime('%Y%m%dT%H%M%S')}.log"
+        proc = ServerProcess(v.to_argv(platform), env, v["HOST"], v["PORT"], v["READY_TIMEOUT_S"], log_path=log)
+        signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    from tqdm import tqdm
+    try:
+        if proc:
+            proc.start()
+            with tqdm(desc=f"starting {v.name}", unit="s", file=sys.stderr) as wbar:
+                proc.on_wait = lambda s: wbar.update(round(s) - wbar.n)
+                ready = proc.wait_ready()
+            srv = Server(proc.url, proc)
+        models = [m["id"] for m in srv.get("/v1/models", 30).json().get("data", [])]
+        if v.name not in models:
+            raise KitError(f"{srv.url} serves {models}, not variant {v.name!r} (probe the right server or variant)")
+        n_total = sum(c + a.repeats * max(w.requests, c) for c in a.concurrency) + (w.prefix_requests if w.prefix_tokens else 0)
+        with tqdm(total=n_total, unit="req", file=sys.stderr) as bar:
+            payload = probe(srv, v.name, w, a, bar)
+    except KeyboardInterrupt:
+        print("interrupted: no record written", file=sys.stderr)
+        return 130
+    finally:
+        if proc:
+            proc.stop()
+    gpu_name = dev["name"] if dev["kind"] == "gpu" else None
+    payload = {"workload": {**w.spec(), "sha256": w.sha256},
+               "slo": {"ttft_p99_ms": a.slo.ttft_p99_ms, "tpot_p99_ms": a.slo.tpot_p99_ms},
+               "server": {"url": a.url, "started_by_probe": proc is not None,
+                          "ready_s": round(ready, 2) if proc else None,
+                          "prefix_cache_reset": payload.pop("prefix_cache_reset")},
+               "repeats": a.repeats, "max_spread_pct": a.max_spread_pct, **payload}
+    payload["max_concurrency_meeting_slo"] = L.max_concurrency_meeting_slo(payload["levels"])
+    payload["roofline"], payload["validity"] = validity(payload, v, gpu_name, a.repeats)
+    rec = make_record("latency", v, {**payload, "baseline": {"variant": None, "comparable": False, "reasons": []}},
+                      started=started)
+    rec["payload"]["baseline"] = baseline_block(rec, a.baseline or v["BASELINE"], a.results_dir)
+    path = write_record(rec, a.results_dir)
+    print(report_text(rec["payload"]), file=sys.stderr)
+    print(f"record: {_rel(path)}", file=sys.stderr)
+    plot = write_plot(v, a.results_dir, a.plot or EXPERIMENTS / v.name / "latency.png")
+    if plot:
+        print(f"plot: {_rel(plot)}", file=sys.stderr)
+    if not rec["payload"]["validity"]["valid"]:
+        print("INVALID run (not reported as a result):\n  " + "\n  ".join(rec["payload"]["validity"]["errors"]),
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+def report_text(p: dict) -> str:
+    rows = [f"{'conc':>5} {'TTFT p50/p99 ms':>17} {'TPOT p50/p99 ms':>17} {'ITL p99':>8} {'tok/s':>9} {'spread%':>8} {'SLO':>4}"]
+    for lv in p["levels"]:
+        t, o = lv["ttft_ms"], lv["tpot_ms"]
+        rows.append(f"{lv['concurrency']:>5} {t['p50']!s:>8}/{t['p99']!s:<8} {o['p50']!s:>8}/{o['p99']!s:<8} "
+                    f"{lv['itl_ms']['p99']!s:>8} {lv['output_tok_per_s']['median']:>9} "
+                    f"{lv['output_tok_per_s']['spread_pct']!s:>8} {'yes' if lv['meets_slo'] else 'no':>4}")
+    rows.append(f"highest concurrency meeting the SLO: {p['max_concurrency_meeting_slo']}")
+    rf = p["roofline"]
+    rows.append(f"roofline: {rf['status']}" + (f" ({rf['reason']})" if "reason" in rf else
+                                                f", floor {rf['floor_tpot_ms']} ms/token, {rf['roofline_pct_c1']}% at c=1"))
+    b = p["baseline"]
+    if b["comparable"]:
+        rows.append(f"vs {b['variant']}: " + ", ".join(f"c={s['concurrency']} x{s['output_tok_per_s']} tok/s" for s in b["speedup"]))
+    else:
+        rows.append(f"no speedup vs {b['variant']}: {'; '.join(b['reasons'])}")
+    rows += [f"warning: {x}" for x in p["validity"]["warnings"]]
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    run_main(main)

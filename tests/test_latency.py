@@ -1,0 +1,289 @@
+"""Latency probe: the pure math (scripts/kit/latency.py), and the whole probe against a FAKE
+streaming server with known TTFT/ITL (tests/fake_openai_stream.py), since a real server's timing
+is unknown. The real-vLLM run is tests/test_probe_e2e.py."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from scripts import probe
+from scripts.kit import latency as L
+from scripts.kit.errors import KitError
+from scripts.kit.paths import ROOT
+from scripts.kit.record import records
+from scripts.kit.summaries import latency as S
+from scripts.kit.variant import load
+from tests.fake_openai_stream import FakeOpenAIStream
+
+SMALL = ["--concurrency", "1,2", "--repeats", "2", "--input-lens", "8,16,32", "--output-min", "10",
+         "--output-max", "10", "--requests", "3", "--prefix-tokens", "64", "--prefix-suffix-tokens", "4",
+         "--prefix-requests", "2"]
+
+
+def run_probe(fake, tmp_path, variant="tiny", extra=()):
+    return probe.main(["--variant", variant, "--url", fake.url, "--results-dir", str(tmp_path / "results"),
+                       "--plot", str(tmp_path / "latency.png"), *SMALL, *extra])
+
+
+def only_record(tmp_path, variant="tiny"):
+    recs = records(variant, "latency", tmp_path / "results")
+    assert len(recs) == 1
+    return recs[0][1]
+
+
+# -- pure math -----------------------------------------------------------------------------------
+def test_percentile_interpolates_like_numpy():
+    assert L.percentile([5, 1, 3, 2, 4], 50) == 3
+    assert L.percentile(range(101), 99) == 99
+    assert L.percentile([10, 20], 95) == pytest.approx(19.5)
+    assert L.percentile([], 50) is None
+
+
+def test_workload_is_seeded_exact_and_distinct_per_pass():
+    w = L.Workload(input_lens=(8, 16, 32), output_min=5, output_max=9, requests=6)
+    a, b = L.level_requests(w, 4, 0), L.level_requests(w, 4, 0)
+    assert a == b
+    assert {len(r.prompt) for r in a} <= {8, 16, 32}
+    assert all(5 <= r.max_tokens <= 9 for r in a)
+    assert all(L.TOKEN_LO <= t < L.TOKEN_HI for r in a for t in r.prompt)
+    assert len(L.level_requests(w, 8, 0)) == 8  # at least one full wave
+    assert len(L.level_requests(w, 4, 0, warmup=True)) == 4
+    assert L.level_requests(w, 4, 1)[0].prompt != a[0].prompt  # repeats never share a prompt
+    pre = L.prefix_requests(L.Workload(prefix_tokens=20, prefix_suffix_tokens=3, prefix_requests=3))
+    assert all(len(r.prompt) == 23 and r.prompt[:20] == pre[0].prompt[:20] for r in pre)
+    assert len({tuple(r.prompt) for r in pre}) == 3
+    assert w.sha256 == L.Workload(input_lens=(8, 16, 32), output_min=5, output_max=9, requests=6).sha256
+    assert w.sha256 != L.Workload(input_lens=(8, 16, 32), output_min=5, output_max=9, requests=7).sha256
+
+
+def test_completion_body_forces_output_length():
+    body = L.completion_body("m", L.Request([1, 2], 7, "short"))
+    assert body["max_tokens"] == body["min_tokens"] == 7 and body["ignore_eos"] and body["stream"]
+
+
+def test_request_metrics_from_chunk_times():
+    r = L.Result(sent=0.0, chunk_times=[0.05, 0.06, 0.08], end=0.09, output_tokens=4, expected_tokens=4)
+    assert r.ok
+    assert r.ttft_ms == pytest.approx(50) and r.e2e_ms == pytest.approx(90)
+    assert r.tpot_ms == pytest.approx(40 / 3)
+    assert r.itl_ms == pytest.approx([10, 20])
+    short = L.Result(sent=0.0, chunk_times=[0.1], end=0.2, output_tokens=3, expected_tokens=4)
+    assert not short.ok and short.failure() == "generated 3 of 4 tokens"
+
+
+METRICS = """# HELP vllm:prefix_cache_queries_total x
+# TYPE vllm:prefix_cache_queries_total counter
+vllm:prefix_cache_queries_total{engine="0",model_name="m"} 100.0
+vllm:prefix_cache_queries_total{engine="1",model_name="m"} 50.0
+vllm:prefix_cache_hits_total{engine="0",model_name="m"} 30.0
+vllm:spec_decode_num_drafts_total{engine="0",model_name="m"} 10.0
+vllm:spec_decode_num_draft_tokens_total{engine="0",model_name="m"} 40.0
+vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="m"} 25.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="m",position="0"} 9.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="m",position="1"} 7.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="m",position="2"} 5.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="m",position="3"} 4.0
+vllm:num_requests_running{engine="0",model_name="m"} 3.0
+"""
+
+
+def test_metrics_parse_delta_prefix_and_acceptance():
+    after = L.parse_metrics(METRICS)
+    assert after[L.PREFIX_QUERIES] == 150.0  # summed over engines
+    assert "vllm:num_requests_running" not in after
+    before = {L.PREFIX_QUERIES: 50.0, L.PREFIX_HITS: 10.0, L.SPEC_DRAFTS: 0.0, L.SPEC_ACCEPTED: 0.0,
+              L.SPEC_DRAFT_TOKENS: 0.0, L.SPEC_PER_POS: {0: 1.0}}
+    d = L.metrics_delta(before, after)
+    assert L.prefix_cache(d) == {"queries_tokens": 100, "hits_tokens": 20, "hit_rate": 0.2}
+    s = L.spec_decode(d)
+    assert s["acceptance_length"] == pytest.approx(1 + 25 / 10)
+    assert s["draft_acceptance_rate"] == pytest.approx(25 / 40)
+    assert s["per_position_acceptance"] == pytest.approx([0.8, 0.7, 0.5, 0.4])
+    assert L.spec_decode({}) is None and L.prefix_cache({}) is None
+    assert L.add_deltas([d, d])[L.SPEC_PER_POS][3] == 8.0
+
+
+def _res(ttft, tpot, n=11):
+    return L.Result(sent=0.0, chunk_times=[ttft / 1e3 + i * tpot / 1e3 for i in range(n)],
+                    end=ttft / 1e3 + (n - 1) * tpot / 1e3, output_tokens=n, expected_tokens=n)
+
+
+def test_level_goodput_slo_and_unstable_repeat():
+    slo = L.SLO(ttft_p99_ms=100, tpot_p99_ms=20)
+    good, slow = [_res(50, 10) for _ in range(3)], [_res(50, 30)]
+    reps = [{"duration_s": 1.0, "results": good}, {"duration_s": 1.0, "results": slow}]
+    lv = L.summarize_level(4, reps, good + slow, slo, max_spread_pct=10)
+    assert lv["goodput_req_per_s"] == pytest.approx(3 / 2.0) and lv["good_fraction"] == 0.75
+    assert not lv["meets_slo"]  # p99 TPOT 30 > 20
+    assert lv["tpot_ms"]["p50"] == pytest.approx(10)
+    # The shared GPU README's un-warmed batch 8: 650 vs 1423 tok/s is flagged, 1400 is not.
+    reps = [{"duration_s": 1.0, "results": [_res(50, 10, n)]} for n in (1423, 650, 1400)]
+    lv = L.summarize_level(8, reps, [r for x in reps for r in x["results"]], L.SLO(), max_spread_pct=10)
+    assert lv["unstable_repeats"] == [1]
+    assert lv["output_tok_per_s"]["spread_pct"] == pytest.approx(100 * (1423 - 650) / 1400, abs=0.01)
+
+
+def test_max_concurrency_needs_every_lower_level():
+    lv = lambda c, ok: {"concurrency": c, "meets_slo": ok}
+    assert L.max_concurrency_meeting_slo([lv(1, True), lv(8, True), lv(4, True), lv(16, False)]) == 8
+    assert L.max_concurrency_meeting_slo([lv(1, True), lv(4, False), lv(8, True)]) == 1
+    assert L.max_concurrency_meeting_slo([lv(1, False)]) is None
+
+
+def test_slo_parsing():
+    assert L.parse_slo("ttft=200,tpot=50") == L.SLO(200, 50)
+    assert L.parse_slo("tpot=15") == L.SLO(500, 15)
+    with pytest.raises(ValueError, match="unknown SLO bound"):
+        L.parse_slo("e2e=3")
+
+
+def _cfg(name):
+    return json.loads((ROOT / "weights" / "configs" / name).read_text())
+
+
+def test_weight_bytes_match_the_gpu_readme_figures():
+    q3 = _cfg("qwen3-4b.json")
+    assert L.weight_bytes_per_step(q3) / 1e9 == pytest.approx(8.0, rel=0.03)  # "8.0 GB read per token"
+    assert L.weight_bytes_per_step(q3, "awq_w4a16", 32, "linear") / 1e9 == pytest.approx(2.8, rel=0.05)
+    mlp_only = L.weight_bytes_per_step(q3, "awq_w4a16", 32, "mlp")
+    assert 2.8e9 < mlp_only < 8.0e9
+    q35 = _cfg("qwen3.5-4b.json")
+    assert L.layer_kinds(q35["text_config"]).count("full") == 8
+    assert 7.5e9 < L.weight_bytes_per_step(q35) < 9.5e9  # ~4.2B params read per step in bf16
+
+
+def test_roofline_floor_skip_and_violation():
+    v = load("qwen3-4b-bf16").config
+    assert L.roofline(_cfg("qwen3-4b.json"), v, None, 4.0, 1)["status"] == "skipped"
+    assert "no bandwidth" in L.roofline(_cfg("qwen3-4b.json"), v, "Tesla T4", 4.0, 1)["reason"]
+    rf = L.roofline(_cfg("qwen3-4b.json"), v, "NVIDIA H100 80GB HBM3", 4.36, 1)
+    assert rf["status"] == "ok" and rf["floor_tpot_ms"] == pytest.approx(2.7, rel=0.03)
+    assert rf["roofline_pct_c1"] == pytest.approx(61, abs=2)  # the README's "61% of it"
+    assert L.roofline(_cfg("qwen3-4b.json"), v, "NVIDIA H100 80GB HBM3", 1.0, 1)["status"] == "violated"
+    # Speculation: 3.7 tokens per step lowers the floor, so 1.0 ms is possible.
+    assert L.roofline(_cfg("qwen3-4b.json"), v, "NVIDIA H100 80GB HBM3", 1.0, 3.7)["status"] == "ok"
+    lv = {"concurrency": 8, "tpot_ms": {"p50": 2.0}}
+    assert "below the bandwidth floor" in L.floor_violations([lv], 2.7)[0]
+
+
+def _rec(gpu="NVIDIA H100 80GB HBM3", vllm="0.26.0", sha="a" * 64, weights="dummy", valid=True):
+    return {"provenance": {"device": {"name": gpu}, "versions": {"vllm": vllm}, "weights": weights},
+            "payload": {"workload": {"sha256": sha}, "validity": {"valid": valid, "errors": [] if valid else ["x"]}}}
+
+
+def test_comparability_names_each_mismatch():
+    assert L.comparability(_rec(), _rec()) == []
+    why = L.comparability(_rec(), _rec(gpu="NVIDIA H200", vllm="0.32.0", sha="b" * 64, weights="real", valid=False))
+    assert [w.split()[0] for w in why] == ["GPU", "vLLM", "workload", "weights", "the"]
+
+
+def test_speedups_are_better_when_above_one():
+    lv = lambda c, tps, tpot: {"concurrency": c, "output_tok_per_s": {"median": tps}, "tpot_ms": {"p50": tpot},
+                               "ttft_ms": {"p50": 10}, "e2e_ms": {"p50": 100}}
+    sp = L.speedups([lv(1, 300, 3.0), lv(8, 100, 1)], [lv(1, 200, 4.5), lv(4, 1, 1)])
+    assert sp == [{"concurrency": 1, "output_tok_per_s": 1.5, "tpot_p50": 1.5, "ttft_p50": 1.0, "e2e_p50": 1.0}]
+
+
+# -- the probe against the FAKE server ------------------------------------------------------------
+def test_probe_measures_fake_server_known_delays(tmp_path):
+    with FakeOpenAIStream("tiny", ttft_s=0.05, itl_s=0.01) as fake:
+        assert run_probe(fake, tmp_path) == 0
+    p = only_record(tmp_path)["payload"]  # records() re-validates against the schema
+    for lv in p["levels"]:
+        assert lv["failed"] == 0 and lv["requests"] == 3 * 2  # pooled over both repeats
+        assert 48 <= lv["ttft_ms"]["p50"] <= 65, lv["ttft_ms"]
+        assert lv["tpot_ms"]["p50"] == pytest.approx(10, abs=1.5)
+        assert lv["itl_ms"]["p50"] == pytest.approx(10, abs=1.5)
+        assert lv["e2e_ms"]["p50"] == pytest.approx(50 + 9 * 10, abs=15)
+        assert lv["prefix_cache"]["queries_tokens"] > 0
+        assert lv["spec_decode"] is None
+    # Two requests in flight share nothing in the fake: twice the tokens per second.
+    c1, c2 = (lv["output_tok_per_s"]["median"] for lv in p["levels"])
+    assert c2 == pytest.approx(2 * c1 * 3 / 4, rel=0.2)  # 3 requests on 2 slots take 2 rounds
+    assert p["server"]["prefix_cache_reset"] == "unavailable"
+    assert any("reset_prefix_cache" in w for w in p["validity"]["warnings"])
+    assert p["prefix_run"]["prefix_cache"]["queries_tokens"] == 2 * 68
+    assert p["roofline"]["status"] == "skipped" and p["validity"]["valid"]
+    assert p["baseline"] == {"variant": None, "comparable": False, "reasons": ["the variant names no BASELINE"]}
+    png = (tmp_path / "latency.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    summ = S.summarize(load("tiny"), records("tiny", "latency", tmp_path / "results"))
+    assert S.plot_png("tiny", {"tiny": {"results": {"latency": summ}}}) == png  # deterministic
+    assert "| `tiny` |" in S.readme_table({"tiny": {"results": {"latency": summ}}})
+
+
+def test_probe_resets_prefix_cache_in_dev_mode_and_reads_acceptance(tmp_path):
+    with FakeOpenAIStream("tiny", ttft_s=0.01, itl_s=0.002, dev_mode=True, spec_rates=[0.9, 0.6]) as fake:
+        assert run_probe(fake, tmp_path) == 0
+        assert fake.resets == 2 * 2 + 1  # every timed repeat of both levels, then the prefix run
+    p = only_record(tmp_path)["payload"]
+    assert p["server"]["prefix_cache_reset"] == "ok"
+    assert p["levels"][0]["spec_decode"]["acceptance_length"] == pytest.approx(2.5)
+    assert p["levels"][0]["spec_decode"]["per_position_acceptance"] == pytest.approx([0.9, 0.6])
+
+
+def test_probe_speedup_only_against_comparable_baseline(tmp_path):
+    with FakeOpenAIStream("qwen3-4b-bf16", ttft_s=0.01, itl_s=0.02) as fake:
+        assert run_probe(fake, tmp_path, "qwen3-4b-bf16") == 0
+    with FakeOpenAIStream("qwen3-4b-awq", ttft_s=0.01, itl_s=0.01) as fake:
+        assert run_probe(fake, tmp_path, "qwen3-4b-awq") == 0
+        assert run_probe(fake, tmp_path, "qwen3-4b-awq", ["--seed", "1"]) == 0
+    recs = records("qwen3-4b-awq", "latency", tmp_path / "results")
+    same, other = recs[0][1]["payload"]["baseline"], recs[1][1]["payload"]["baseline"]
+    assert same["comparable"] and same["variant"] == "qwen3-4b-bf16"
+    assert same["speedup"][0]["tpot_p50"] == pytest.approx(2.0, rel=0.15)
+    assert not other["comparable"] and other["reasons"][0].startswith("workload differs")
+    own = records("qwen3-4b-bf16", "latency", tmp_path / "results")[0][1]["payload"]["baseline"]
+    assert own["reasons"] == ["this variant is its own baseline"]
+
+
+def test_fake_gpu_tpot_below_floor_is_invalid_not_a_result(tmp_path, monkeypatch):
+    # FAKE GPU identity: a 1 ms/token stream on "an H100" is faster than reading 8 GB of weights.
+    monkeypatch.setattr(probe, "device_provenance", lambda: {"kind": "gpu", "name": "NVIDIA H100 80GB HBM3"})
+    with FakeOpenAIStream("qwen3-4b-bf16", ttft_s=0.005, itl_s=0.001) as fake:
+        assert run_probe(fake, tmp_path, "qwen3-4b-bf16") == 1
+    rec = only_record(tmp_path, "qwen3-4b-bf16")
+    assert not rec["payload"]["validity"]["valid"]
+    assert rec["payload"]["roofline"]["status"] == "violated"
+    assert "below the bandwidth floor" in rec["payload"]["validity"]["errors"][0]
+    summ = S.summarize(load("qwen3-4b-bf16"), [("r.json", rec)])
+    assert summ["latest"] is None and summ["invalid_records"] == ["r.json"]
+
+
+def test_server_dying_mid_probe_is_one_error_and_no_record(tmp_path):
+    with FakeOpenAIStream("tiny", ttft_s=0.01, itl_s=0.005, die_after=4) as fake:
+        with pytest.raises(KitError, match="stopped answering during .*no record written"):
+            run_probe(fake, tmp_path)
+    assert not (tmp_path / "results").exists() or not list((tmp_path / "results").rglob("*.json"))
+
+
+def test_wrong_server_and_bad_input_are_refused(tmp_path):
+    with FakeOpenAIStream("something-else") as fake:
+        with pytest.raises(KitError, match="serves \\['something-else'\\], not variant 'tiny'"):
+            run_probe(fake, tmp_path)
+    with pytest.raises(KitError, match="unknown variant 'nope'"):
+        probe.main(["--variant", "nope", "--url", "http://127.0.0.1:1"])
+    with pytest.raises(KitError, match="--class-weights has 2 values for 3"):
+        probe.main(["--variant", "tiny", "--url", "http://127.0.0.1:1", "--class-weights", "1,1"])
+
+
+def test_unreachable_url_exits_2_with_one_line(tmp_path):
+    from scripts.kit.procs import free_port
+    r = subprocess.run([sys.executable, "-m", "scripts.probe", "--variant", "tiny", "--url",
+                        f"http://127.0.0.1:{free_port()}", "--results-dir", str(tmp_path)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines()[-1].startswith("error: --url http://127.0.0.1:")
+    assert not list(tmp_path.rglob("*.json"))
+
+
+def test_help_lists_workload_flags():
+    r = subprocess.run([sys.executable, "-m", "scripts.probe", "--help"], cwd=ROOT, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0
+    for flag in ("--url", "--baseline", "--concurrency", "--repeats", "--slo", "--input-lens", "--prefix-tokens",
+                 "--results-dir"):
+        assert flag in r.stdout
