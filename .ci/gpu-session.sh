@@ -5,6 +5,10 @@
 #
 #   bash .ci/gpu-session.sh spine      # flag check of every variant + serve smoke of the baselines
 #   bash .ci/gpu-session.sh smoke V..  # serve smoke of the named variants (dummy weights)
+#   bash .ci/gpu-session.sh catalog SECONDS VARIANT [--set K=V ...]
+#       one variant within a time budget: bake (cold start into its own cache root, manifest,
+#       phase budget) -> serve --smoke --then probe (warm start, smoke + latency records) ->
+#       bake --verify (warm start again, proves nothing new was compiled)
 set -uo pipefail
 export PYTHONPATH=/tmp/site:$PWD HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1
 step() { echo "=== $(date -u +%H:%M:%S) $*"; "$@"; echo "=== rc=$?"; }
@@ -19,5 +23,14 @@ case "${1:-}" in
   smoke)
     shift
     for v in "$@"; do step python3 -m scripts.serve --variant "$v" --set WEIGHTS=dummy --smoke; done ;;
-  *) echo "usage: $0 spine|smoke VARIANT..." >&2; exit 2 ;;
+  catalog)
+    end=$((SECONDS + $2)); v=$3; shift 3
+    S="--variant $v --set WEIGHTS=dummy $*"
+    PROBE="--concurrency 1,8,32 --repeats 3 --requests 8 --output-min 64 --output-max 128 --prefix-requests 4"
+    # SIGINT, not TERM: the kit's entry points stop their server group on KeyboardInterrupt.
+    left() { echo $(( end - SECONDS > 5 ? end - SECONDS : 5 )); }
+    step timeout -s INT -k 30 "$(left)" python3 -m scripts.bake $S
+    step timeout -s INT -k 30 "$(left)" python3 -m scripts.serve $S --smoke --then "python3 -m scripts.probe $S --url {url} $PROBE"
+    step timeout -s INT -k 30 "$(left)" python3 -m scripts.bake $S --verify ;;
+  *) echo "usage: $0 spine | smoke VARIANT... | catalog SECONDS VARIANT [--set K=V ...]" >&2; exit 2 ;;
 esac
