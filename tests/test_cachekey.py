@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import tarfile
 
 import pytest
@@ -23,6 +24,11 @@ def variant(tree, tmp_path, monkeypatch):
     """A variant in a tmp tree whose cache root is in tmp too (weights/cache/ is shared)."""
     tree("cachev", "MODEL=org/m\nSERVE_MAX_NUM_SEQS=8\nVLLM_USE_V2_MODEL_RUNNER=0\n")
     monkeypatch.setattr(Variant, "cache_root", property(lambda self: tmp_path / "cache" / self.name))
+    # Importing vLLM in this process (other tests do) puts TORCHINDUCTOR_* into os.environ; the key
+    # reads the kit process's environment, so each test starts from one without those keys.
+    for k in list(os.environ):
+        if k.startswith(("VLLM_", "TORCHINDUCTOR_")):
+            monkeypatch.delenv(k)
     return load("cachev")
 
 

@@ -169,15 +169,18 @@ def test_roofline_floor_skip_and_violation():
     assert "below the bandwidth floor" in L.floor_violations([lv], 2.7)[0]
 
 
-def _rec(gpu="NVIDIA H100 80GB HBM3", vllm="0.26.0", sha="a" * 64, weights="dummy", valid=True):
-    return {"provenance": {"device": {"name": gpu}, "versions": {"vllm": vllm}, "weights": weights},
+def _rec(gpu="NVIDIA H100 80GB HBM3", vllm="0.26.0", sha="a" * 64, weights="dummy", valid=True, kv=None):
+    return {"config": {"SERVE_KV_CACHE_MEMORY_BYTES": kv},
+            "provenance": {"device": {"name": gpu}, "versions": {"vllm": vllm}, "weights": weights},
             "payload": {"workload": {"sha256": sha}, "validity": {"valid": valid, "errors": [] if valid else ["x"]}}}
 
 
 def test_comparability_names_each_mismatch():
     assert L.comparability(_rec(), _rec()) == []
-    why = L.comparability(_rec(), _rec(gpu="NVIDIA H200", vllm="0.32.0", sha="b" * 64, weights="real", valid=False))
-    assert [w.split()[0] for w in why] == ["GPU", "vLLM", "workload", "weights", "the"]
+    why = L.comparability(_rec(), _rec(gpu="NVIDIA H200", vllm="0.32.0", sha="b" * 64, weights="real", valid=False,
+                                       kv="6442450944"))
+    assert [w.split()[0] for w in why] == ["GPU", "vLLM", "workload", "weights", "memory", "the"]
+    assert L.comparability(_rec(kv="6442450944"), _rec(kv="6442450944")) == []
 
 
 def test_speedups_are_better_when_above_one():

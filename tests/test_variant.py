@@ -89,11 +89,26 @@ def test_unknown_variant_lists_the_variants(tree):
     ("WEIGHTS=dummy\n", "needs ARCH_CONFIG"),
     ("ARCH_CONFIG=nope.json\n", "does not exist"),
     ("BASELINE=ghost\n", "is not a variant"),
+    ("SPEC_SCHEDULE=1-8:2\n", "needs SPEC_METHOD"),
+    ("SPEC_METHOD=mtp\nSPEC_K=4\nSPEC_SCHEDULE=1-1:4,2-8:2\n", None),
+    ("SPEC_METHOD=mtp\nSPEC_K=4\nSPEC_SCHEDULE=1-1:3,2-8:2\n", "must equal SPEC_K=4"),
+    ("SPEC_METHOD=mtp\nSPEC_K=2\nSPEC_SCHEDULE=8-1:2\n", "starts after it ends"),
+    ("SPEC_METHOD=mtp\nSPEC_K=2\nSPEC_SCHEDULE=1-8\n", "SPEC_SCHEDULE"),
 ])
 def test_invariants(tree, body, needle):
     tree("i", body)
+    if needle is None:  # the valid neighbour of the cases around it
+        load("i")
+        return
     with pytest.raises(KitError, match=needle):
         load("i")
+
+
+def test_spec_schedule_reaches_the_speculative_config(tree):
+    tree("s", "SPEC_METHOD=mtp\nSPEC_K=3\nSPEC_SCHEDULE=1-1:3,2-8:1,9-1024:0\n")
+    argv = load("s").to_argv("gpu")
+    sc = json.loads(argv[argv.index("--speculative-config") + 1])
+    assert sc["num_speculative_tokens_per_batch_size"] == [[1, 1, 3], [2, 8, 1], [9, 1024, 0]]
 
 
 def test_speculative_config_synthetic_acceptance(tree):

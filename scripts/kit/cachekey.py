@@ -52,6 +52,8 @@ UNHASHED_FLAGS = {"--host": 1, "--port": 1, "--served-model-name": 1, "--model":
 # that adds a file under one of these compiled something.
 COMPILE_DIRS = ("torch_compile_cache", "torch_aot_compile", "inductor_cache", "triton", "triton_cache", "flashinfer")
 SCRATCH_SUFFIXES = (".lock", ".tmp")
+# Where torch.compile's own products live (category() of a path under the cache root).
+GRAPH_DIRS = ("torch_compile_cache", "torch_aot_compile", "inductor_cache")
 
 
 # -- key inputs ------------------------------------------------------------------------------

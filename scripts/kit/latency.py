@@ -114,9 +114,12 @@ def prefix_requests(w: Workload) -> list[Request]:
 
 def completion_body(model: str, req: Request) -> dict:
     """OpenAI /v1/completions streaming request; the output length is forced so variants generate
-    the same amount (ignore_eos + min_tokens are vLLM extensions of the OpenAI API)."""
+    the same amount (ignore_eos + min_tokens are vLLM extensions of the OpenAI API).
+
+    skip_special_tokens=False: random (dummy) weights can generate only special tokens, whose text is
+    empty when skipped, so the stream would carry no text to time; seen on Qwen3.5-4B dummy, H100."""
     return {"model": model, "prompt": req.prompt, "max_tokens": req.max_tokens, "min_tokens": req.max_tokens,
-            "ignore_eos": True, "temperature": 0.0, "stream": True,
+            "ignore_eos": True, "temperature": 0.0, "stream": True, "skip_special_tokens": False,
             "stream_options": {"include_usage": True}}
 
 
@@ -423,13 +426,51 @@ def floor_violations(levels: list[dict], floor_tpot_ms: float) -> list[str]:
 
 
 # -- comparing with a baseline -------------------------------------------------------------------
+def memory_budget(rec: dict) -> dict:
+    """The record's memory-budget overrides (they are run conditions, outside config_sha256)."""
+    from scripts.kit.variant import MEMORY_KEYS
+    return {k: rec["config"][k] for k in MEMORY_KEYS if rec["config"].get(k) is not None}
+
+
+def find_baseline(rec: dict, name: str | None, root) -> dict:
+    """Speedups vs the newest comparable record of the baseline variant under root, or why there is none."""
+    from scripts.kit.record import records
+    from scripts.kit.variant import load
+    if not name:
+        return {"variant": None, "comparable": False, "reasons": ["the variant names no BASELINE"]}
+    if name == rec["variant"]:
+        return {"variant": name, "comparable": False, "reasons": ["this variant is its own baseline"]}
+    bv = load(name)
+    cands = [(p, r) for p, r in records(name, "latency", root) if bv.describes(r)]
+    if not cands:
+        return {"variant": name, "comparable": False,
+                "reasons": [f"no latency record of {name} under its current config (run: make eval-latency VARIANT={name})"]}
+    reasons = None
+    for path, base in reversed(cands):
+        why = comparability(rec, base)
+        if not why:
+            return {"variant": name, "comparable": True, "reasons": [], "record": _rel(path),
+                    "speedup": speedups(rec["payload"]["levels"], base["payload"]["levels"])}
+        reasons = reasons or why
+    return {"variant": name, "comparable": False, "reasons": reasons}
+
+
+def _rel(p) -> str:
+    from scripts.kit.paths import ROOT
+    try:
+        return str(p.resolve().relative_to(ROOT))
+    except ValueError:
+        return str(p)
+
+
 def comparability(cur: dict, base: dict) -> list[str]:
     """Why two latency records may not be compared ([] = comparable). Each argument is a record."""
     reasons = []
     pairs = (("GPU", lambda r: r["provenance"]["device"]["name"]),
              ("vLLM version", lambda r: r["provenance"]["versions"].get("vllm")),
              ("workload", lambda r: r["payload"]["workload"]["sha256"]),
-             ("weights", lambda r: r["provenance"]["weights"]))
+             ("weights", lambda r: r["provenance"]["weights"]),
+             ("memory budget", lambda r: memory_budget(r)))
     for what, get in pairs:
         if get(cur) != get(base):
             reasons.append(f"{what} differs: {get(cur)} vs baseline {get(base)}")

@@ -1,9 +1,20 @@
-"""What a QUANT variant means, in one place: the modules it quantizes and the ones it must not.
+"""What a QUANT variant means, in one place: the modules it quantizes, the ones it must not, the
+llm-compressor recipe built from them, and the kit's own offline calibration / held-out text.
 
-Used twice: by `make quantize` (the llm-compressor recipe) and by dummy-weight folders (a
-compressed-tensors quantization_config, so vLLM builds the same W4A16 kernels without a checkpoint).
+Used twice: by `make quantize` (scripts/quantize.py turns `recipe(variant)` into recipe.yaml) and by
+dummy-weight folders (`dummy_quantization_config`, so vLLM builds the same W4A16 kernels without a
+checkpoint). Both read SCOPE_TARGETS / ALWAYS_IGNORE / weight_scheme, so they cannot disagree.
+Pure Python (no torch): importable in .venv, .venv-quant and CI.
+
+    from scripts.kit.quant import recipe_yaml, kit_texts
+    print(recipe_yaml(load("qwen3.5-4b-awq")))
 """
 from __future__ import annotations
+
+import ast
+import hashlib
+import sysconfig
+from pathlib import Path
 
 # Never quantized: lm_head (dominates quality loss at 4B), the vision tower, the MTP head (vLLM's
 # MTP draft inherits the target's quantization config, so it must be listed here or it is built
@@ -14,8 +25,13 @@ SCOPE_TARGETS = {
     "mlp": ["re:.*mlp\\.(gate|up|down)_proj$"],
     "linear": ["Linear"],
 }
+# Calibration samples are drawn with this seed (hub and path sources); recorded in the manifest.
+SEED = 0
+# The held-out verification text: windows x tokens, from modules disjoint from the calibration ones.
+VERIFY_WINDOWS = 8
+VERIFY_SEQ_LEN = 256
 
-
+# Variant keys this command reads that schemas/variant.schema.json does not hold yet.
 def targets(variant) -> list[str]:
     return SCOPE_TARGETS[variant["QUANT_SCOPE"]]
 
@@ -37,3 +53,66 @@ def dummy_quantization_config(variant, arch_config: dict) -> dict:
         "ignore": list(ALWAYS_IGNORE),
         "kv_cache_scheme": None,
     }
+
+
+def recipe(variant) -> dict:
+    """llm-compressor recipe: AWQ smoothing (mappings inferred per architecture; for Qwen3.5 the
+    hybrid mappings, whose linear_attn and q/k/v entries are skipped when nothing they balance is
+    targeted), then W4A16 group quantization of exactly `targets`, minus ALWAYS_IGNORE."""
+    if variant["QUANT"] != "awq_w4a16":
+        raise ValueError(f"no recipe for QUANT={variant['QUANT']}")
+    return {"quant_stage": {"quant_modifiers": {
+        "AWQModifier": {"duo_scaling": True, "n_grid": variant["QUANT_N_GRID"]},
+        "QuantizationModifier": {
+            "ignore": list(ALWAYS_IGNORE),
+            "config_groups": {"group_0": {"targets": targets(variant), "weights": weight_scheme(variant)}},
+        },
+    }}}
+
+
+def recipe_yaml(variant) -> str:
+    import yaml
+    return yaml.safe_dump(recipe(variant), sort_keys=False)
+
+
+# -- the kit's offline text ----------------------------------------------------------------------
+# Real English prose that every Python install carries: docstrings of well-documented stdlib modules.
+# Two disjoint module lists, so verification never scores text the scales were fitted on. The text
+# (and so its sha256, recorded) depends on the Python minor version.
+CALIB_MODULES = ["argparse", "asyncio/events", "asyncio/tasks", "collections/__init__", "concurrent/futures/_base",
+                 "configparser", "contextlib", "csv", "dataclasses", "datetime", "difflib", "email/message",
+                 "enum", "functools", "gettext", "heapq", "http/client", "http/server", "inspect", "ipaddress",
+                 "json/__init__", "logging/__init__", "logging/handlers", "mailbox", "multiprocessing/pool",
+                 "optparse", "os", "pathlib", "pickle", "pydoc", "shutil", "smtplib", "socket", "ssl",
+                 "statistics", "string", "subprocess", "tarfile", "tempfile", "threading", "typing",
+                 "unittest/case", "urllib/request", "uuid", "warnings", "zipfile"]
+HELDOUT_MODULES = ["decimal", "fractions", "textwrap", "calendar", "queue", "sched", "selectors",
+                   "imaplib", "ftplib", "random", "bisect", "locale", "netrc", "shlex", "trace", "turtle"]
+
+
+def _docstrings(module: str) -> list[str]:
+    path = Path(sysconfig.get_paths()["stdlib"]) / f"{module}.py"
+    if not path.is_file():  # a module moved between Python versions: the hash records what we used
+        return []
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    out = []
+    for node in [tree, *ast.walk(tree)]:
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            doc = ast.get_docstring(node)
+            # Short docstrings ("Return self.") are noise; keep paragraphs with some prose in them.
+            if doc and len(doc) >= 200 and doc not in out:
+                out.append(doc)
+    return out
+
+
+def kit_texts(split: str) -> list[str]:
+    """Deterministic list of documents: split 'calib' or 'heldout'."""
+    mods = {"calib": CALIB_MODULES, "heldout": HELDOUT_MODULES}[split]
+    return [d for m in mods for d in _docstrings(m)]
+
+
+def texts_sha256(texts: list[str]) -> str:
+    h = hashlib.sha256()
+    for t in texts:
+        h.update(hashlib.sha256(t.encode()).digest())
+    return h.hexdigest()

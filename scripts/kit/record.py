@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.metadata as md
 import json
 import os
+import re
 import platform
 import subprocess
 import sys
@@ -47,8 +48,10 @@ def _kit_version() -> str:
 def git_state() -> tuple[str, bool]:
     """(commit, dirty). A copy of the tree without .git (the GPU machine) passes KIT_GIT_COMMIT."""
     try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                             timeout=10).stdout.strip()
+        r = subprocess.run(["git", "rev-parse", "--verify", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                           timeout=10)
+        # A repository without commits (the GPU machine's copy) prints "HEAD" and fails: not a commit.
+        sha = r.stdout.strip() if r.returncode == 0 and re.fullmatch(r"[0-9a-f]{40}", r.stdout.strip()) else ""
         dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
                                     capture_output=True, text=True, timeout=10).stdout.strip())
         if sha:

@@ -33,7 +33,11 @@ KEY_RE = re.compile(r"^[A-Z][A-Z0-9_]*$")
 # Conditions of a run, not identity of the variant: where it listens, and whether the weights are
 # dummy or the acceptance synthetic (both recorded in every record's provenance). Kept out of
 # config_sha256 so a dummy-weight GPU record still describes the variant it measured.
-CONDITION_KEYS = ("HOST", "PORT", "READY_TIMEOUT_S", "WEIGHTS", "SPEC_ACCEPTANCE", "DUMMY_TOKENIZER")
+# Memory budgets decide how many tokens fit, not how a step runs: a record measured under another budget
+# still describes the variant; the latency summary shows the budget, and only equal budgets are compared.
+MEMORY_KEYS = ("SERVE_GPU_MEMORY_UTILIZATION", "SERVE_KV_CACHE_MEMORY_BYTES")
+CONDITION_KEYS = ("HOST", "PORT", "READY_TIMEOUT_S", "WEIGHTS", "SPEC_ACCEPTANCE", "DUMMY_TOKENIZER", "GATES",
+                  "DATA_DIR") + MEMORY_KEYS
 # Set for every server the kit starts: weights are local, so the hub is never needed, and an
 # unreachable hub otherwise stalls vLLM's start by ~120 s.
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
@@ -124,6 +128,17 @@ def _coerce(key: str, raw: str, where: str, schema: dict):
     return raw
 
 
+def parse_schedule(text: str) -> list[list[int]]:
+    """'1-1:4,2-8:2' -> [[1, 1, 4], [2, 8, 2]], vLLM's num_speculative_tokens_per_batch_size."""
+    out = []
+    for part in filter(None, text.split(",")):
+        m = re.fullmatch(r"(\d+)-(\d+):(\d+)", part.strip())
+        if not m:
+            raise ValueError(f"schedule part {part!r}: expected START-END:K")
+        out.append([int(x) for x in m.groups()])
+    return out
+
+
 @dataclass
 class Variant:
     name: str
@@ -146,6 +161,15 @@ class Variant:
     def config_sha256(self) -> str:
         blob = json.dumps(self.identity, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()
+
+    def describes(self, rec: dict) -> bool:
+        """Whether a record measured this variant as it is now. Recomputed from the record's stored
+        config under today's rules (keys added to the schema since take their defaults; condition keys
+        are left out), so a new schema key or condition does not orphan older records."""
+        defaults = {k: p["default"] for k, p in _schema()["properties"].items()}
+        then = {**defaults, **rec["config"]}
+        ident = {k: v for k, v in sorted(then.items()) if k not in CONDITION_KEYS}
+        return ident == self.identity
 
     @property
     def acceptance(self) -> str:
@@ -191,6 +215,8 @@ class Variant:
         if self["SPEC_ACCEPTANCE"]:
             sc["rejection_sample_method"] = "synthetic"
             sc["synthetic_acceptance_rates"] = [float(x) for x in self["SPEC_ACCEPTANCE"].split(",")]
+        if self["SPEC_SCHEDULE"]:
+            sc["num_speculative_tokens_per_batch_size"] = parse_schedule(self["SPEC_SCHEDULE"])
         return sc
 
     def serve_flags(self) -> list[str]:
@@ -300,6 +326,15 @@ def _validate(v: Variant, schema: dict) -> None:
             raise KitError(f"{where('SPEC_ACCEPTANCE')}: {len(rates)} rates for SPEC_K={c['SPEC_K']}")
         if any(b > a for a, b in zip(rates, rates[1:])):
             raise KitError(f"{where('SPEC_ACCEPTANCE')}: rates must not increase with position: {rates}")
+    if c["SPEC_SCHEDULE"]:
+        if c["SPEC_METHOD"] == "none":
+            raise KitError(f"{where('SPEC_SCHEDULE')}: SPEC_SCHEDULE needs SPEC_METHOD (a schedule of what?)")
+        sched = parse_schedule(c["SPEC_SCHEDULE"])
+        if any(s > e for s, e, _ in sched):
+            raise KitError(f"{where('SPEC_SCHEDULE')}: a range starts after it ends: {c['SPEC_SCHEDULE']}")
+        if max(k for _, _, k in sched) != c["SPEC_K"]:
+            raise KitError(f"{where('SPEC_SCHEDULE')}: largest K in {c['SPEC_SCHEDULE']} must equal "
+                           f"SPEC_K={c['SPEC_K']} (vLLM sizes the drafter by SPEC_K)")
     if c["WEIGHTS"] == "dummy" and not c["ARCH_CONFIG"]:
         raise KitError(f"{where('WEIGHTS')}: WEIGHTS=dummy needs ARCH_CONFIG (the architecture's config.json)")
     if c["ARCH_CONFIG"] and not (ROOT / c["ARCH_CONFIG"]).is_file():

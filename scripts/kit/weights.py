@@ -51,6 +51,7 @@ def require(variant) -> Path:
 
 def _publish(tmp: Path, final: Path) -> Path:
     (tmp / ".kit-complete").write_text("")
+    tmp.chmod(0o755)  # mkdtemp made it 0700; a container user other than the builder must read it
     if final.exists():
         shutil.rmtree(final)
     final.parent.mkdir(parents=True, exist_ok=True)

@@ -36,6 +36,14 @@ def summarize(variant, records: list) -> dict:
         return {**out, "latest": None}
     path, rec = valid[-1]
     p = rec["payload"]
+    baseline = {k: p["baseline"].get(k) for k in ("variant", "comparable", "reasons", "speedup")}
+    if not baseline["comparable"] and baseline["variant"] not in (None, variant.name):
+        # The baseline's record may have come after this one (records are never rewritten): compare now.
+        from scripts.kit import latency as L, record as R
+        now = L.find_baseline(rec, baseline["variant"], R.RESULTS)
+        if now["comparable"]:
+            baseline = {**{k: now.get(k) for k in ("variant", "comparable", "reasons", "speedup")},
+                        "record": now["record"], "compared": "at report time"}
     prefix = (p["prefix_run"] or {}).get("prefix_cache") or {}
     return {**out, "latest": path,
             "device": rec["provenance"]["device"]["name"], "vllm": rec["provenance"]["versions"].get("vllm"),
@@ -48,8 +56,23 @@ def summarize(variant, records: list) -> dict:
             "prefix_cache_hit_rate": prefix.get("hit_rate"),
             "prefix_cold_ttft_ms": (p["prefix_run"] or {}).get("cold_ttft_ms"),
             "prefix_warm_ttft_p50_ms": (p["prefix_run"] or {}).get("warm_ttft_p50_ms"),
-            "baseline": {k: p["baseline"].get(k) for k in ("variant", "comparable", "reasons", "speedup")},
+            "conditions": _conditions(rec), "baseline": baseline,
+            "runs": [{"record": rp, **_conditions(r), **_c1(r)} for rp, r in valid],
             "warnings": p["validity"]["warnings"]}
+
+
+def _conditions(rec: dict) -> dict:
+    """What the run was measured under that config_sha256 leaves out: memory budget, synthetic rates."""
+    from scripts.kit.latency import memory_budget
+    out = memory_budget(rec)
+    if rec["config"].get("SPEC_ACCEPTANCE"):
+        out["SPEC_ACCEPTANCE"] = rec["config"]["SPEC_ACCEPTANCE"]
+    return out
+
+
+def _c1(rec: dict) -> dict:
+    lv = next((x for x in rec["payload"]["levels"] if x["concurrency"] == 1), None)
+    return {} if lv is None else {"tpot_p50_ms_c1": lv["tpot_ms"]["p50"], "tok_per_s_c1": lv["output_tok_per_s"]["median"]}
 
 
 def _fmt(x, unit: str = "") -> str:

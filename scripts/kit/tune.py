@@ -1,0 +1,412 @@
+"""`make tune` logic with no I/O: the candidate space a variant exposes, candidate scores and their
+noise bands, the rule for "wins", the coordinate-descent search (replayable, hence resumable),
+the per-batch-size speculation schedule, the Pareto front, and the config.env/README writers.
+scripts/tune.py starts servers, runs the probe and the gate, and writes records; this is tested alone.
+
+A candidate is a set of `--set KEY=VALUE` overrides on BASE (`{}` is BASE itself). Its id is a
+hash of those overrides, so a record names the candidate it measured and a re-run finds it.
+
+Statistics (what "wins" means):
+  - throughput score: goodput at the SLO = the highest requests/s meeting both SLO bounds over the
+    probe's concurrency levels (the probe's goodput_req_per_s, per level pooled over repeats);
+  - latency score: single-stream TPOT = TPOT p50 at concurrency 1;
+  - noise band: the probe times each level --repeats times; the band of a score is the score
+    scaled by that level's (min, max) / median of per-repeat output tok/s (goodput and tok/s move
+    together at a fixed level; TPOT inversely). One repeat gives a zero-width band, which is
+    why the tuner's default is 3;
+  - a candidate wins only when its band clears the incumbent's band (no overlap) AND its gain
+    exceeds min_gain_pct: a difference inside the noise never changes the variant.
+
+    from scripts.kit import tune as T
+    levers, skipped = T.levers(variant.config, platform="gpu", weights_ok=...)
+    result = T.search(levers, trial, T.Rule("goodput", 3.0), budget)
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shlex
+from dataclasses import dataclass, field
+
+from .variant import parse_schedule
+
+# -- budget ------------------------------------------------------------------------------------
+_UNITS = {"s": 1, "m": 60, "h": 3600}
+
+
+@dataclass(frozen=True)
+class Budget:
+    """candidates: most candidates the search may hold (resumed + new), BASE included.
+    seconds: wall clock of this invocation (a resumed search gets its own)."""
+    candidates: int | None = None
+    seconds: float | None = None
+
+
+def parse_budget(text: str | None) -> Budget:
+    """'6' -> 6 candidates; '20m' / '90s' / '2h' -> wall clock; '6,20m' -> both."""
+    cands, secs = None, None
+    for part in filter(None, (text or "").replace(" ", "").split(",")):
+        m = re.fullmatch(r"(\d+(?:\.\d+)?)([smh]?)", part)
+        if not m:
+            raise ValueError(f"budget part {part!r}: use N (candidates) or N[s|m|h] (time), e.g. 6,20m")
+        if m.group(2):
+            secs = float(m.group(1)) * _UNITS[m.group(2)]
+        else:
+            cands = int(float(m.group(1)))
+            if cands < 1:
+                raise ValueError("candidate budget must be >= 1")
+    return Budget(cands, secs)
+
+
+# -- candidates ----------------------------------------------------------------------------------
+def candidate_id(overrides: dict) -> str:
+    """'base' for BASE itself, else 10 hex of the sorted overrides (stable across runs and hosts)."""
+    if not overrides:
+        return "base"
+    blob = json.dumps({k: str(v) for k, v in sorted(overrides.items())}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:10]
+
+
+def label(overrides: dict) -> str:
+    return " ".join(f"{k}={v}" for k, v in sorted(overrides.items())) or "BASE"
+
+
+def as_sets(overrides: dict) -> list[str]:
+    """['KEY=VALUE', ...] for `--set`, sorted."""
+    return [f"{k}={v}" for k, v in sorted(overrides.items())]
+
+
+@dataclass(frozen=True)
+class Lever:
+    """One dimension of the search: each value is a dict of overrides applied on the incumbent."""
+    name: str
+    values: tuple  # of dicts
+    doc: str
+
+
+# QK-norm + RoPE fusion: off at every -O in vLLM 0.26 (shared/notes/vllm-0.26.md section 4).
+QK_NORM_ROPE = '{"pass_config":{"enable_qk_norm_rope_fusion":true}}'
+# Order = priority under a budget: the levers with the largest measured effects on a 4B model first.
+LEVER_ORDER = ("weights", "spec", "spec_schedule", "max_num_seqs", "max_num_batched_tokens", "kv_cache_dtype",
+               "prefix_caching", "cudagraph", "compilation")
+MAX_SEQS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+BATCHED_TOKENS = (2048, 4096, 8192, 16384)
+SPEC_KS = (1, 2, 3, 4, 5)
+
+
+def _mtp_capable(arch: dict | None) -> bool:
+    c = (arch or {}).get("text_config", arch or {})
+    return bool((arch or {}).get("mtp_num_hidden_layers") or c.get("mtp_num_hidden_layers"))
+
+
+def levers(cfg: dict, platform: str, weights_ok, arch: dict | None = None,
+           concurrency=(1,)) -> tuple[list[Lever], list[str]]:
+    """The levers `cfg` (a resolved variant config) exposes on `platform`, and why others are not.
+
+    weights_ok(overrides) -> bool says whether the weights that overrides select exist (the tuner
+    never quantizes: it chooses among weights already made). Values equal to the current ones are
+    dropped by the search, not here, so a lever's list reads the same whatever the incumbent.
+    """
+    out, skipped = [], []
+    gpu = platform == "gpu"
+    # Quantization: every (QUANT, group, scope) whose weights folder exists.
+    combos = [{"QUANT": "none"}] + [{"QUANT": "awq_w4a16", "QUANT_GROUP_SIZE": g, "QUANT_SCOPE": s}
+                                    for g in (32, 64, 128) for s in ("mlp", "linear")]
+    have = [c for c in combos if weights_ok(c)]
+    if len(have) > 1:
+        out.append(Lever("weights", tuple(have), "existing weight folders of MODEL (bf16, AWQ group/scope)"))
+    else:
+        skipped.append("weights: only one weights folder exists for MODEL (make quantize makes others)")
+    # Speculation: K (0 = off) for the method the variant uses, or MTP where the checkpoint has the head.
+    method = cfg["SPEC_METHOD"] if cfg["SPEC_METHOD"] != "none" else ("mtp" if _mtp_capable(arch) else None)
+    if method and (method not in ("dflash", "eagle3") or cfg["SPEC_MODEL"]):
+        ks = sorted(set(SPEC_KS) | ({cfg["SPEC_K"]} if cfg["SPEC_K"] else set()))
+        vals = [{"SPEC_METHOD": "none", "SPEC_K": 0}] + [{"SPEC_METHOD": method, "SPEC_K": k} for k in ks]
+        out.append(Lever("spec", tuple(vals), f"speculation {method}: K in {ks}, or off"))
+        # Values are computed from the spec lever's per-level measurements (schedule_from_levels).
+        out.append(Lever("spec_schedule", (), "per-batch-size K (num_speculative_tokens_per_batch_size)"))
+    else:
+        skipped.append("spec: no method applies (no MTP head in the architecture, no draft model)")
+    hi = max(concurrency)
+    seqs = [n for n in MAX_SEQS if n >= min(concurrency) and n <= max(2 * hi, 8)]
+    out.append(Lever("max_num_seqs", tuple({"SERVE_MAX_NUM_SEQS": str(n)} for n in seqs),
+                     f"--max-num-seqs in {seqs} (the probe's levels reach {hi})"))
+    max_len = int(cfg.get("SERVE_MAX_MODEL_LEN") or 0)
+    tok = [n for n in BATCHED_TOKENS if n >= min(max_len or 2048, 2048)]
+    out.append(Lever("max_num_batched_tokens",
+                     tuple({"SERVE_MAX_NUM_BATCHED_TOKENS": str(n)} for n in tok), f"--max-num-batched-tokens in {tok}"))
+    if gpu:
+        out.append(Lever("kv_cache_dtype", ({"SERVE_KV_CACHE_DTYPE": "auto"}, {"SERVE_KV_CACHE_DTYPE": "fp8_e4m3"}),
+                         "KV cache bf16 or FP8 (e4m3)"))
+    else:
+        skipped.append("kv_cache_dtype: FP8 KV is a GPU lever")
+    out.append(Lever("prefix_caching", ({"SERVE_ENABLE_PREFIX_CACHING": "true", "SERVE_ENABLE_CHUNKED_PREFILL": "true"},
+                                        {"SERVE_ENABLE_PREFIX_CACHING": "false"}),
+                     "automatic prefix caching on (with chunked prefill, which Qwen3.5 needs) or off"))
+    eager = cfg["EAGER"] == "on" or (cfg["EAGER"] == "auto" and not gpu)
+    if not eager:
+        out.append(Lever("cudagraph", ({"SERVE_PERFORMANCE_MODE": "interactivity"},
+                                       {"SERVE_PERFORMANCE_MODE": "throughput"}),
+                         "CUDA-graph capture sizes via --performance-mode (interactivity: 1..32 step 1)"))
+        out.append(Lever("compilation", ({"SERVE_COMPILATION_CONFIG": QK_NORM_ROPE},),
+                         "compilation passes: QK-norm + RoPE fusion (off at every -O in vLLM 0.26)"))
+    else:
+        skipped.append("cudagraph, compilation: the server runs eager on this host (no graphs, no compile passes)")
+    return out, skipped
+
+
+def fixup(cfg: dict, overrides: dict) -> dict:
+    """Keep coupled keys consistent: explicit CUDA-graph capture sizes are multiples of 1+K (vLLM
+    rounds them so), up to max_num_seqs x (1+K); a change of K or max seqs re-derives them.
+    An explicit size list and a --performance-mode do not mix: the mode wins and the list goes."""
+    o = dict(overrides)
+    eff = {**cfg, **o}
+    if "SERVE_CUDAGRAPH_CAPTURE_SIZES" in cfg and ({"SPEC_K", "SERVE_MAX_NUM_SEQS"} & set(o)):
+        step = 1 + int(eff["SPEC_K"] or 0)
+        n = int(eff.get("SERVE_MAX_NUM_SEQS") or 8)
+        sizes = [step * i for i in range(1, n + 1) if step * i <= 512]
+        o["SERVE_CUDAGRAPH_CAPTURE_SIZES"] = " ".join(map(str, sizes))
+    if "SPEC_K" in o and "SPEC_SCHEDULE" in cfg and "SPEC_SCHEDULE" not in o:
+        o["SPEC_SCHEDULE"] = ""
+    if "SPEC_K" in o and cfg.get("SPEC_ACCEPTANCE") and "SPEC_ACCEPTANCE" not in o:
+        # Synthetic acceptance is per position: keep the first K rates, pad with the last one.
+        rates = cfg["SPEC_ACCEPTANCE"].split(",")
+        k = int(o["SPEC_K"])
+        o["SPEC_ACCEPTANCE"] = ",".join((rates + [rates[-1]] * k)[:k]) if k else ""
+    return o
+
+
+# -- scores and the rule ---------------------------------------------------------------------------
+def score(payload: dict) -> dict:
+    """Throughput and latency scores of one latency record's payload, each with its noise band."""
+    best = None
+    for lv in payload["levels"]:
+        tps = lv["output_tok_per_s"]
+        med = tps["median"] or 0.0
+        lo = (tps["min"] / med) if med and tps["min"] is not None else 1.0
+        hi = (tps["max"] / med) if med and tps["max"] is not None else 1.0
+        g = lv["goodput_req_per_s"]
+        if best is None or g > best[0]:
+            best = (g, g * lo, g * hi, lv["concurrency"])
+    c1 = next((lv for lv in payload["levels"] if lv["concurrency"] == 1), None)
+    tpot = band = None
+    if c1 and c1["tpot_ms"]["p50"] is not None:
+        tps = c1["output_tok_per_s"]
+        tpot = c1["tpot_ms"]["p50"]
+        med = tps["median"] or 0.0
+        band = [round(tpot * med / tps["max"], 3) if tps["max"] else tpot,
+                round(tpot * med / tps["min"], 3) if tps["min"] else tpot]
+    return {"goodput_req_per_s": round(best[0], 4), "goodput_band": [round(best[1], 4), round(best[2], 4)],
+            "goodput_concurrency": best[3], "tpot_c1_ms": tpot, "tpot_c1_band": band,
+            "output_tok_per_s_max": max(lv["output_tok_per_s"]["median"] for lv in payload["levels"]),
+            "max_concurrency_meeting_slo": payload["max_concurrency_meeting_slo"],
+            "per_level": {str(lv["concurrency"]): {"output_tok_per_s": lv["output_tok_per_s"]["median"],
+                                                    "min": lv["output_tok_per_s"]["min"],
+                                                    "max": lv["output_tok_per_s"]["max"],
+                                                    "tpot_p50_ms": lv["tpot_ms"]["p50"]}
+                          for lv in payload["levels"]}}
+
+
+@dataclass(frozen=True)
+class Rule:
+    """objective: 'goodput' (higher wins) or 'tpot' (single-stream TPOT, lower wins)."""
+    objective: str = "goodput"
+    min_gain_pct: float = 3.0
+
+    def beats(self, new: dict, old: dict) -> tuple[bool, str]:
+        """Does score `new` beat `old` beyond the noise? (verdict, one-line reason)"""
+        if self.objective == "goodput":
+            a, b = new["goodput_req_per_s"], old["goodput_req_per_s"]
+            lo_new, hi_old = new["goodput_band"][0], old["goodput_band"][1]
+            gain = 100.0 * (a - b) / b if b else (100.0 if a > 0 else 0.0)
+            clear = lo_new > hi_old
+            what = f"goodput {a:g} vs {b:g} req/s ({gain:+.1f}%)"
+        else:
+            a, b = new["tpot_c1_ms"], old["tpot_c1_ms"]
+            if a is None or b is None:
+                return False, "no single-stream TPOT to compare"
+            gain = 100.0 * (b - a) / b
+            clear = new["tpot_c1_band"][1] < old["tpot_c1_band"][0]
+            what = f"TPOT c=1 {a:g} vs {b:g} ms ({gain:+.1f}%)"
+        if gain <= self.min_gain_pct:
+            return False, f"{what}: not more than {self.min_gain_pct:g}%"
+        if not clear:
+            return False, f"{what}: inside the noise bands"
+        return True, f"{what}, outside the noise bands"
+
+
+# -- speculation schedule ------------------------------------------------------------------------
+def schedule_from_levels(by_k: dict, max_bs: int = 1024) -> str | None:
+    """Best K per batch-size bucket from per-level measurements of several K (0 = off).
+
+    by_k: {K: score()["per_level"]}. Buckets run from each measured concurrency to just below the
+    next (the last to max_bs). The bucket takes the K with the highest median tok/s only when its
+    min beats the global best K's max at that level (beyond the noise); otherwise the global best.
+    Returns 'start-end:K,...' (the proposed SPEC_SCHEDULE), or None with fewer than 2 K measured.
+    """
+    if len(by_k) < 2:
+        return None
+    levels = sorted({int(c) for pl in by_k.values() for c in pl})
+    glob = max(by_k, key=lambda k: sum(by_k[k].get(str(c), {}).get("output_tok_per_s", 0) for c in levels))
+    parts = []
+    for i, c in enumerate(levels):
+        end = levels[i + 1] - 1 if i + 1 < len(levels) else max_bs
+        ref = by_k[glob].get(str(c))
+        pick = glob
+        for k, pl in by_k.items():
+            lv = pl.get(str(c))
+            if lv and ref and lv["min"] is not None and ref["max"] is not None and lv["min"] > ref["max"] \
+                    and lv["output_tok_per_s"] > by_k[pick].get(str(c), ref)["output_tok_per_s"]:
+                pick = k
+        parts.append((c, end, pick))
+    merged = []
+    for s, e, k in parts:  # adjacent buckets with the same K become one
+        if merged and merged[-1][2] == k:
+            merged[-1] = (merged[-1][0], e, k)
+        else:
+            merged.append((s, e, k))
+    return ",".join(f"{s}-{e}:{k}" for s, e, k in merged)
+
+
+# -- the search ------------------------------------------------------------------------------------
+@dataclass
+class Outcome:
+    """What a trial of one candidate found. status: ok | invalid (probe says the run is invalid) |
+    failed (server or probe error) | gate_failed. gate: None (not run) or {"passed": bool, ...}."""
+    overrides: dict
+    status: str
+    score: dict | None = None
+    gate: dict | None = None
+    note: str = ""
+    cached: bool = False
+
+    @property
+    def id(self) -> str:
+        return candidate_id(self.overrides)
+
+
+@dataclass
+class SearchResult:
+    incumbent: dict
+    outcomes: list = field(default_factory=list)      # in trial order, each candidate once
+    decisions: list = field(default_factory=list)     # human-readable, in order
+    untried: list = field(default_factory=list)       # [(label, lever)] the budget cut
+    stop_reason: str = "search complete"
+    schedule: str | None = None
+
+
+class BudgetExhausted(Exception):
+    """Raised by a trial callback that may not start another candidate."""
+
+
+def search(cfg: dict, lever_list: list[Lever], trial, rule: Rule, max_candidates: int | None = None) -> SearchResult:
+    """Coordinate descent from BASE: for each lever in order, try its values on the incumbent;
+    the best candidate that beats the incumbent (rule.beats) and passes the gate becomes it.
+
+    trial(overrides, wants_gate) -> Outcome. wants_gate(score) says whether this candidate would
+    win, so the caller runs the (slow) quality gate only then. trial may raise BudgetExhausted.
+    Deterministic given the outcomes, so a re-run that answers from records replays the same path.
+    """
+    res = SearchResult(incumbent={})
+    seen: dict[str, Outcome] = {}
+    state = {"inc": None, "ref": None}  # incumbent, and what a candidate must beat (best so far in a lever)
+
+    def run(overrides: dict) -> Outcome:
+        cid = candidate_id(overrides)
+        if cid in seen:
+            return seen[cid]
+        if max_candidates is not None and len(seen) >= max_candidates:
+            raise BudgetExhausted(f"candidate budget ({max_candidates}) reached")
+        ref = state["ref"]
+        out = trial(overrides, (lambda s: rule.beats(s, ref.score)[0]) if ref else (lambda s: False))
+        seen[cid] = out
+        res.outcomes.append(out)
+        return out
+
+    pending: list[tuple[str, str]] = []
+    i_lever = -1
+    try:
+        base = run({})
+        if base.status != "ok":
+            res.stop_reason = f"BASE itself failed ({base.status}: {base.note}); nothing to compare against"
+            return res
+        state["inc"] = state["ref"] = base
+        res.decisions.append(f"BASE measured: goodput {base.score['goodput_req_per_s']:g} req/s, "
+                             f"TPOT c=1 {base.score['tpot_c1_ms']} ms")
+        by_k: dict = {}
+        for i_lever, lv in enumerate(lever_list):
+            inc = state["inc"]
+            values = lv.values
+            if lv.name == "spec_schedule":
+                sched = schedule_from_levels(by_k)
+                res.schedule = sched
+                if not sched or len(parse_schedule(sched)) < 2:
+                    res.decisions.append(f"spec_schedule: one K is best at every level ({sched}); nothing to try")
+                    continue
+                kmax = max(k for _, _, k in parse_schedule(sched))
+                values = ({"SPEC_SCHEDULE": sched, "SPEC_K": kmax,
+                           "SPEC_METHOD": {**cfg, **inc.overrides}["SPEC_METHOD"]},)
+            cands = []
+            for val in values:
+                merged = fixup(cfg, {**inc.overrides, **val})
+                # Drop overrides equal to BASE's own values: the candidate is the same config.
+                merged = {k: v for k, v in merged.items() if str(cfg.get(k)) != str(v)}
+                if candidate_id(merged) != inc.id and merged not in cands:
+                    cands.append(merged)
+            pending = [(label(c), lv.name) for c in cands]
+            best, why_best = None, ""
+            for c in cands:
+                out = run(c)
+                pending.pop(0)
+                if lv.name == "spec" and out.status == "ok":
+                    by_k[int({**cfg, **c}["SPEC_K"])] = out.score["per_level"]
+                if out.status != "ok":
+                    res.decisions.append(f"{lv.name}: {label(c)} rejected ({out.status}"
+                                         f"{': ' + out.note if out.note else ''})")
+                    continue
+                ok, why = rule.beats(out.score, state["ref"].score)
+                if ok:
+                    best, why_best = out, why
+                    state["ref"] = out
+                res.decisions.append(f"{lv.name}: {label(c)}: {why}")
+            if lv.name == "spec":
+                by_k.setdefault(int({**cfg, **inc.overrides}["SPEC_K"]), inc.score["per_level"])
+            if best is not None:
+                state["inc"] = best
+                res.decisions.append(f"{lv.name}: new incumbent {label(best.overrides)} ({why_best})")
+        if res.schedule is None and by_k:
+            res.schedule = schedule_from_levels(by_k)
+    except BudgetExhausted as e:
+        res.stop_reason = str(e)
+        res.untried = pending + [(f"every value of lever {lv.name}", lv.name)
+                                 for lv in lever_list[max(i_lever + 1, 0):]]
+    res.incumbent = state["inc"].overrides if state["inc"] else {}
+    return res
+
+
+# -- Pareto front ----------------------------------------------------------------------------------
+def pareto(points: list[tuple[str, float, float]]) -> list[str]:
+    """Ids of (id, goodput higher-better, tpot lower-better) points no other point dominates."""
+    front = []
+    for i, g, t in points:
+        if not any((g2 >= g and t2 <= t) and (g2 > g or t2 < t) for j, g2, t2 in points if j != i):
+            front.append(i)
+    return front
+
+
+# -- writers ---------------------------------------------------------------------------------------
+HEADER = "# written by `make tune` (scripts/tune.py); regenerate, do not hand-edit"
+
+
+def config_env(base: str, overrides: dict, title: str) -> str:
+    """The winner as a delta: BASE=<base> plus only the keys the search changed."""
+    lines = [f"# {title}", HEADER, f"BASE={base}"]
+    for k, v in sorted(overrides.items()):
+        s = str(v)
+        lines.append(f"{k}={shlex.quote(s) if s == '' or re.search(r'[^A-Za-z0-9_.,:/+-]', s) else s}")
+    return "\n".join(lines) + "\n"
+
+
+def written_by_tune(text: str) -> bool:
+    return HEADER in text

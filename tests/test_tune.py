@@ -1,0 +1,199 @@
+"""`make tune` logic without servers: budgets, candidate ids, coupled keys, scores and noise bands,
+the win rule, the search (gate, budget, replay = resume), the K schedule, Pareto, the writers."""
+from __future__ import annotations
+
+import pytest
+
+from scripts.kit import tune as T
+from scripts.kit.summaries import tune as S
+from scripts.kit.variant import load
+
+
+def level(c, tps, tpot, goodput, lo=None, hi=None):
+    return {"concurrency": c, "output_tok_per_s": {"median": tps, "min": lo or tps, "max": hi or tps, "spread_pct": 0},
+            "goodput_req_per_s": goodput, "tpot_ms": {"p50": tpot}}
+
+
+def payload(levels, max_c=None):
+    return {"levels": levels, "max_concurrency_meeting_slo": max_c}
+
+
+def test_budget():
+    assert T.parse_budget("6") == T.Budget(6, None)
+    assert T.parse_budget("6,20m") == T.Budget(6, 1200.0)
+    assert T.parse_budget("90s") == T.Budget(None, 90.0)
+    assert T.parse_budget(None) == T.Budget()
+    for bad in ("x", "0", "5d"):
+        with pytest.raises(ValueError):
+            T.parse_budget(bad)
+
+
+def test_candidate_id_stable_and_order_free():
+    assert T.candidate_id({}) == "base"
+    a = T.candidate_id({"SPEC_K": 2, "SERVE_MAX_NUM_SEQS": "8"})
+    assert a == T.candidate_id({"SERVE_MAX_NUM_SEQS": "8", "SPEC_K": "2"}) and len(a) == 10
+    assert a != T.candidate_id({"SPEC_K": 3, "SERVE_MAX_NUM_SEQS": "8"})
+
+
+def test_fixup_rederives_graph_sizes_and_acceptance():
+    cfg = {"SPEC_K": 4, "SERVE_MAX_NUM_SEQS": "8", "SERVE_CUDAGRAPH_CAPTURE_SIZES": "5 10", "SPEC_ACCEPTANCE": "0.9,0.8,0.7,0.6"}
+    o = T.fixup(cfg, {"SPEC_K": 2})
+    assert o["SERVE_CUDAGRAPH_CAPTURE_SIZES"] == "3 6 9 12 15 18 21 24"
+    assert o["SPEC_ACCEPTANCE"] == "0.9,0.8"
+    assert T.fixup(cfg, {"SPEC_K": 0, "SPEC_METHOD": "none"})["SPEC_ACCEPTANCE"] == ""
+    assert "SERVE_CUDAGRAPH_CAPTURE_SIZES" not in T.fixup({"SPEC_K": 0}, {"SERVE_MAX_NUM_SEQS": "4"})
+
+
+def test_score_bands():
+    s = T.score(payload([level(1, 100, 10.0, 1.0, 90, 110), level(4, 300, 13.0, 2.0, 270, 330)], 4))
+    assert s["goodput_req_per_s"] == 2.0 and s["goodput_concurrency"] == 4
+    assert s["goodput_band"] == [1.8, 2.2]
+    assert s["tpot_c1_ms"] == 10.0 and s["tpot_c1_band"] == [round(10 * 100 / 110, 3), round(10 * 100 / 90, 3)]
+
+
+def sc(g, lo, hi, tpot=10.0, tb=None):
+    return {"goodput_req_per_s": g, "goodput_band": [lo, hi], "tpot_c1_ms": tpot, "tpot_c1_band": tb or [tpot, tpot],
+            "per_level": {}}
+
+
+def test_rule_needs_gain_and_clear_bands():
+    r = T.Rule("goodput", 3.0)
+    assert r.beats(sc(2.0, 1.9, 2.1), sc(1.0, 0.9, 1.1))[0]
+    assert not r.beats(sc(1.2, 1.0, 1.4), sc(1.0, 0.9, 1.1))[0]     # bands overlap: noise
+    assert not r.beats(sc(1.02, 1.02, 1.02), sc(1.0, 1.0, 1.0))[0]  # clear but only +2%
+    t = T.Rule("tpot", 3.0)
+    assert t.beats(sc(1, 1, 1, 8.0, [7.8, 8.2]), sc(1, 1, 1, 10.0, [9.8, 10.2]))[0]
+    assert not t.beats(sc(1, 1, 1, 9.0, [8.5, 9.9]), sc(1, 1, 1, 10.0, [9.8, 10.2]))[0]
+
+
+LEVERS = [T.Lever("max_num_seqs", ({"SERVE_MAX_NUM_SEQS": "4"}, {"SERVE_MAX_NUM_SEQS": "8"}), ""),
+          T.Lever("prefix_caching", ({"SERVE_ENABLE_PREFIX_CACHING": "false"},), "")]
+CFG = {"SPEC_K": 0, "SPEC_METHOD": "none", "SERVE_MAX_NUM_SEQS": "8"}
+
+
+def fake(scores, gate_fails=(), log=None):
+    """A trial answering from a table {label: goodput}; records which ones ran and were gated."""
+    def trial(o, wants_gate):
+        g = scores[T.label(o)]
+        s = sc(g, g * 0.98, g * 1.02)
+        gated = wants_gate(s)
+        if log is not None:
+            log.append((T.label(o), gated))
+        status = "gate_failed" if gated and T.label(o) in gate_fails else "ok"
+        return T.Outcome(o, status, s, {"passed": status == "ok"} if gated else None)
+    return trial
+
+
+TABLE = {"BASE": 1.0, "SERVE_MAX_NUM_SEQS=4": 1.5,
+         "SERVE_ENABLE_PREFIX_CACHING=false SERVE_MAX_NUM_SEQS=4": 1.52}
+
+
+def test_search_coordinate_descent_gates_only_would_be_winners():
+    log = []
+    res = T.search(CFG, LEVERS, fake(TABLE, log=log), T.Rule("goodput", 3.0))
+    # max seqs 8 is BASE's own value: not a candidate; 4 wins; prefix off is inside the noise.
+    assert [x for x, _ in log] == ["BASE", "SERVE_MAX_NUM_SEQS=4", "SERVE_ENABLE_PREFIX_CACHING=false SERVE_MAX_NUM_SEQS=4"]
+    assert log == [("BASE", False), ("SERVE_MAX_NUM_SEQS=4", True),
+                   ("SERVE_ENABLE_PREFIX_CACHING=false SERVE_MAX_NUM_SEQS=4", False)]
+    assert res.incumbent == {"SERVE_MAX_NUM_SEQS": "4"} and res.stop_reason == "search complete"
+
+
+def test_search_gate_failure_keeps_incumbent():
+    res = T.search(CFG, LEVERS, fake({**TABLE, "SERVE_ENABLE_PREFIX_CACHING=false": 1.0},
+                                     gate_fails={"SERVE_MAX_NUM_SEQS=4"}), T.Rule())
+    assert res.incumbent == {}  # the next lever is tried on BASE, not on the rejected candidate
+    assert [o.overrides for o in res.outcomes][-1] == {"SERVE_ENABLE_PREFIX_CACHING": "false"}
+    assert any("gate_failed" in d for d in res.decisions)
+
+
+def test_budget_stop_lists_untried_and_replay_resumes():
+    first = T.search(CFG, LEVERS, fake(TABLE), T.Rule(), max_candidates=2)
+    assert first.stop_reason.startswith("candidate budget")
+    assert [u[1] for u in first.untried] == ["prefix_caching"]
+    done = {o.id: o for o in first.outcomes}
+    ran = []
+
+    def resumed(o, wants_gate):  # answers from "records" first, as scripts/tune.py does
+        cid = T.candidate_id(o)
+        if cid in done:
+            return done[cid]
+        ran.append(T.label(o))
+        return fake(TABLE)(o, wants_gate)
+    second = T.search(CFG, LEVERS, resumed, T.Rule(), max_candidates=3)
+    assert ran == ["SERVE_ENABLE_PREFIX_CACHING=false SERVE_MAX_NUM_SEQS=4"]
+    assert second.incumbent == {"SERVE_MAX_NUM_SEQS": "4"} and not second.untried
+
+
+def test_budget_exhausted_by_trial_before_base():
+    def trial(o, w):
+        raise T.BudgetExhausted("time budget")
+    res = T.search(CFG, LEVERS, trial, T.Rule())
+    assert res.incumbent == {} and [u[1] for u in res.untried] == ["max_num_seqs", "prefix_caching"]
+
+
+def test_schedule_from_levels():
+    pl = lambda a, b: {"1": {"output_tok_per_s": a, "min": a * 0.98, "max": a * 1.02},
+                       "8": {"output_tok_per_s": b, "min": b * 0.98, "max": b * 1.02}}
+    by_k = {0: pl(100, 800), 2: pl(180, 700), 4: pl(150, 600)}
+    assert T.schedule_from_levels(by_k, 256) == "1-7:2,8-256:0"
+    assert T.parse_schedule("1-7:2,8-256:0") == [[1, 7, 2], [8, 256, 0]]
+    assert T.schedule_from_levels({0: pl(1, 1)}) is None
+    with pytest.raises(ValueError):
+        T.parse_schedule("1:2")
+
+
+def test_pareto():
+    assert sorted(T.pareto([("a", 2.0, 10.0), ("b", 1.0, 8.0), ("c", 1.0, 12.0), ("d", 2.0, 11.0)])) == ["a", "b"]
+
+
+def test_levers_tiny_on_cpu():
+    v = load("tiny")
+    ls, skipped = T.levers(v.config, "cpu", lambda o: o == {"QUANT": "none"}, None, (1, 2))
+    names = [lv.name for lv in ls]
+    assert names == ["max_num_seqs", "max_num_batched_tokens", "prefix_caching"]
+    assert any(s.startswith("weights") for s in skipped) and any(s.startswith("spec") for s in skipped)
+    assert any("eager" in s for s in skipped)
+
+
+def test_levers_qwen35_on_gpu_offer_mtp_and_schedule():
+    v = load("qwen3.5-4b-awq-seq8")
+    ls, skipped = T.levers(v.config, "gpu", lambda o: True, None, (1, 8))
+    spec = next(lv for lv in ls if lv.name == "spec")
+    assert {"SPEC_METHOD": "none", "SPEC_K": 0} in spec.values and {"SPEC_METHOD": "mtp", "SPEC_K": 7} in spec.values
+    assert "spec_schedule" in [lv.name for lv in ls] and "compilation" in [lv.name for lv in ls]
+
+
+def test_config_env_writer_round_trips_through_the_loader(tree):
+    tree("base1", "MODEL=HuggingFaceTB/SmolLM2-135M-Instruct\nSERVE_MAX_NUM_SEQS=8\n")
+    o = {"SERVE_MAX_NUM_SEQS": "4", "SERVE_COMPILATION_CONFIG": T.QK_NORM_ROPE,
+         "SERVE_CUDAGRAPH_CAPTURE_SIZES": "3 6 9"}
+    text = T.config_env("base1", o, "base1 tuned")
+    tree("base1-tuned", text)
+    assert T.written_by_tune(text)
+    tuned, ref = load("base1-tuned"), load("base1", T.as_sets(o))
+    assert {k: tuned[k] for k in o} == o
+    assert {k: v for k, v in tuned.config.items() if k != "BASE"} == {k: v for k, v in ref.config.items() if k != "BASE"}
+    assert tuned["BASE"] == "base1"
+
+
+def cand(cid, label, status, g, t, winner=False, pareto=True):
+    return {"id": cid, "label": label, "overrides": {}, "status": status, "note": "", "latency_record": "r.json",
+            "score": sc(g, g * 0.9, g * 1.1, t, [t * 0.9, t * 1.1]), "gate": None, "ready_s": 1.0, "wall_s": 2.0,
+            "cache_dir": None, "pareto": pareto, "winner": winner}
+
+
+def test_summary_readme_and_plot():
+    p = {"tune": "x", "base": "tiny", "base_config_sha256": "0" * 64, "settings_sha256": "0" * 64, "scope": "session",
+         "settings": {"slo": {"ttft_p99_ms": 500, "tpot_p99_ms": 30}, "probe_args": [], "search_gate": "sample",
+                      "objective": "goodput", "min_gain_pct": 3.0, "platform": "cpu", "device": "cpu"},
+         "session": {"levers": [], "skipped_levers": [], "decisions": ["d1"], "untried": [{"label": "u", "lever": "l"}],
+                     "stop_reason": "candidate budget (2) reached", "schedule": None,
+                     "winner": {"id": "b", "overrides": {"SERVE_MAX_NUM_SEQS": "2"}}, "confirm": None,
+                     "candidates": [cand("base", "BASE", "ok", 1.0, 10.0), cand("b", "SERVE_MAX_NUM_SEQS=2", "ok", 2.0, 11.0, True),
+                                    cand("c", "X=1", "gate_failed", 3.0, 9.0, pareto=False)]}}
+    text = S.readme("x", p)
+    assert "SERVE_MAX_NUM_SEQS=2" in text and "**SERVE_MAX_NUM_SEQS=2** (winner)" in text and "- u (l)" in text
+    s = S.summarize(None, [("results/x/a-tune.json", {"payload": p})])
+    assert s["winner"]["overrides"] == {"SERVE_MAX_NUM_SEQS": "2"} and len(s["candidates"]) == 3
+    png = S.plot_png("x", s)
+    assert png[:4] == b"\x89PNG" and png == S.plot_png("x", s)  # deterministic bytes

