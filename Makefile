@@ -12,7 +12,7 @@ SET ?=
 PY := $(if $(wildcard .venv/bin/python),.venv/bin/python,python3)
 QPY := $(if $(wildcard .venv-quant/bin/python),.venv-quant/bin/python,python3)
 V := --variant $(VARIANT) $(foreach s,$(SET),--set $(s))
-.PHONY: help install download serve eval-latency eval-quality eval-quality-full quantize bake verify-cache build build-import verify-image k8s tune check-schemas test golden report new
+.PHONY: help install download serve eval-latency sweep eval-quality eval-quality-full quantize bake verify-cache build build-import verify-image k8s tune check-schemas test golden report new
 
 help: ## list targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
@@ -24,7 +24,9 @@ serve: ## run VARIANT's vLLM server until Ctrl-C (DRY_RUN=1: print command and e
 	$(PY) -m scripts.serve $(V) $(if $(DRY_RUN),--dry-run)
 eval-latency: ## latency probe of VARIANT (URL= to probe a running server)
 	$(PY) -m scripts.probe $(V) $(if $(URL),--url $(URL)) $(if $(BASELINE),--baseline $(BASELINE))
-eval-quality: ## quality gates on the served VARIANT, fixed 10% sample
+sweep: ## one lever over values, served and probed per value: OVER=SPEC_K=0,1,2,4 [RATES=0.98,0.82,...]
+	$(PY) -m scripts.sweep $(V) --over $(OVER) $(if $(RATES),--rates $(RATES))
+eval-quality: ## quality gates on the served VARIANT, the gates file's fixed sample (10% by default)
 	$(PY) -m scripts.evaluate $(V) --sample $(if $(URL),--url $(URL))
 eval-quality-full: ## quality gates on the served VARIANT, every item
 	$(PY) -m scripts.evaluate $(V) --full $(if $(URL),--url $(URL))

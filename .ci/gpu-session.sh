@@ -3,7 +3,7 @@
 # offline payload at /tmp/site, no network, dummy weights of the real architectures). Not part of CI.
 # Each step is one kit command, so every record's provenance names the command that made it.
 #
-#   bash .ci/gpu-session.sh spine      # flag check of every variant + serve smoke of the baselines
+#   bash .ci/gpu-session.sh spine      # flag check of every variant against vLLM's own parser
 #   bash .ci/gpu-session.sh smoke V..  # serve smoke of the named variants (dummy weights)
 #   bash .ci/gpu-session.sh catalog SECONDS VARIANT [--set K=V ...]
 #       one variant within a time budget: bake (cold start into its own cache root, manifest,

@@ -221,7 +221,8 @@ def cache_evidence(log: str, diff: str, cache_in_image: str) -> dict:
             relp = path[len(cache_in_image) + 1:]
             if cachekey.is_compile_artifact(relp) and not path.endswith("/"):
                 added.append(relp)
-    return {"hit": bool(loads) and not compiles and not added, "direct_loads": len(loads),
+    graphs = [r for r in added if cachekey.is_graph_artifact(r)]  # the same rule as bake --verify
+    return {"hit": bool(loads) and not compiles and not graphs, "direct_loads": len(loads),
             "compiles": len(compiles), "new_artifacts": sorted(added)[:20], "new_artifact_count": len(added),
             "compile_total_s": total[-1] if total else None, "evidence": (loads + compiles)[:10]}
 

@@ -214,6 +214,12 @@ def is_compile_artifact(rel: str) -> bool:
     return any(p in COMPILE_DIRS for p in parts) and not rel.endswith(SCRATCH_SUFFIXES)
 
 
+def is_graph_artifact(rel: str) -> bool:
+    """A torch.compile product (graph, AOT artifact, Inductor code): one appearing on a warm start is
+    a compile-cache miss. Triton/FlashInfer kernel files may be JIT-written and are only reported."""
+    return is_compile_artifact(rel) and category(rel) in GRAPH_DIRS
+
+
 def category(rel: str) -> str:
     """Coarse bucket for sizes in records: the first path component under the cache root."""
     return Path(rel).parts[0] if len(Path(rel).parts) > 1 else "(top)"

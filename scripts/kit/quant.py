@@ -31,7 +31,6 @@ SEED = 0
 VERIFY_WINDOWS = 8
 VERIFY_SEQ_LEN = 256
 
-# Variant keys this command reads that schemas/variant.schema.json does not hold yet.
 def targets(variant) -> list[str]:
     return SCOPE_TARGETS[variant["QUANT_SCOPE"]]
 

@@ -1,0 +1,183 @@
+"""`make sweep VARIANT=… OVER=KEY=v1,v2,…`: one lever, several values, the same probe: a curve.
+
+Each value is VARIANT + `--set KEY=value`, served once (`serve --then probe`, so the server is
+health-polled, owned and stopped by the kit's serve) and probed with the same workload. Probe
+records go to results/sweeps/<variant>/<KEY>/ (apart from the variant's own records: those values
+are not the variant). Then one `sweep` record in results/<variant>/ names every point's record and
+its numbers, and experiments/<variant>/sweep-<key>.png plots output tok/s and TPOT p50 against the
+value, one line per concurrency. A point whose server does not start or whose probe is invalid is
+recorded as such, with the reason; the sweep goes on.
+
+SPEC_K is special-cased, because K alone is not a valid variant change: K=0 turns speculation off;
+K>0 keeps the variant's method (mtp if it has none) and takes the first K of --rates as synthetic
+per-position acceptance (dummy weights accept nothing); CUDA-graph sizes the variant lists as
+multiples of 1+K are rescaled to the new 1+K. Every point gets its own VLLM_CACHE_ROOT: vLLM's
+compile key does not include K (vllm#53366), so a shared cache would load another K's graphs.
+
+    python -m scripts.sweep --variant qwen3.5-4b-awq-seq8-mtp4 --set WEIGHTS=dummy \\
+        --over SPEC_K=0,1,2,3,4,5,6,7 --rates 0.98,0.82,0.70,0.54,0.45,0.38,0.32
+    python -m scripts.sweep --variant qwen3-4b-awq --set WEIGHTS=dummy --over QUANT_GROUP_SIZE=32,64,128
+Exit 0 when every point was measured, 1 when some failed (the sweep record says which), 2 usage error.
+"""
+from __future__ import annotations
+
+import argparse
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from scripts.kit.errors import KitError, run_main
+from scripts.kit.paths import EXPERIMENTS, RESULTS, ROOT
+from scripts.kit.record import make_record, records, write_record
+from scripts.kit.variant import load
+from scripts.serve import add_variant_args
+
+
+def parse_over(text: str) -> tuple[str, list[str]]:
+    key, sep, vals = text.partition("=")
+    values = [v.strip() for v in vals.split(",")] if sep else []
+    if not key or not values or any(v == "" for v in values):
+        raise KitError(f"--over {text!r}: expected KEY=v1,v2,... (e.g. SPEC_K=0,1,2,4)")
+    return key, values
+
+
+def point_sets(v, key: str, value: str, rates: list[str]) -> list[str]:
+    """The --set overrides of one point (on top of the sweep's own --set)."""
+    if key != "SPEC_K":
+        return [f"{key}={value}"]
+    k = int(value) if value.isdigit() else -1
+    if k < 0:
+        raise KitError(f"--over SPEC_K: {value!r} is not a whole number")
+    if k == 0:
+        return ["SPEC_METHOD=none", "SPEC_K=0", "SPEC_ACCEPTANCE=", "SPEC_SCHEDULE="]
+    out = [f"SPEC_METHOD={v['SPEC_METHOD'] if v['SPEC_METHOD'] != 'none' else 'mtp'}", f"SPEC_K={k}",
+           "SPEC_SCHEDULE="]
+    if rates:
+        if len(rates) < k:
+            raise KitError(f"--rates has {len(rates)} rates; SPEC_K={k} needs {k}")
+        out.append("SPEC_ACCEPTANCE=" + ",".join(rates[:k]))
+    sizes = str(v.config.get("SERVE_CUDAGRAPH_CAPTURE_SIZES") or "").split()
+    old = v["SPEC_K"] + 1
+    if sizes and all(s.isdigit() and int(s) % old == 0 for s in sizes):
+        out.append("SERVE_CUDAGRAPH_CAPTURE_SIZES=" + " ".join(str(int(s) // old * (k + 1)) for s in sizes))
+    return out
+
+
+def level_numbers(rec: dict) -> dict:
+    out = {}
+    for lv in rec["payload"]["levels"]:
+        out[str(lv["concurrency"])] = {
+            "output_tok_per_s": lv["output_tok_per_s"]["median"], "tpot_p50_ms": lv["tpot_ms"]["p50"],
+            "ttft_p50_ms": lv["ttft_ms"]["p50"],
+            "acceptance_length": (lv.get("spec_decode") or {}).get("acceptance_length")}
+    return out
+
+
+def run_point(a, v, key: str, value: str, sets: list[str], into: Path, log: Path) -> dict:
+    """Serve VARIANT with sets, probe it into `into`; the point's summary."""
+    all_sets = [*a.set, *sets]
+    if key == "SPEC_K" or a.cache_per_point:
+        all_sets.append(f"VLLM_CACHE_ROOT={v.cache_root / f'sweep-{key.lower()}-{value}'}")
+    flags = [x for s in all_sets for x in ("--set", s)]
+    probe = [sys.executable, "-m", "scripts.probe", "--variant", v.name, *flags, "--url", "{url}",
+             "--results-dir", str(into), *shlex.split(a.probe_args)]
+    cmd = [sys.executable, "-m", "scripts.serve", "--variant", v.name, *flags, "--then", shlex.join(probe)]
+    before = {p for p, _ in records(v.name, "latency", into)}
+    log.parent.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    with open(log, "ab") as f:
+        rc = subprocess.run(cmd, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT).returncode
+    new = [(p, r) for p, r in records(v.name, "latency", into) if p not in before]
+    point = {"value": value, "sets": sets, "wall_s": round(time.time() - t0, 1), "log": _rel(log)}
+    if not new:
+        tail = log.read_text(errors="replace").strip().splitlines()[-3:]
+        return {**point, "status": "failed", "reason": f"exit {rc}, no latency record: " + " | ".join(tail)[-400:]}
+    path, rec = new[-1]
+    val = rec["payload"]["validity"]
+    return {**point, "status": "ok" if val["valid"] else "invalid", "record": _rel(path),
+            "reason": "; ".join(val["errors"]) if not val["valid"] else "", "levels": level_numbers(rec)}
+
+
+def plot(key: str, points: list[dict], path: Path) -> Path | None:
+    ok = [p for p in points if p["status"] == "ok"]
+    if not ok:
+        return None
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    concs = sorted({c for p in ok for c in p["levels"]}, key=int)
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
+    for c in concs:
+        xs = [p["value"] for p in ok if c in p["levels"]]
+        ax1.plot(xs, [p["levels"][c]["output_tok_per_s"] for p in ok if c in p["levels"]], marker="o", label=f"c={c}")
+        ax2.plot(xs, [p["levels"][c]["tpot_p50_ms"] for p in ok if c in p["levels"]], marker="o", label=f"c={c}")
+    ax1.set(xlabel=key, ylabel="output tok/s (median of repeats)")
+    ax2.set(xlabel=key, ylabel="TPOT p50 (ms)")
+    for ax in (ax1, ax2):
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp.png")
+    fig.savefig(tmp, dpi=110, metadata={"Software": None})
+    plt.close(fig)
+    tmp.replace(path)  # a plot is derived from records, so replacing it loses nothing
+    return path
+
+
+def _rel(p: Path) -> str:
+    try:
+        return str(Path(p).resolve().relative_to(ROOT))
+    except ValueError:
+        return str(p)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="make sweep", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
+    add_variant_args(p)
+    p.add_argument("--over", required=True, metavar="KEY=v1,v2,...", help="the lever and its values (any variant key)")
+    p.add_argument("--rates", default="", metavar="R1,R2,...",
+                   help="SPEC_K sweeps: synthetic per-position acceptance, at least max K rates (dummy weights)")
+    p.add_argument("--probe-args", default="--concurrency 1,8 --repeats 3 --requests 8",
+                   help="probe flags, the same for every point (default: %(default)s)")
+    p.add_argument("--cache-per-point", action="store_true",
+                   help="a separate compile cache per point for any KEY (always on for SPEC_K)")
+    p.add_argument("--results-dir", type=Path, default=RESULTS, help="records root (default: results/; tests)")
+    p.add_argument("--plot", type=Path, help="PNG (default: experiments/<variant>/sweep-<key>.png)")
+    a = p.parse_args(argv)
+    key, values = parse_over(a.over)
+    started = time.time()
+    v = load(a.variant, a.set)
+    rates = [r for r in a.rates.split(",") if r]
+    plan = [(val, point_sets(v, key, val, rates)) for val in values]
+    for val, sets in plan:  # every point is a valid variant before any server starts
+        load(v.name, [*a.set, *sets])
+    into = a.results_dir / "sweeps" / v.name / key
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+    from tqdm import tqdm
+    points = []
+    bar = tqdm(plan, desc=f"sweep {key}", unit="point")
+    for val, sets in bar:
+        bar.set_postfix_str(f"{key}={val}")
+        pt = run_point(a, v, key, val, sets, into, into / "logs" / f"{stamp}-{key}-{val}.log")
+        points.append(pt)
+        tqdm.write(f"{key}={val}: {pt['status']}" + (f" ({pt['reason']})" if pt.get("reason") else ""))
+    png = plot(key, points, a.plot or EXPERIMENTS / v.name / f"sweep-{key.lower()}.png")
+    payload = {"key": key, "values": values, "sets": a.set, "rates": rates, "probe_args": shlex.split(a.probe_args),
+               "points": points, "plot": _rel(png) if png else None}
+    path = write_record(make_record("sweep", v, payload, started=started), root=a.results_dir)
+    print(f"record: {_rel(path)}", file=sys.stderr)
+    print(f"{key:>24}  status   " + "  ".join(f"tok/s c={c}  TPOT c={c}" for c in sorted(
+        {c for pt in points for c in pt.get("levels", {})}, key=int)), file=sys.stderr)
+    for pt in points:
+        cells = "  ".join(f"{lv['output_tok_per_s'] or 0:10.1f}  {lv['tpot_p50_ms'] or 0:8.3f}"
+                          for _, lv in sorted(pt.get("levels", {}).items(), key=lambda x: int(x[0])))
+        print(f"{pt['value']:>24}  {pt['status']:<7}  {cells}", file=sys.stderr)
+    return 0 if all(pt["status"] == "ok" for pt in points) else 1
+
+
+if __name__ == "__main__":
+    run_main(main)

