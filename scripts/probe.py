@@ -2,7 +2,7 @@
 record TTFT / TPOT / ITL / end-to-end percentiles, tok/s, goodput under an SLO, prefix-cache and
 speculative-acceptance counters, and validity checks, per concurrency level.
 
-Per level: one warm-up wave at that level's shape (untimed), then --repeats timed passes, each
+Per level: --warmup-waves untimed waves at that level's shape, then --repeats timed passes, each
 after POST /reset_prefix_cache (the probe starts its server with VLLM_SERVER_DEV_MODE=1; for --url
 a missing endpoint is recorded) with /metrics read before and after. Then a prefix-cache run:
 --prefix-requests prompts sharing --prefix-tokens, one at a time, first one cold.
@@ -144,8 +144,10 @@ def probe(srv: Server, model: str, w: L.Workload, a, bar) -> dict:
         return can_reset
 
     for c in a.concurrency:
-        bar.set_description(f"c={c} warm-up")
-        run_pass(srv, model, L.level_requests(w, c, 0, warmup=True), c, a.request_timeout_s, bar, f"warm-up c={c}")
+        for wave in range(a.warmup_waves):
+            bar.set_description(f"c={c} warm-up {wave + 1}/{a.warmup_waves}")
+            run_pass(srv, model, L.level_requests(w, c, wave, warmup=True), c, a.request_timeout_s, bar,
+                     f"warm-up c={c}")
         reps, pooled, deltas = [], [], []
         for i in range(a.repeats):
             bar.set_description(f"c={c} repeat {i + 1}/{a.repeats}")
@@ -203,10 +205,7 @@ def validity(payload: dict, v, gpu_name: str | None, repeats: int) -> dict:
         if lv["failed"]:
             errors.append(f"concurrency {lv['concurrency']}: {lv['failed']} of {lv['requests']} requests failed "
                           f"({'; '.join(lv['failures'])})")
-        for i in lv["unstable_repeats"]:
-            rep = lv["repeats"][i]
-            warnings.append(f"concurrency {lv['concurrency']} repeat {i + 1}: {rep['output_tok_per_s']} tok/s is "
-                            f"{rep['deviation_pct']:+.1f}% from the median of repeats (unwarmed shape? noisy host?)")
+    warnings += L.repeat_warnings(payload["levels"])
     if payload["prefix_run"] and payload["prefix_run"]["failed"]:
         errors.append(f"prefix-cache run: {payload['prefix_run']['failed']} requests failed")
     c1 = next((lv for lv in payload["levels"] if lv["concurrency"] == 1), payload["levels"][0])
@@ -287,6 +286,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--baseline", help="variant to compute speedups against (default: the variant's BASELINE key)")
     p.add_argument("--concurrency", type=csv_ints, default=L.CONCURRENCY, metavar="N,N,...",
                    help=f"concurrency levels (default: {','.join(map(str, L.CONCURRENCY))})")
+    p.add_argument("--warmup-waves", type=int, default=L.WARMUP_WAVES,
+                   help=f"untimed waves (concurrency requests each) before a level's repeats (default: {L.WARMUP_WAVES}); "
+                        "one was not enough for Qwen3.5 + MTP at c=8 on the H100 (repeats kept rising)")
     p.add_argument("--repeats", type=int, default=L.REPEATS, help=f"timed passes per level (default: {L.REPEATS})")
     slo = L.SLO()
     p.add_argument("--slo", type=slo_arg, default=slo, metavar="ttft=MS,tpot=MS",
@@ -347,7 +349,7 @@ def main(argv=None) -> int:
         models = [m["id"] for m in srv.get("/v1/models", 30).json().get("data", [])]
         if v.name not in models:
             raise KitError(f"{srv.url} serves {models}, not variant {v.name!r} (probe the right server or variant)")
-        n_total = sum(c + a.repeats * max(w.requests, c) for c in a.concurrency) + (w.prefix_requests if w.prefix_tokens else 0)
+        n_total = sum(a.warmup_waves * c + a.repeats * max(w.requests, c) for c in a.concurrency) + (w.prefix_requests if w.prefix_tokens else 0)
         with tqdm(total=n_total, unit="req", file=sys.stderr) as bar:
             payload = probe(srv, v.name, w, a, bar)
     except KeyboardInterrupt:

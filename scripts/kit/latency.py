@@ -37,6 +37,9 @@ REPEATS = 3
 # A repeat whose output tok/s is further than this from the median of its level's repeats is
 # flagged: the shared GPU README's batch-8 650-vs-1423 tok/s run is the case this catches.
 MAX_SPREAD_PCT = 10.0
+# Two untimed waves per level: with one, Qwen3.5-4B + MTP at c=8 on the H100 still rose
+# 574 -> 1628 tok/s over three repeats (results/qwen3.5-4b-awq-seq8-mtp4/20261123T091528Z-latency.json).
+WARMUP_WAVES = 2
 REQUEST_TIMEOUT_S = 300.0
 
 
@@ -92,10 +95,11 @@ def level_requests(w: Workload, concurrency: int, repeat: int, warmup: bool = Fa
     """The requests of one repeat (or the warm-up pass) at one concurrency level.
 
     Prompts are seeded by (seed, level, repeat) so no two passes share a prompt: the prefix cache
-    cannot inflate a repeat even where it cannot be reset. The warm-up sends one wave (concurrency
-    requests) of the same class mix, so every batch shape of the level is compiled/captured first.
+    cannot inflate a repeat even where it cannot be reset. A warm-up wave (repeat = wave index) sends
+    concurrency requests of the same class mix, so every batch shape of the level is compiled/captured first.
     """
-    rng = random.Random(f"{w.seed}:{concurrency}:{'warmup' if warmup else repeat}")
+    tag = ("warmup" if repeat == 0 else f"warmup{repeat}") if warmup else repeat  # wave 0 as before
+    rng = random.Random(f"{w.seed}:{concurrency}:{tag}")
     n = concurrency if warmup else max(w.requests, concurrency)
     names = CLASS_NAMES[:len(w.input_lens)]
     out = []
@@ -201,6 +205,22 @@ def parse_slo(text: str) -> SLO:
             raise ValueError(f"unknown SLO bound {k!r} (use ttft=MS,tpot=MS)")
         vals[k.strip() + "_p99_ms"] = float(v)
     return SLO(**vals)
+
+
+def repeat_warnings(levels: list[dict]) -> list[str]:
+    """Repeats far from their level's median, and levels whose tok/s rose every repeat: rising is the
+    signature of shapes still compiling (the median understates the level), not of a noisy host."""
+    out = []
+    for lv in levels:
+        for i in lv["unstable_repeats"]:
+            rep = lv["repeats"][i]
+            out.append(f"concurrency {lv['concurrency']} repeat {i + 1}: {rep['output_tok_per_s']} tok/s is "
+                       f"{rep['deviation_pct']:+.1f}% from the median of repeats (unwarmed shape? noisy host?)")
+        tps = [r["output_tok_per_s"] for r in lv["repeats"]]
+        if lv["unstable_repeats"] and len(tps) >= 3 and all(b > a for a, b in zip(tps, tps[1:])):
+            out.append(f"concurrency {lv['concurrency']}: tok/s rose every repeat ({', '.join(map(str, tps))}): "
+                       "still warming up, so its median understates it; re-run with more --warmup-waves")
+    return out
 
 
 def summarize_level(concurrency: int, repeats: list[dict], results: list[Result], slo: SLO,
