@@ -45,7 +45,7 @@ verify-image: ## run the image, wait for health, one completion, prove the cache
 k8s: ## render Kubernetes manifests for VARIANT
 	$(PY) -m scripts.image k8s $(V)
 tune: ## search the levers of BASE under SLO and the quality gate; write the winner as a variant
-	$(PY) -m scripts.tune --base $(BASE) $(if $(SLO),--slo $(SLO)) $(if $(BUDGET),--budget $(BUDGET))
+	$(PY) -m scripts.tune --base $(BASE) $(foreach s,$(SET),--set $(s)) $(if $(SLO),--slo $(SLO)) $(if $(BUDGET),--budget $(BUDGET))
 check-schemas: ## validate schemas, every config.env, every record, freshness of derived files
 	$(PY) -m scripts.check
 test: ## the test suite (CPU; real vLLM, lm-eval and llm-compressor on the tiny model)
