@@ -43,6 +43,7 @@ from scripts.kit.procs import ServerProcess
 from scripts.kit.record import make_record, utc_now, write_record
 from scripts.kit.schema import validate_record
 from scripts.kit.variant import load
+from scripts.kit.paths import rel as _rel
 
 # Startup markers in the order vLLM 0.26 logs them (../shared/notes/vllm-0.26.md §8). The time a
 # marker first shows up closes its phase; phases that do not occur (eager: no compile, no graphs)
@@ -207,13 +208,6 @@ def run_server(v, argv, env, log: Path, cap: int | None, platform: str) -> dict:
     text = log.read_text(errors="replace")
     return {"ready_s": round(srv.ready_s, 2), "first_token_s": first, "shapes": shapes, "sent": sent + 1,
             "failed": failed, "wall_s": wall, "phases": parse_phases(text, watcher.at, srv.ready_s)}
-
-
-def _rel(p: Path) -> str:
-    try:
-        return str(Path(p).resolve().relative_to(ROOT))
-    except ValueError:
-        return str(p)
 
 
 def _log_path(v, what: str) -> Path:

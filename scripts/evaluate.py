@@ -48,6 +48,7 @@ from scripts.kit.errors import KitError, run_main
 from scripts.kit.paths import EVAL, ROOT
 from scripts.kit.procs import ServerProcess, free_port
 from scripts.kit.variant import load
+from scripts.kit.paths import rel as _rel
 
 # lm-eval model types per gate `api`: completions serves raw prompts (few-shot MMLU-Pro),
 # chat applies the server's chat template (instruction following, thinking).
@@ -100,13 +101,6 @@ def draw_sample(path: Path) -> None:
     body = yaml.safe_dump({"seed": doc["seed"], "fraction": doc["fraction"], "tasks": tasks},
                           sort_keys=False, default_flow_style=None, width=120)
     path.write_text("\n".join(head) + "\n" + body)
-
-
-def _rel(p: Path) -> str:
-    try:
-        return str(Path(p).resolve().relative_to(ROOT))
-    except ValueError:
-        return str(p)
 
 
 # -- the pass-through that sees finish_reason --------------------------------------------------

@@ -35,6 +35,7 @@ from scripts.kit.procs import ServerProcess
 from scripts.kit.record import make_record, records, write_record
 from scripts.kit.variant import load
 from scripts.serve import add_variant_args, describe
+from scripts.kit.paths import rel as _rel
 
 _local = threading.local()
 
@@ -223,13 +224,6 @@ def validity(payload: dict, v, gpu_name: str | None, repeats: int) -> dict:
         warnings.append(f"{repeats} repeat(s): spread is not meaningful below 3")
     warnings += payload.pop("notes")
     return rf, {"valid": not errors, "errors": errors, "warnings": warnings}
-
-
-def _rel(p: Path) -> str:
-    try:
-        return str(Path(p).resolve().relative_to(ROOT))
-    except ValueError:
-        return str(p)
 
 
 def write_plot(v, root: Path, path: Path) -> Path:

@@ -33,6 +33,7 @@ from scripts.kit.paths import EXPERIMENTS, RESULTS, ROOT
 from scripts.kit.record import make_record, records, write_record
 from scripts.kit.variant import load
 from scripts.serve import add_variant_args
+from scripts.kit.paths import rel as _rel
 
 
 def parse_over(text: str) -> tuple[str, list[str]]:
@@ -125,13 +126,6 @@ def plot(key: str, points: list[dict], path: Path) -> Path | None:
     plt.close(fig)
     tmp.replace(path)  # a plot is derived from records, so replacing it loses nothing
     return path
-
-
-def _rel(p: Path) -> str:
-    try:
-        return str(Path(p).resolve().relative_to(ROOT))
-    except ValueError:
-        return str(p)
 
 
 def main(argv=None) -> int:

@@ -48,17 +48,11 @@ from scripts.kit.paths import EXPERIMENTS, RESULTS, ROOT, WEIGHTS
 from scripts.kit.procs import ServerProcess, free_port
 from scripts.kit.record import make_record, records, write_record
 from scripts.kit.variant import CONDITION_KEYS, NAME_RE, load
+from scripts.kit.paths import rel as _rel
 
 # Settings vLLM does not hash into its compile cache (shared/notes/vllm-0.26.md section 4): candidates
 # differing only in these share one VLLM_CACHE_ROOT and start warm after the first.
 UNHASHED = ("SERVE_ENABLE_PREFIX_CACHING", "SERVE_GPU_MEMORY_UTILIZATION", "PORT", "HOST", "READY_TIMEOUT_S")
-
-
-def _rel(p: Path) -> str:
-    try:
-        return str(Path(p).resolve().relative_to(ROOT))
-    except ValueError:
-        return str(p)
 
 
 def _sha(obj) -> str:

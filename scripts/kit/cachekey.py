@@ -28,7 +28,7 @@ from pathlib import Path
 
 from .device import baked_cc, cpu_model, gpu_facts, host_platform, shim_decision
 from .errors import KitError
-from .paths import ROOT
+from .paths import rel as _rel
 
 MANIFEST_NAME = "kit-cache-manifest.json"
 # Besides every VLLM_*: variables vLLM hashes (CUDA_HOME, NVCC_THREADS, VERBOSE are registered in
@@ -283,13 +283,6 @@ def load_manifest(variant) -> dict | None:
         raise KitError(f"{path}: not JSON ({e})") from None
     validate_manifest(doc, str(path))
     return doc
-
-
-def _rel(p: Path) -> str:
-    try:
-        return str(p.relative_to(ROOT))
-    except ValueError:
-        return str(p)
 
 
 def check_manifest(variant, platform: str | None = None, argv=None, env=None) -> tuple[bool, str]:

@@ -25,6 +25,8 @@ import re
 import statistics
 from dataclasses import asdict, dataclass, field, fields
 
+from .paths import rel as _rel
+
 # Prompts are random token ids from this range: valid in every vocabulary the kit serves
 # (SmolLM2 49,152; Qwen3 151,936; Qwen3.5 248,320) and clear of special tokens (SmolLM2 keeps
 # them at 0..16, Qwen at the top), so every model sees exactly the requested input length and
@@ -473,14 +475,6 @@ def find_baseline(rec: dict, name: str | None, root) -> dict:
                     "speedup": speedups(rec["payload"]["levels"], base["payload"]["levels"])}
         reasons = reasons or why
     return {"variant": name, "comparable": False, "reasons": reasons}
-
-
-def _rel(p) -> str:
-    from scripts.kit.paths import ROOT
-    try:
-        return str(p.resolve().relative_to(ROOT))
-    except ValueError:
-        return str(p)
 
 
 def comparability(cur: dict, base: dict) -> list[str]:

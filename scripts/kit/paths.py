@@ -9,3 +9,11 @@ WEIGHTS = ROOT / "weights"
 RESULTS = ROOT / "results"
 EVAL = ROOT / "eval"
 GOLDEN = ROOT / "tests" / "golden"
+
+
+def rel(p) -> str:
+    """How records and messages name a file: relative to the repo root when inside it, else as given."""
+    try:
+        return str(Path(p).resolve().relative_to(ROOT))
+    except ValueError:
+        return str(p)

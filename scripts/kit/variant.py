@@ -27,6 +27,7 @@ from pathlib import Path
 
 from .errors import KitError
 from .paths import EXPERIMENTS, ROOT, WEIGHTS
+from .paths import rel as _rel
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 KEY_RE = re.compile(r"^[A-Z][A-Z0-9_]*$")
@@ -52,13 +53,6 @@ def _schema() -> dict:
 def discover() -> list[str]:
     """Every variant: a directory under experiments/ with a config.env, `_`-prefixed ones excluded."""
     return sorted(p.parent.name for p in EXPERIMENTS.glob("*/config.env") if not p.parent.name.startswith("_"))
-
-
-def _rel(p: Path) -> str:
-    try:
-        return str(p.relative_to(ROOT))
-    except ValueError:
-        return str(p)
 
 
 def _did_you_mean(key: str, known: list[str]) -> str:
