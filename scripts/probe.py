@@ -35,7 +35,7 @@ from scripts.kit.procs import ServerProcess
 from scripts.kit.record import make_record, records, write_record
 from scripts.kit.variant import load
 from scripts.serve import add_variant_args, describe
-from scripts.kit.paths import rel as _rel
+from scripts.kit.paths import atomic_write, rel as _rel
 
 _local = threading.local()
 
@@ -241,10 +241,7 @@ def write_plot(v, root: Path, path: Path) -> Path:
         return None
     if data is None:
         return None
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(data)
-    tmp.replace(path)
+    atomic_write(path, data)
     return path
 
 

@@ -12,13 +12,10 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-import os
 import sys
-import tempfile
-from pathlib import Path
 
 from scripts.kit.errors import KitError, run_main
-from scripts.kit.paths import EXPERIMENTS, ROOT
+from scripts.kit.paths import EXPERIMENTS, ROOT, atomic_write
 from scripts.kit.record import records
 from scripts.kit.schema import validate_measurements
 from scripts.kit.variant import discover, load
@@ -111,13 +108,6 @@ def readme_text(docs: dict) -> str:
     return text
 
 
-def atomic_write(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
-
-
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="make report", description=__doc__.split("\n\n")[0])
     p.add_argument("--check", action="store_true", help="fail if any derived file is stale; write nothing")
@@ -143,10 +133,7 @@ def main(argv=None) -> int:
             if not path.exists() or path.read_bytes() != data:
                 stale.append(str(path.relative_to(ROOT)))
                 if not a.check:
-                    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-                    with os.fdopen(fd, "wb") as f:
-                        f.write(data)
-                    os.replace(tmp, path)
+                    atomic_write(path, data)
     if a.check and stale:
         raise KitError("derived files are stale (run: make report): " + ", ".join(stale))
     print(("up to date" if not stale else ("stale: " if a.check else "wrote: ") + ", ".join(stale)), file=sys.stderr)

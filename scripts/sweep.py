@@ -23,14 +23,15 @@ from __future__ import annotations
 
 import argparse
 import shlex
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 from scripts.kit.errors import KitError, run_main
-from scripts.kit.paths import EXPERIMENTS, RESULTS, ROOT
+from scripts.kit.paths import RESULTS, ROOT, atomic_write
+from scripts.kit.procs import run_logged
 from scripts.kit.record import make_record, records, write_record
+from scripts.kit.summaries import sweep as S
 from scripts.kit.variant import load
 from scripts.serve import add_variant_args
 from scripts.kit.paths import rel as _rel
@@ -86,10 +87,8 @@ def run_point(a, v, key: str, value: str, sets: list[str], into: Path, log: Path
              "--results-dir", str(into), *shlex.split(a.probe_args)]
     cmd = [sys.executable, "-m", "scripts.serve", "--variant", v.name, *flags, "--then", shlex.join(probe)]
     before = {p for p, _ in records(v.name, "latency", into)}
-    log.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    with open(log, "ab") as f:
-        rc = subprocess.run(cmd, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT).returncode
+    rc = run_logged(cmd, log, ROOT)
     new = [(p, r) for p, r in records(v.name, "latency", into) if p not in before]
     point = {"value": value, "sets": sets, "wall_s": round(time.time() - t0, 1), "log": _rel(log)}
     if not new:
@@ -99,33 +98,6 @@ def run_point(a, v, key: str, value: str, sets: list[str], into: Path, log: Path
     val = rec["payload"]["validity"]
     return {**point, "status": "ok" if val["valid"] else "invalid", "record": _rel(path),
             "reason": "; ".join(val["errors"]) if not val["valid"] else "", "levels": level_numbers(rec)}
-
-
-def plot(key: str, points: list[dict], path: Path) -> Path | None:
-    ok = [p for p in points if p["status"] == "ok"]
-    if not ok:
-        return None
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    concs = sorted({c for p in ok for c in p["levels"]}, key=int)
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
-    for c in concs:
-        xs = [p["value"] for p in ok if c in p["levels"]]
-        ax1.plot(xs, [p["levels"][c]["output_tok_per_s"] for p in ok if c in p["levels"]], marker="o", label=f"c={c}")
-        ax2.plot(xs, [p["levels"][c]["tpot_p50_ms"] for p in ok if c in p["levels"]], marker="o", label=f"c={c}")
-    ax1.set(xlabel=key, ylabel="output tok/s (median of repeats)")
-    ax2.set(xlabel=key, ylabel="TPOT p50 (ms)")
-    for ax in (ax1, ax2):
-        ax.grid(alpha=0.3)
-        ax.legend()
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp.png")
-    fig.savefig(tmp, dpi=110, metadata={"Software": None})
-    plt.close(fig)
-    tmp.replace(path)  # a plot is derived from records, so replacing it loses nothing
-    return path
 
 
 def main(argv=None) -> int:
@@ -159,11 +131,18 @@ def main(argv=None) -> int:
         pt = run_point(a, v, key, val, sets, into, into / "logs" / f"{stamp}-{key}-{val}.log")
         points.append(pt)
         tqdm.write(f"{key}={val}: {pt['status']}" + (f" ({pt['reason']})" if pt.get("reason") else ""))
-    png = plot(key, points, a.plot or EXPERIMENTS / v.name / f"sweep-{key.lower()}.png")
+    png = a.plot or S.plot_path(v.name, key)
     payload = {"key": key, "values": values, "sets": a.set, "rates": rates, "probe_args": shlex.split(a.probe_args),
-               "points": points, "plot": _rel(png) if png else None}
+               "points": points, "plot": _rel(png)}
+    # The record first: a host without matplotlib (the GPU machine's vLLM site) still keeps the sweep.
     path = write_record(make_record("sweep", v, payload, started=started), root=a.results_dir)
     print(f"record: {_rel(path)}", file=sys.stderr)
+    try:
+        data = S.plot_png(v.name, key, points)
+        if data:
+            atomic_write(png, data)
+    except ModuleNotFoundError as e:
+        print(f"plot skipped ({e}); `make report` draws it from the record", file=sys.stderr)
     print(f"{key:>24}  status   " + "  ".join(f"tok/s c={c}  TPOT c={c}" for c in sorted(
         {c for pt in points for c in pt.get("levels", {})}, key=int)), file=sys.stderr)
     for pt in points:

@@ -34,7 +34,6 @@ import shlex
 import shutil
 import signal
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -45,7 +44,7 @@ from scripts.kit import weights
 from scripts.kit.device import device_provenance, host_platform
 from scripts.kit.errors import KitError, run_main
 from scripts.kit.paths import EXPERIMENTS, RESULTS, ROOT, WEIGHTS
-from scripts.kit.procs import ServerProcess, free_port
+from scripts.kit.procs import ServerProcess, free_port, run_logged
 from scripts.kit.record import make_record, records, write_record
 from scripts.kit.variant import CONDITION_KEYS, NAME_RE, load
 from scripts.kit.paths import rel as _rel
@@ -73,13 +72,6 @@ def gate_mode(text: str) -> list[str]:
 def compile_key(v) -> str:
     """Compile-cache sharing key: the identity minus what vLLM leaves out of its hash."""
     return _sha({k: val for k, val in v.identity.items() if k not in UNHASHED})[:12]
-
-
-def run_quiet(argv: list[str], log: Path) -> int:
-    """A child (probe / evaluate) with its output in a log; killed if this process is interrupted."""
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "ab") as f:
-        return subprocess.run(argv, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT).returncode
 
 
 def newest(root: Path, variant: str, kind: str, sha: str, before: set) -> tuple[Path, dict] | tuple[None, None]:
@@ -128,7 +120,7 @@ class Tuner:
             argv += ["--results-dir", str(results_dir)]
         if plot:
             argv += ["--plot", str(plot)]
-        return run_quiet(argv, log)
+        return run_logged(argv, log, ROOT)
 
     def gate(self, variant: str, sets: list[str], url: str, mode: str, into: Path | None, log: Path) -> int:
         args = ["--variant", variant, *(x for s in sets for x in ("--set", s)), "--url", url, *gate_mode(mode)]
@@ -137,7 +129,7 @@ class Tuner:
         if into:
             # A candidate's record must not land beside BASE's (it would read as BASE's stale record).
             args += ["--results-dir", str(into)]
-        return run_quiet([sys.executable, "-m", "scripts.evaluate"] + args, log)
+        return run_logged([sys.executable, "-m", "scripts.evaluate"] + args, log, ROOT)
 
     # -- one candidate ----------------------------------------------------------------------
     def check_time(self) -> None:

@@ -9,6 +9,7 @@ import pytest
 
 from scripts import sweep
 from scripts.kit.errors import KitError
+from scripts.kit.summaries import sweep as S
 from scripts.kit.procs import free_port
 from scripts.kit.record import records
 from scripts.kit.variant import load
@@ -56,6 +57,9 @@ def test_sweep_real_tiny_one_good_point_one_failed(tmp_path):
     assert good["status"] == "ok" and good["levels"]["1"]["output_tok_per_s"] > 0
     assert Path(good["record"]).is_file()  # outside the repo, so an absolute path
     assert bad["status"] == "failed" and "no latency record" in bad["reason"]
-    assert rec["payload"]["plot"] and (tmp_path / "s.png").read_bytes()[:4] == b"\x89PNG"
+    assert (tmp_path / "s.png").read_bytes()[:4] == b"\x89PNG"
+    # make report redraws the same bytes from the record alone.
+    summary = S.summarize(None, [(str(path), rec)])["by_key"]["SERVE_MAX_NUM_SEQS"]
+    assert S.plot_png("tiny", "SERVE_MAX_NUM_SEQS", summary["points"]) == (tmp_path / "s.png").read_bytes()
     [(lp, lrec)] = records("tiny", "latency", tmp_path / "sweeps" / "tiny" / "SERVE_MAX_NUM_SEQS")
     assert lrec["config"]["SERVE_MAX_NUM_SEQS"] == "2"

@@ -155,3 +155,15 @@ def test_the_shipped_catalog_loads():
     assert {"tiny", "qwen3.5-4b-bf16", "qwen3-4b-bf16"} <= set(names)
     for n in names:
         assert load(n).config_sha256
+
+
+def test_describes_judges_a_record_by_its_stored_config_under_todays_rules(tree):
+    tree("d", "MODEL=org/m\nSERVE_MAX_NUM_SEQS=8\n")
+    v = load("d")
+    old = {k: val for k, val in v.config.items() if k not in ("SPEC_SCHEDULE", "GATES")}  # keys added later
+    assert v.describes({"config": old})
+    # Run conditions (memory budget, port, synthetic rates) do not make a record stale...
+    assert v.describes({"config": {**v.config, "SERVE_KV_CACHE_MEMORY_BYTES": "6442450944", "PORT": 8101}})
+    # ...a served setting does.
+    assert not v.describes({"config": {**v.config, "SERVE_MAX_NUM_SEQS": "16"}})
+    assert not v.describes({"config": {**old, "SERVE_ENABLE_PREFIX_CACHING": "true"}})

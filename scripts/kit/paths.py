@@ -1,5 +1,7 @@
 """Repository paths. Absolute, because vLLM's compile-cache key contains the model path string:
 bake and serve must see the same one (the Dockerfile fixes the root at /opt/kit)."""
+import os
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -17,3 +19,13 @@ def rel(p) -> str:
         return str(Path(p).resolve().relative_to(ROOT))
     except ValueError:
         return str(p)
+
+
+def atomic_write(path: Path, data: bytes | str) -> None:
+    """Replace a derived file (summary, README, plot) so a reader never sees half of it. Records are
+    never replaced: they go through record.write_record."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "wb" if isinstance(data, bytes) else "w") as f:
+        f.write(data)
+    os.replace(tmp, path)

@@ -152,3 +152,11 @@ class ServerProcess:
 
     def __exit__(self, *exc):
         self.stop()
+
+
+def run_logged(argv: list[str], log: Path, cwd: Path | None = None) -> int:
+    """A child kit command (probe, evaluate, serve --then) with its output appended to a log. It shares
+    this process group, so Ctrl-C reaches it too and its own handler stops whatever it started."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "ab") as f:
+        return subprocess.run(argv, cwd=cwd, stdout=f, stderr=subprocess.STDOUT).returncode

@@ -122,6 +122,16 @@ def _coerce(key: str, raw: str, where: str, schema: dict):
     return raw
 
 
+def _defaults(schema: dict) -> dict:
+    """Every typed key's default: the one place defaults live is the schema."""
+    return {k: p["default"] for k, p in schema["properties"].items()}
+
+
+def _identity(config: dict) -> dict:
+    """What config_sha256 hashes: every key but the run conditions."""
+    return {k: v for k, v in sorted(config.items()) if k not in CONDITION_KEYS}
+
+
 def parse_schedule(text: str) -> list[list[int]]:
     """'1-1:4,2-8:2' -> [[1, 1, 4], [2, 8, 2]], vLLM's num_speculative_tokens_per_batch_size."""
     out = []
@@ -149,7 +159,7 @@ class Variant:
     # -- identity ---------------------------------------------------------------------------
     @property
     def identity(self) -> dict:
-        return {k: v for k, v in sorted(self.config.items()) if k not in CONDITION_KEYS}
+        return _identity(self.config)
 
     @property
     def config_sha256(self) -> str:
@@ -160,10 +170,7 @@ class Variant:
         """Whether a record measured this variant as it is now. Recomputed from the record's stored
         config under today's rules (keys added to the schema since take their defaults; condition keys
         are left out), so a new schema key or condition does not orphan older records."""
-        defaults = {k: p["default"] for k, p in _schema()["properties"].items()}
-        then = {**defaults, **rec["config"]}
-        ident = {k: v for k, v in sorted(then.items()) if k not in CONDITION_KEYS}
-        return ident == self.identity
+        return _identity({**_defaults(_schema()), **rec["config"]}) == self.identity
 
     @property
     def acceptance(self) -> str:
@@ -278,7 +285,7 @@ def resolve(name: str, overrides: list[str] | tuple = (), _chain: tuple = ()) ->
         parent = resolve(base, (), _chain + (name,))
         config, sources = dict(parent.config), dict(parent.sources)
     else:
-        config = {k: p["default"] for k, p in schema["properties"].items()}
+        config = _defaults(schema)
         sources = {k: "default" for k in config}
     for key, raw, no in entries:
         where = f"{_rel(path)}:{no}"
