@@ -12,9 +12,8 @@ timestamps, no version metadata), so experiments/<v>/latency.png can be committe
 """
 from __future__ import annotations
 
-import io
-
 from scripts.kit.paths import EXPERIMENTS
+from scripts.kit.summaries import png_bytes
 
 
 def _level(lv: dict) -> dict:
@@ -160,12 +159,7 @@ def plot_png(name: str, docs: dict) -> bytes | None:
         ax.legend(fontsize=7)
     fig.suptitle(f"{name}: {s['device']}, vLLM {s['vllm']}, {s['weights']} weights, workload {s['workload_sha256'][:8]}",
                  fontsize=9)
-    fig.tight_layout()
-    buf = io.BytesIO()
-    # No Software/creation metadata: the bytes depend on the numbers only.
-    fig.savefig(buf, format="png", metadata={"Software": None})
-    plt.close(fig)
-    return buf.getvalue()
+    return png_bytes(fig)
 
 
 def artifacts(docs: dict) -> dict:

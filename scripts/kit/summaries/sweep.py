@@ -9,9 +9,8 @@ one line per concurrency) depends only on the summary, so `make report` redraws 
 """
 from __future__ import annotations
 
-import io
-
 from scripts.kit.paths import EXPERIMENTS
+from scripts.kit.summaries import png_bytes
 
 
 def plot_path(variant: str, key: str):
@@ -44,11 +43,7 @@ def plot_png(variant: str, key: str, points: list) -> bytes | None:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     fig.suptitle(f"{variant}: sweep of {key}", fontsize=9)
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", metadata={"Software": None})  # bytes depend on the numbers only
-    plt.close(fig)
-    return buf.getvalue()
+    return png_bytes(fig)
 
 
 def artifacts(docs: dict) -> dict:

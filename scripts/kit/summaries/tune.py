@@ -11,9 +11,8 @@ results/<tune>/tune/, which `make report` does not fold).
 """
 from __future__ import annotations
 
-import io
-
 from scripts.kit.paths import EXPERIMENTS
+from scripts.kit.summaries import png_bytes
 
 COLS = ("id", "label", "status", "pareto", "winner", "latency_record")
 
@@ -165,11 +164,7 @@ def plot_png(name: str, summary: dict) -> bytes | None:
     ax.set_title(f"{name}: candidates of {summary['base']} (* = winner)", fontsize=9)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", metadata={"Software": None})  # bytes depend on the numbers only
-    plt.close(fig)
-    return buf.getvalue()
+    return png_bytes(fig)
 
 
 def artifacts(docs: dict) -> dict:
