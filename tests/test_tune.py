@@ -71,8 +71,10 @@ LEVERS = [T.Lever("max_num_seqs", ({"SERVE_MAX_NUM_SEQS": "4"}, {"SERVE_MAX_NUM_
 CFG = {"SPEC_K": 0, "SPEC_METHOD": "none", "SERVE_MAX_NUM_SEQS": "8"}
 
 
-def fake(scores, gate_fails=(), log=None):
-    """A trial answering from a table {label: goodput}; records which ones ran and were gated."""
+def table_trial(scores, gate_fails=(), log=None):
+    """A trial answering from a table {label: goodput}; records which ones ran and were gated.
+    The search's decisions need scores that do not move between runs; tests/test_tune_e2e.py runs
+    the same search with real probes of real vLLM."""
     def trial(o, wants_gate):
         g = scores[T.label(o)]
         s = sc(g, g * 0.98, g * 1.02)
@@ -90,7 +92,7 @@ TABLE = {"BASE": 1.0, "SERVE_MAX_NUM_SEQS=4": 1.5,
 
 def test_search_coordinate_descent_gates_only_would_be_winners():
     log = []
-    res = T.search(CFG, LEVERS, fake(TABLE, log=log), T.Rule("goodput", 3.0))
+    res = T.search(CFG, LEVERS, table_trial(TABLE, log=log), T.Rule("goodput", 3.0))
     # max seqs 8 is BASE's own value: not a candidate; 4 wins; prefix off is inside the noise.
     assert [x for x, _ in log] == ["BASE", "SERVE_MAX_NUM_SEQS=4", "SERVE_ENABLE_PREFIX_CACHING=false SERVE_MAX_NUM_SEQS=4"]
     assert log == [("BASE", False), ("SERVE_MAX_NUM_SEQS=4", True),
@@ -99,7 +101,7 @@ def test_search_coordinate_descent_gates_only_would_be_winners():
 
 
 def test_search_gate_failure_keeps_incumbent():
-    res = T.search(CFG, LEVERS, fake({**TABLE, "SERVE_ENABLE_PREFIX_CACHING=false": 1.0},
+    res = T.search(CFG, LEVERS, table_trial({**TABLE, "SERVE_ENABLE_PREFIX_CACHING=false": 1.0},
                                      gate_fails={"SERVE_MAX_NUM_SEQS=4"}), T.Rule())
     assert res.incumbent == {}  # the next lever is tried on BASE, not on the rejected candidate
     assert [o.overrides for o in res.outcomes][-1] == {"SERVE_ENABLE_PREFIX_CACHING": "false"}
@@ -107,7 +109,7 @@ def test_search_gate_failure_keeps_incumbent():
 
 
 def test_budget_stop_lists_untried_and_replay_resumes():
-    first = T.search(CFG, LEVERS, fake(TABLE), T.Rule(), max_candidates=2)
+    first = T.search(CFG, LEVERS, table_trial(TABLE), T.Rule(), max_candidates=2)
     assert first.stop_reason.startswith("candidate budget")
     assert [u[1] for u in first.untried] == ["prefix_caching"]
     done = {o.id: o for o in first.outcomes}
@@ -118,7 +120,7 @@ def test_budget_stop_lists_untried_and_replay_resumes():
         if cid in done:
             return done[cid]
         ran.append(T.label(o))
-        return fake(TABLE)(o, wants_gate)
+        return table_trial(TABLE)(o, wants_gate)
     second = T.search(CFG, LEVERS, resumed, T.Rule(), max_candidates=3)
     assert ran == ["SERVE_ENABLE_PREFIX_CACHING=false SERVE_MAX_NUM_SEQS=4"]
     assert second.incumbent == {"SERVE_MAX_NUM_SEQS": "4"} and not second.untried
