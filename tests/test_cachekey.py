@@ -267,3 +267,12 @@ def test_export_refuses_without_a_bake(variant, tmp_path):
     with pytest.raises(KitError, match="no baked cache"):
         bake.export(variant, tmp_path / "x.tar.gz")
     assert not (tmp_path / "x.tar.gz").exists()
+
+
+def test_only_torch_compile_products_count_as_a_miss():
+    # What bake --verify and verify-image both decide a hit by (kernel files are only reported).
+    assert cachekey.is_graph_artifact("torch_compile_cache/abc/rank_0_0/backbone/artifact_shape_None_subgraph_0")
+    assert cachekey.is_graph_artifact("inductor_cache/fx/ab/graph.py")
+    assert not cachekey.is_graph_artifact("triton/KEY/kernel.cubin")
+    assert not cachekey.is_graph_artifact("flashinfer/cached_ops/x.so")
+    assert not cachekey.is_graph_artifact("torch_compile_cache/abc/x.lock")  # scratch, never an artifact

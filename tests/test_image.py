@@ -439,6 +439,11 @@ def test_cache_evidence_new_artifact_is_a_miss_even_with_a_warm_log():
     assert not ev["hit"] and ev["new_artifact_count"] == 1
 
 
+def test_cache_evidence_kernel_file_alone_is_reported_not_a_miss():
+    ev = image.cache_evidence(WARM, f"A {CACHE}/triton/KEY/kernel.cubin", CACHE)
+    assert ev["hit"] and ev["new_artifact_count"] == 1 and ev["new_artifacts"] == ["triton/KEY/kernel.cubin"]
+
+
 def test_verify_payload_matches_its_schema():
     payload = {"image": "kit:v", "weights": "mount", "docker_run": ["docker", "run"], "ready_s": 51.2,
                "completion": {"status": 200, "latency_ms": 80.1, "sample": " Paris", "tokens": 16},
