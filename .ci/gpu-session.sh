@@ -14,12 +14,22 @@
 #       server's memory profile sees another's), then probes them ONE AT A TIME once all are up (or
 #       2/3 of SECONDS has passed): start-up overlaps, timed requests never do. Ready times in these
 #       serve_smoke records are under that contention; cold-start figures come from `catalog`/bake.
+#   bash .ci/gpu-session.sh shim VARIANT NAME
+#       issue 6's cross-name proof: bake with the shim presenting NAME (another GPU of the same compute
+#       capability), verify a hit with the shim on, then a miss without it (the real name's key)
+#   bash .ci/gpu-session.sh quantize VARIANT KV_BYTES [--set K=V ...]
+#       issue 4: AWQ of random bf16 weights of the real architecture (llm-compressor from /tmp/quant,
+#       first on the path for this one command: its compressed-tensors 0.19 is not vLLM's 0.17), then
+#       serve the checkpoint (WEIGHTS=real) with vLLM, smoke + probe at the catalog's KV budget
+#   bash .ci/gpu-session.sh gates VARIANT KV_BYTES   issue 5: the CI gates (GATES=ci) on the served dummy variant
+#   bash .ci/gpu-session.sh wheels DIR TARGET   install carried wheels (.gpu/whl-*) into TARGET, --no-deps
 #   bash .ci/gpu-session.sh turn READY_DIR N DEADLINE -- CMD...   (used by parallel: barrier + lock)
 set -uo pipefail
 # The machine's copy has no commits: pass the commit the tree came from (KIT_GIT_COMMIT=$(git rev-parse HEAD)
 # here, in the run command), else records say "unknown". Its records are always marked dirty.
 export KIT_GIT_COMMIT=${KIT_GIT_COMMIT:-unknown}
-export PYTHONPATH=/tmp/site:$PWD HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1
+# /tmp/eval: lm-eval's wheels (`wheels .gpu/whl-eval /tmp/eval`), after the payload so they shadow nothing of vLLM's.
+export PYTHONPATH=/tmp/site:$PWD:/tmp/eval HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1
 step() { echo "=== $(date -u +%H:%M:%S) $*"; "$@"; echo "=== rc=$?"; }
 case "${1:-}" in
   spine)
@@ -52,16 +62,33 @@ case "${1:-}" in
       [ "$spec" != "$v" ] && for kvp in $(tr / ' ' <<<"${spec#*/}"); do S="$S --set $kvp"; done
       step timeout -s INT -k 30 $((end - SECONDS)) python3 -m scripts.serve $S --smoke \
         --then "bash .ci/gpu-session.sh turn $ready $n $deadline -- python3 -m scripts.probe $S --url {url} $PROBE" \
-        > "/tmp/parallel-$v.log" 2>&1 &
+        > "/tmp/parallel-$port-$v.log" 2>&1 &
       pids+=($!); port=$((port + 1))
     done
     for i in "${!pids[@]}"; do wait "${pids[$i]}"; echo "=== ${@:$((i+1)):1}: rc=$?"; done
-    tail -n 25 /tmp/parallel-*.log ;;
+    tail -n 25 /tmp/parallel-*.log; rm -f /tmp/parallel-*.log ;;
+  shim)
+    v=$2; name=$3; S="--variant $v --set WEIGHTS=dummy"
+    step python3 -m scripts.bake $S --set "KIT_DEVICE_NAME=$name"
+    step python3 -m scripts.bake $S --set "KIT_DEVICE_NAME=$name" --verify
+    step python3 -m scripts.bake $S --verify --expect miss ;;
+  quantize)
+    v=$2; kv=$3; shift 3
+    M="--set SERVE_KV_CACHE_MEMORY_BYTES=$kv --set SERVE_GPU_MEMORY_UTILIZATION=0.2"
+    PROBE="--concurrency 1,8 --repeats 3 --requests 8 --output-min 64 --output-max 128 --prefix-requests 4"
+    step env PYTHONPATH=/tmp/quant:$PYTHONPATH python3 -m scripts.quantize --variant "$v" --random-source "$@"
+    step python3 -m scripts.serve --variant "$v" $M --smoke --then "python3 -m scripts.probe --variant $v $M --url {url} $PROBE" ;;
+  gates)
+    step python3 -m scripts.evaluate --variant "$2" --set WEIGHTS=dummy --set GATES=ci \
+      --set SERVE_KV_CACHE_MEMORY_BYTES="$3" --set SERVE_GPU_MEMORY_UTILIZATION=0.2 --sample ;;
+  wheels)
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$3" "$2"/*.whl ;;
   turn)
     ready=$2; n=$3; deadline=$4; shift 5
     touch "$ready/$$"
     # A barrier, not a wait for a server: each server was health-polled by its own serve.
     while [ "$(ls "$ready" | wc -l)" -lt "$n" ] && [ "$(date +%s)" -lt "$deadline" ]; do sleep 2; done
     exec flock /tmp/kit-probe.lock "$@" ;;
-  *) echo "usage: $0 spine | smoke VARIANT... | catalog SECONDS VARIANT [--set K=V ...] | parallel SECONDS KV_BYTES SPEC..." >&2; exit 2 ;;
+  *) echo "usage: $0 spine | smoke VARIANT... | catalog SECONDS VARIANT [--set K=V ...] | parallel SECONDS KV_BYTES SPEC..." \
+          "| shim VARIANT NAME | wheels DIR TARGET" >&2; exit 2 ;;
 esac

