@@ -48,7 +48,13 @@ def _session():
 
 
 def stream_one(url: str, body: dict, timeout_s: float) -> L.Result:
-    """One streaming completion, every text-carrying chunk timestamped as it arrives."""
+    """One streaming completion, every chunk that carries a choice timestamped as it arrives.
+
+    A choice, not its text: vLLM sends one chunk per engine step that produced tokens, with empty
+    text when the detokenizer holds the text back (an incomplete UTF-8 sequence, a token with no
+    text). Random weights decoding greedily can repeat one such token for a whole request: on
+    2026-11-23 one Qwen3.5-4B BF16 dummy request in 24 streamed no text at all, twice, and the
+    probe, then timing text, failed the run (results/qwen3.5-4b-bf16/20261123T115721Z-latency.json)."""
     import requests
     res = L.Result(sent=time.perf_counter(), expected_tokens=body["max_tokens"])
     try:
@@ -68,7 +74,7 @@ def stream_one(url: str, body: dict, timeout_s: float) -> L.Result:
                 if "error" in obj:
                     res.error = f"stream error: {str(obj['error'])[:200]}"
                     break
-                if any(c.get("text") for c in obj.get("choices") or ()):
+                if obj.get("choices"):  # the usage-only chunk at the end has none
                     res.chunk_times.append(now)
                 if obj.get("usage"):
                     res.output_tokens = obj["usage"]["completion_tokens"]

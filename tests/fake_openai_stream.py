@@ -5,7 +5,8 @@ latency probe's math where a real server's timing is unknown. Not a model: every
 It also answers /health, /v1/models, /metrics (vLLM's prefix-cache counters: queries += prompt
 tokens, hits = 0; spec-decode counters when `spec_rates` is given) and, with dev_mode=True,
 POST /reset_prefix_cache. `die_after=N` makes it drop the (N+1)th completion mid-stream and stop
-listening, like a server killed mid-probe.
+listening, like a server killed mid-probe. `text=""` streams chunks with empty text, as vLLM does
+while its detokenizer holds text back (random weights can do that for a whole request).
 
     with FakeOpenAIStream(model="tiny", ttft_s=0.05, itl_s=0.01) as fake:
         requests.post(fake.url + "/v1/completions", json={...}, stream=True)
@@ -31,8 +32,8 @@ class _QuietServer(ThreadingHTTPServer):
 
 class FakeOpenAIStream:
     def __init__(self, model: str, ttft_s: float = 0.05, itl_s: float = 0.01, dev_mode: bool = False,
-                 die_after: int | None = None, spec_rates: list | None = None):
-        self.model, self.ttft_s, self.itl_s, self.dev_mode = model, ttft_s, itl_s, dev_mode
+                 die_after: int | None = None, spec_rates: list | None = None, text: str = " tok"):
+        self.model, self.ttft_s, self.itl_s, self.dev_mode, self.text = model, ttft_s, itl_s, dev_mode, text
         self.die_after, self.spec_rates = die_after, spec_rates
         self.completions = 0
         self.resets = 0
@@ -115,7 +116,7 @@ class FakeOpenAIStream:
                         return
                     # Sleep to an absolute deadline so jitter does not accumulate over tokens.
                     time.sleep(max(0.0, t0 + fake.ttft_s + i * fake.itl_s - time.perf_counter()))
-                    chunk({"choices": [{"index": 0, "text": " tok", "finish_reason": None}]})
+                    chunk({"choices": [{"index": 0, "text": fake.text, "finish_reason": None}]})
                 chunk({"choices": [], "usage": {"prompt_tokens": len(body["prompt"]),
                                                 "completion_tokens": body["max_tokens"]}})
                 chunk(b"[DONE]")

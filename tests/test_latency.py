@@ -218,6 +218,18 @@ def test_probe_measures_fake_server_known_delays(tmp_path):
     assert "| `tiny` |" in S.readme_table({"tiny": {"results": {"latency": summ}}})
 
 
+def test_chunks_with_empty_text_are_still_timed_as_tokens():
+    """vLLM streams a chunk per step even when its text is held back (empty); random weights can do
+    that for a whole request, which the probe once counted as a failed request."""
+    from scripts.probe import stream_one
+    with FakeOpenAIStream("tiny", ttft_s=0.05, itl_s=0.01, text="") as fake:
+        body = L.completion_body("tiny", L.Request(prompt=[1] * 16, max_tokens=5, cls="short"))
+        r = stream_one(fake.url, body, 30)
+    assert r.ok, r.failure()
+    assert len(r.chunk_times) == 5  # the usage-only chunk is not a token
+    assert 45 <= r.ttft_ms <= 80 and r.tpot_ms == pytest.approx(10, abs=3)
+
+
 def test_probe_resets_prefix_cache_in_dev_mode_and_reads_acceptance(tmp_path):
     with FakeOpenAIStream("tiny", ttft_s=0.01, itl_s=0.002, dev_mode=True, spec_rates=[0.9, 0.6]) as fake:
         assert run_probe(fake, tmp_path) == 0
