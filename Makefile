@@ -24,8 +24,8 @@ serve: ## run VARIANT's vLLM server until Ctrl-C (DRY_RUN=1: print command and e
 	$(PY) -m scripts.serve $(V) $(if $(DRY_RUN),--dry-run)
 eval-latency: ## latency probe of VARIANT (URL= to probe a running server)
 	$(PY) -m scripts.probe $(V) $(if $(URL),--url $(URL)) $(if $(BASELINE),--baseline $(BASELINE))
-sweep: ## one lever over values, served and probed per value: OVER=SPEC_K=0,1,2,4 [RATES=0.98,0.82,...]
-	$(PY) -m scripts.sweep $(V) --over $(OVER) $(if $(RATES),--rates $(RATES))
+sweep: ## one lever over values, served and probed per value: OVER=SPEC_K=0,1,2,4 [RATES=0.98,0.82,...] [JOBS=N]
+	$(PY) -m scripts.sweep $(V) --over $(OVER) $(if $(RATES),--rates $(RATES)) $(if $(JOBS),--jobs $(JOBS))
 eval-quality: ## quality gates on the served VARIANT, the gates file's fixed sample (10% by default)
 	$(PY) -m scripts.evaluate $(V) --sample $(if $(URL),--url $(URL))
 eval-quality-full: ## quality gates on the served VARIANT, every item

@@ -29,6 +29,9 @@ def main(argv=None) -> int:
         if a.force or not weights.is_complete(target):
             print(f"building dummy-weights folder {target}", file=sys.stderr)
             weights.build_dummy(v)
+        if v.draft_dir and (a.force or not weights.is_complete(v.draft_dir)):
+            print(f"building dummy draft folder {v.draft_dir}", file=sys.stderr)
+            weights.build_dummy_draft(v)
     else:
         target = v.base_weights_dir
         if a.force or not weights.is_complete(target):

@@ -117,3 +117,52 @@ def quant_sha(p):
     import hashlib
     return hashlib.sha256(p.read_bytes()).hexdigest()
 
+
+
+def _mini(arch: str, tmp_path) -> str:
+    """The shipped architecture config shrunk in width and depth only (same model type, layer kinds,
+    real vocabulary, MTP head), so the GPU host's `--random-source` path runs here in a minute."""
+    cfg = json.loads((ROOT / "weights" / "configs" / f"{arch}.json").read_text())
+    t = cfg.get("text_config", cfg)
+    t.update(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2, head_dim=32)
+    if "linear_num_value_heads" in t:  # Qwen3.5: 3 Gated-DeltaNet layers + 1 full attention
+        t.update(num_hidden_layers=4, linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16,
+                 linear_value_head_dim=16)
+        cfg["vision_config"] = {"depth": 1, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2,
+                                "out_hidden_size": 64, "patch_size": 16, "spatial_merge_size": 2, "temporal_patch_size": 2}
+    else:
+        t.update(num_hidden_layers=2)
+    p = tmp_path / f"{arch}-mini.json"
+    p.write_text(json.dumps(cfg))
+    return str(p)
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("variant,arch", [("qwen3-4b-awq", "qwen3-4b"), ("qwen3.5-4b-awq", "qwen3.5-4b")])
+def test_random_source_of_the_real_architectures(tmp_path, variant, arch):
+    """What the GPU host runs for issue 4 (`--random-source`: random bf16 weights of ARCH_CONFIG, no
+    hub), on shrunken configs: MLP linears packed to 4 bits, Gated-DeltaNet, vision and the MTP head
+    left 16-bit, Qwen3.5's mtp.* tensors copied into the checkpoint and mtp_num_hidden_layers kept."""
+    import shutil
+    model = f"kit-test/{arch}-mini-{tmp_path.name}"  # its random source lands in weights/: removed below
+    src = ROOT / "weights" / model.replace("/", "--")
+    out, res = tmp_path / "awq", tmp_path / "results"
+    try:
+        r = quantize("--variant", variant, "--random-source", "--set", f"MODEL={model}",
+                     "--set", f"ARCH_CONFIG={_mini(arch, tmp_path)}", *FAST[2:], "--set", "QUANT_PPL_MAX_RATIO=1.5",
+                     "--out", str(out), "--results", str(res))
+    finally:
+        shutil.rmtree(src, ignore_errors=True)
+    assert r.returncode == 0, r.stderr[-4000:]
+    cfg = json.loads((out / "config.json").read_text())
+    keys = set(json.loads((out / "model.safetensors.index.json").read_text())["weight_map"]) \
+        if (out / "model.safetensors.index.json").exists() else set()
+    packed = {k.rsplit(".", 1)[0] for k in keys if k.endswith(".weight_packed")}
+    if arch == "qwen3.5-4b":
+        assert (cfg.get("text_config") or cfg).get("mtp_num_hidden_layers") == 1
+        mtp = {k for k in keys if k.startswith("mtp.")}
+        assert "mtp.fc.weight" in mtp and not any(k.startswith("mtp.") for k in packed)
+        assert packed and all(".mlp." in k for k in packed)  # GDN, attention, vision: 16-bit
+        assert any(".linear_attn.in_proj_qkv.weight" in k for k in keys)
+    rec = load_record(next((res / variant).glob("*-quantize.json")))
+    assert rec["payload"]["verify"]["passed"] and rec["payload"]["random_source"]

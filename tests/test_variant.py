@@ -167,3 +167,24 @@ def test_describes_judges_a_record_by_its_stored_config_under_todays_rules(tree)
     # ...a served setting does.
     assert not v.describes({"config": {**v.config, "SERVE_MAX_NUM_SEQS": "16"}})
     assert not v.describes({"config": {**old, "SERVE_ENABLE_PREFIX_CACHING": "true"}})
+
+
+def test_dummy_draft_folder_comes_from_spec_arch_config(tree, tmp_path, monkeypatch):
+    """A dummy-weights drafter (DFlash) is its config.json alone; serving refuses until it exists,
+    and a variant with no SPEC_ARCH_CONFIG gets told which key to set."""
+    import scripts.kit.variant as variant
+    from scripts.kit import weights
+    monkeypatch.setattr(variant, "WEIGHTS", tmp_path / "w")
+    base = "MODEL=Qwen/Qwen3-4B\nARCH_CONFIG=weights/configs/qwen3-4b.json\nSPEC_METHOD=dflash\nSPEC_K=15\nSPEC_MODEL=z-lab/D\n"
+    tree("nodraft", base)
+    with pytest.raises(KitError, match="needs SPEC_ARCH_CONFIG"):
+        weights.build_dummy_draft(load("nodraft", ["WEIGHTS=dummy"]))
+    tree("dd", base + "SPEC_ARCH_CONFIG=weights/configs/qwen3-4b-dflash-b16.json\n")
+    v = load("dd", ["WEIGHTS=dummy"])
+    with pytest.raises(KitError, match=r"draft weights for dd are missing: .*SET=WEIGHTS=dummy"):
+        weights.require(v)
+    d = weights.build_dummy_draft(v)
+    assert d == v.draft_dir and weights.is_complete(d)
+    cfg = json.loads((d / "config.json").read_text())
+    assert cfg["architectures"] == ["DFlashDraftModel"] and cfg["dflash_config"]["target_layer_ids"]
+    assert f'"model":"{d}"' in " ".join(v.to_argv("gpu"))

@@ -40,6 +40,10 @@ def is_complete(d: Path) -> bool:
 def require(variant) -> Path:
     """The served weights folder, or a KitError saying which command makes it."""
     d = variant.weights_dir
+    draft = variant.draft_dir
+    if draft is not None and not is_complete(draft):
+        raise KitError(f"draft weights for {variant.name} are missing: {draft} (run: make download VARIANT={variant.name}"
+                       + (" SET=WEIGHTS=dummy)" if variant["WEIGHTS"] == "dummy" else ")"))
     if is_complete(d):
         return d
     if variant["QUANT"] != "none" and variant["WEIGHTS"] == "real":
@@ -141,6 +145,24 @@ def build_dummy(variant) -> Path:
         (tmp / "config.json").write_text(json.dumps(dummy_config(variant), indent=2) + "\n")
         if variant["DUMMY_TOKENIZER"] != "none":
             qwen_tokenizer(variant["DUMMY_TOKENIZER"]).save_pretrained(tmp)
+        return _publish(tmp, final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def build_dummy_draft(variant) -> Path:
+    """The draft model's dummy folder: SPEC_ARCH_CONFIG's config.json alone (the draft shares the
+    target's tokenizer, and vLLM fills its weights at random like the target's)."""
+    if not variant["SPEC_ARCH_CONFIG"]:
+        raise KitError(f"{variant.name}: SPEC_MODEL={variant['SPEC_MODEL']} with WEIGHTS=dummy needs SPEC_ARCH_CONFIG "
+                       f"(the draft's config.json, e.g. weights/configs/<draft>.json)")
+    src = ROOT / variant["SPEC_ARCH_CONFIG"]
+    if not src.is_file():
+        raise KitError(f"{variant.name}: SPEC_ARCH_CONFIG={variant['SPEC_ARCH_CONFIG']}: no such file")
+    final = variant.draft_dir
+    tmp = _staging(final)
+    try:
+        shutil.copyfile(src, tmp / "config.json")
         return _publish(tmp, final)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
