@@ -369,7 +369,7 @@ def main(argv=None) -> int:
         models = [m["id"] for m in srv.get("/v1/models", 30).json().get("data", [])]
         if v.name not in models:
             raise KitError(f"{srv.url} serves {models}, not variant {v.name!r} (probe the right server or variant)")
-        n_total = sum(a.warmup_waves * c + a.repeats * max(w.requests, c) for c in a.concurrency) + (w.prefix_requests if w.prefix_tokens else 0)
+        n_total = sum((a.warmup_waves + a.repeats) * max(w.requests, c) for c in a.concurrency) + (w.prefix_requests if w.prefix_tokens else 0)
         with exclusive(a.lock), tqdm(total=n_total, unit="req", file=sys.stderr) as bar:
             payload = probe(srv, v.name, w, a, bar)
     except KeyboardInterrupt:

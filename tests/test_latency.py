@@ -50,8 +50,13 @@ def test_workload_is_seeded_exact_and_distinct_per_pass():
     assert all(5 <= r.max_tokens <= 9 for r in a)
     assert all(L.TOKEN_LO <= t < L.TOKEN_HI for r in a for t in r.prompt)
     assert len(L.level_requests(w, 8, 0)) == 8  # at least one full wave
-    assert len(L.level_requests(w, 4, 0, warmup=True)) == 4
-    assert L.level_requests(w, 4, 1)[0].prompt != a[0].prompt  # repeats never share a prompt
+    warm, again = L.level_requests(w, 4, 0, warmup=True), L.level_requests(w, 4, 1)
+    shape = lambda rs: [(len(r.prompt), r.max_tokens, r.cls) for r in rs]
+    assert shape(warm) == shape(again) == shape(a)  # warm-up and repeats: the same shapes...
+    assert len({r.max_tokens for r in a}) > 1 or len({r.cls for r in a}) > 1  # (a real mix)
+    assert all(x.prompt != y.prompt for x, y in zip(again, a))  # ...never the same prompt
+    assert all(x.prompt != y.prompt for x, y in zip(warm, a))
+    assert L.Workload().spec()["draw"] == L.DRAW  # a change of draw changes the hash
     pre = L.prefix_requests(L.Workload(prefix_tokens=20, prefix_suffix_tokens=3, prefix_requests=3))
     assert all(len(r.prompt) == 23 and r.prompt[:20] == pre[0].prompt[:20] for r in pre)
     assert len({tuple(r.prompt) for r in pre}) == 3

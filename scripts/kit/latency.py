@@ -45,6 +45,14 @@ WARMUP_WAVES = 2
 REQUEST_TIMEOUT_S = 300.0
 
 
+# How requests are drawn from the workload's parameters; in the hash, so records drawn differently
+# are never compared. 2: one list of shapes per level for its warm-up waves and all its repeats (see
+# level_requests). 1 (records up to 2026-11-23): a new class mix and new output lengths every repeat
+# and a warm-up of `concurrency` requests, so at 8 requests a repeat the draw alone moved tok/s by
+# tens of percent, and "unstable repeats" could not tell the draw from the server.
+DRAW = 2
+
+
 @dataclass(frozen=True)
 class Workload:
     """The request set. Every field is a probe flag (`--<field-with-dashes>`); help = metadata."""
@@ -66,7 +74,7 @@ class Workload:
     def spec(self) -> dict:
         d = asdict(self)
         d.update(token_range=[TOKEN_LO, TOKEN_HI], input_lens=list(self.input_lens),
-                 class_weights=list(self.class_weights))
+                 class_weights=list(self.class_weights), draw=DRAW)
         return d
 
     @property
@@ -94,21 +102,22 @@ def _prompt(rng: random.Random, n: int) -> list:
 
 
 def level_requests(w: Workload, concurrency: int, repeat: int, warmup: bool = False) -> list[Request]:
-    """The requests of one repeat (or the warm-up pass) at one concurrency level.
+    """The requests of one repeat (or warm-up wave `repeat`) at one concurrency level.
 
-    Prompts are seeded by (seed, level, repeat) so no two passes share a prompt: the prefix cache
-    cannot inflate a repeat even where it cannot be reset. A warm-up wave (repeat = wave index) sends
-    concurrency requests of the same class mix, so every batch shape of the level is compiled/captured first.
+    Shapes (prompt class, output length, order) are drawn once per level from (seed, level): the
+    warm-up waves and every repeat send the same shapes, so the spread between repeats is the
+    server's, not the draw's, and warm-up meets every shape the timed passes will. Prompt tokens are
+    drawn per pass from (seed, level, pass), so no two passes share a prompt: the prefix cache cannot
+    inflate a repeat even where it cannot be reset.
     """
-    tag = ("warmup" if repeat == 0 else f"warmup{repeat}") if warmup else repeat  # wave 0 as before
-    rng = random.Random(f"{w.seed}:{concurrency}:{tag}")
-    n = concurrency if warmup else max(w.requests, concurrency)
     names = CLASS_NAMES[:len(w.input_lens)]
-    out = []
-    for _ in range(n):
-        i = rng.choices(range(len(names)), weights=w.class_weights[:len(names)])[0]
-        out.append(Request(_prompt(rng, w.input_lens[i]), rng.randint(w.output_min, w.output_max), names[i]))
-    return out
+    shape_rng = random.Random(f"{w.seed}:{concurrency}:shapes")
+    shapes = []
+    for _ in range(max(w.requests, concurrency)):
+        i = shape_rng.choices(range(len(names)), weights=w.class_weights[:len(names)])[0]
+        shapes.append((i, shape_rng.randint(w.output_min, w.output_max)))
+    rng = random.Random(f"{w.seed}:{concurrency}:{f'warmup{repeat}' if warmup else repeat}")
+    return [Request(_prompt(rng, w.input_lens[i]), out, names[i]) for i, out in shapes]
 
 
 def prefix_requests(w: Workload) -> list[Request]:
