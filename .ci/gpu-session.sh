@@ -32,12 +32,12 @@ export KIT_GIT_COMMIT=${KIT_GIT_COMMIT:-unknown}
 export PYTHONPATH=/tmp/site:$PWD:/tmp/eval HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1
 step() { echo "=== $(date -u +%H:%M:%S) $*"; "$@"; echo "=== rc=$?"; }
 case "${1:-}" in
-  spine)
+  spine)  # the dry-run lines stay in the log: they are what the parser was given
     nvidia-smi --query-gpu=name,driver_version,compute_cap,memory.total --format=csv
     python3 -c 'import vllm, torch, transformers; print("vllm", vllm.__version__, "torch", torch.__version__, "transformers", transformers.__version__)'
     for v in $(python3 -m scripts.kit list); do
       [ "$v" = tiny ] && set -- || set -- --set WEIGHTS=dummy
-      step python3 -m scripts.serve --variant "$v" "$@" --dry-run --check-args >/dev/null
+      step python3 -m scripts.serve --variant "$v" "$@" --dry-run --check-args
     done ;;
   smoke)
     shift

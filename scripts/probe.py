@@ -28,7 +28,7 @@ from pathlib import Path
 
 from scripts.kit import latency as L
 from scripts.kit import weights
-from scripts.kit.device import device_provenance, host_platform
+from scripts.kit.device import device_provenance, gpu_compute_processes, host_platform
 from scripts.kit.errors import KitError, run_main
 from scripts.kit.paths import EXPERIMENTS, RESULTS, ROOT
 from scripts.kit.procs import ServerProcess
@@ -143,6 +143,11 @@ def probe(srv: Server, model: str, w: L.Workload, a, bar) -> dict:
     """Every level and the prefix-cache run; returns the payload minus baseline and validity."""
     can_reset = None  # learned on the first try
     levels, notes = [], []
+    # Servers sharing the GPU (gpu-session.sh parallel, sweep --jobs) are a run condition the config
+    # does not show, so it is recorded. (The same variant and rates measured 2.48 and 3.06 ms TPOT at
+    # c=1 in two runs of one session, results/qwen3.5-4b-awq-seq8-mtp4/20261123T115736Z and 115500Z,
+    # both probed after their neighbours' probes had ended; the cause is not known yet.)
+    gpu_processes = gpu_compute_processes()
 
     def reset():
         nonlocal can_reset
@@ -183,7 +188,7 @@ def probe(srv: Server, model: str, w: L.Workload, a, bar) -> dict:
     if can_reset is False:
         notes.append("the server has no /reset_prefix_cache (start it with VLLM_SERVER_DEV_MODE=1): "
                      "caches were not reset between repeats; prompts differ per repeat, so no repeat reuses another's")
-    return {"levels": levels, "prefix_run": prefix_run,
+    return {"levels": levels, "prefix_run": prefix_run, "gpu_processes": gpu_processes,
             "prefix_cache_reset": {True: "ok", False: "unavailable", None: "not attempted"}[can_reset],
             "notes": notes}
 
@@ -228,6 +233,11 @@ def validity(payload: dict, v, gpu_name: str | None, repeats: int) -> dict:
         rf["status"] = "violated" if below else "ok"
     if repeats < 3:
         warnings.append(f"{repeats} repeat(s): spread is not meaningful below 3")
+    own = int(v.config.get("SERVE_TENSOR_PARALLEL_SIZE") or 1) * int(v.config.get("SERVE_DATA_PARALLEL_SIZE") or 1)
+    n = (payload.get("server") or {}).get("gpu_processes")
+    if n is not None and n > own:
+        warnings.append(f"{n} processes held GPU memory while timing (this server's own: {own}): "
+                        f"co-resident servers; compare only with runs made beside as many")
     warnings += payload.pop("notes")
     return rf, {"valid": not errors, "errors": errors, "warnings": warnings}
 
@@ -383,7 +393,8 @@ def main(argv=None) -> int:
                "slo": {"ttft_p99_ms": a.slo.ttft_p99_ms, "tpot_p99_ms": a.slo.tpot_p99_ms},
                "server": {"url": a.url, "started_by_probe": proc is not None,
                           "ready_s": round(ready, 2) if proc else None,
-                          "prefix_cache_reset": payload.pop("prefix_cache_reset")},
+                          "prefix_cache_reset": payload.pop("prefix_cache_reset"),
+                          "gpu_processes": payload.pop("gpu_processes")},
                "repeats": a.repeats, "max_spread_pct": a.max_spread_pct, **payload}
     payload["max_concurrency_meeting_slo"] = L.max_concurrency_meeting_slo(payload["levels"])
     payload["roofline"], payload["validity"] = validity(payload, v, gpu_name, a.repeats)

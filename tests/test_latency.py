@@ -260,6 +260,16 @@ def test_probe_speedup_only_against_comparable_baseline(tmp_path):
     assert own["reasons"] == ["this variant is its own baseline"]
 
 
+def test_fake_gpu_neighbours_are_recorded_and_flagged(tmp_path, monkeypatch):
+    # FAKE nvidia-smi answer: three processes hold GPU memory, so two servers idle beside this one.
+    monkeypatch.setattr(probe, "gpu_compute_processes", lambda: 3)
+    with FakeOpenAIStream("tiny", ttft_s=0.01, itl_s=0.002) as fake:
+        assert run_probe(fake, tmp_path) == 0
+    p = only_record(tmp_path)["payload"]
+    assert p["server"]["gpu_processes"] == 3 and p["validity"]["valid"]
+    assert any("3 processes held GPU memory" in w and "own: 1" in w for w in p["validity"]["warnings"])
+
+
 def test_fake_gpu_tpot_below_floor_is_invalid_not_a_result(tmp_path, monkeypatch):
     # FAKE GPU identity: a 1 ms/token stream on "an H100" is faster than reading 8 GB of weights.
     monkeypatch.setattr(probe, "device_provenance", lambda: {"kind": "gpu", "name": "NVIDIA H100 80GB HBM3"})

@@ -30,6 +30,19 @@ def gpu_facts() -> list[dict]:
     return gpus
 
 
+def gpu_compute_processes() -> int | None:
+    """Processes holding GPU memory now (nvidia-smi's compute apps); None without nvidia-smi."""
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return None
+    try:
+        out = subprocess.run([smi, "--query-compute-apps=pid", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return len([x for x in out.stdout.split() if x.strip().isdigit()]) if out.returncode == 0 else None
+
+
 def host_platform() -> str:
     """'gpu' or 'cpu'. KIT_PLATFORM overrides (goldens and tests pin it)."""
     forced = os.environ.get("KIT_PLATFORM")
