@@ -22,6 +22,11 @@
 #       first on the path for this one command: its compressed-tensors 0.19 is not vLLM's 0.17), then
 #       serve the checkpoint (WEIGHTS=real) with vLLM, smoke + probe at the catalog's KV budget
 #   bash .ci/gpu-session.sh gates VARIANT KV_BYTES   issue 5: the CI gates (GATES=ci) on the served dummy variant
+#   bash .ci/gpu-session.sh tune BASE SECONDS [tune flags...]
+#       issue 8: make tune from BASE on dummy weights within SECONDS. The quality gates are off
+#       (random weights fail every gate; the written variant's records say gate "none"), and the
+#       candidates' state lives in /tmp/tune-state so a later call on the same machine resumes it
+#       (the device's copy of results/ is reset between calls: tar both into $OUT)
 #   bash .ci/gpu-session.sh wheels DIR TARGET   install carried wheels (.gpu/whl-*) into TARGET, --no-deps
 #   bash .ci/gpu-session.sh turn READY_DIR N DEADLINE -- CMD...   (used by parallel: barrier + lock)
 set -uo pipefail
@@ -81,6 +86,11 @@ case "${1:-}" in
   gates)
     step python3 -m scripts.evaluate --variant "$2" --set WEIGHTS=dummy --set GATES=ci \
       --set SERVE_KV_CACHE_MEMORY_BYTES="$3" --set SERVE_GPU_MEMORY_UTILIZATION=0.2 --sample ;;
+  tune)
+    base=$2; secs=$3; shift 3
+    step timeout -s INT -k 30 "$secs" python3 -m scripts.tune --base "$base" --set WEIGHTS=dummy \
+      --budget "$((secs - 60))s" --search-gate none --final-gate none --state-dir /tmp/tune-state \
+      --probe-args "--concurrency 1,8 --repeats 3 --requests 8 --output-min 64 --output-max 128 --prefix-requests 4" "$@" ;;
   wheels)
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$3" "$2"/*.whl ;;
   turn)
@@ -90,5 +100,5 @@ case "${1:-}" in
     while [ "$(ls "$ready" | wc -l)" -lt "$n" ] && [ "$(date +%s)" -lt "$deadline" ]; do sleep 2; done
     exec flock /tmp/kit-probe.lock "$@" ;;
   *) echo "usage: $0 spine | smoke VARIANT... | catalog SECONDS VARIANT [--set K=V ...] | parallel SECONDS KV_BYTES SPEC..." \
-          "| shim VARIANT NAME | wheels DIR TARGET" >&2; exit 2 ;;
+          "| shim VARIANT NAME | quantize VARIANT KV_BYTES | gates VARIANT KV_BYTES | tune BASE SECONDS | wheels DIR TARGET" >&2; exit 2 ;;
 esac
