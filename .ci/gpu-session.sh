@@ -35,7 +35,10 @@ set -uo pipefail
 export KIT_GIT_COMMIT=${KIT_GIT_COMMIT:-unknown}
 # /tmp/eval: lm-eval's wheels (`wheels .gpu/whl-eval /tmp/eval`), after the payload so they shadow nothing of vLLM's.
 export PYTHONPATH=/tmp/site:$PWD:/tmp/eval HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1
-step() { echo "=== $(date -u +%H:%M:%S) $*"; "$@"; echo "=== rc=$?"; }
+# step returns its command's status (it returned echo's, so parallel reported rc=0 for a failed start).
+step() { echo "=== $(date -u +%H:%M:%S) $*"; "$@"; local rc=$?; echo "=== rc=$rc"; return $rc; }
+# parallel's per-server logs: KIT_LOG_DIR=$OUT keeps them when the call's time limit cuts the mode short.
+LOGS=${KIT_LOG_DIR:-/tmp}
 case "${1:-}" in
   spine)  # the dry-run lines stay in the log: they are what the parser was given
     nvidia-smi --query-gpu=name,driver_version,compute_cap,memory.total --format=csv
@@ -65,13 +68,15 @@ case "${1:-}" in
       v=${spec%%/*}; S="--variant $v --set WEIGHTS=dummy --set PORT=$port --set SERVE_KV_CACHE_MEMORY_BYTES=$kv"
       S="$S --set SERVE_GPU_MEMORY_UTILIZATION=0.2"  # vLLM's start-up free-memory check, per server
       [ "$spec" != "$v" ] && for kvp in $(tr / ' ' <<<"${spec#*/}"); do S="$S --set $kvp"; done
-      step timeout -s INT -k 30 $((end - SECONDS)) python3 -m scripts.serve $S --smoke \
-        --then "bash .ci/gpu-session.sh turn $ready $n $deadline -- python3 -m scripts.probe $S --url {url} $PROBE" \
-        > "/tmp/parallel-$port-$v.log" 2>&1 &
+      # A server that exits (failed start, or done) leaves a marker too, so the barrier counts
+      # servers that are up or gone: one failed start no longer holds the others to the deadline.
+      { step timeout -s INT -k 30 $((end - SECONDS)) python3 -m scripts.serve $S --smoke \
+          --then "bash .ci/gpu-session.sh turn $ready $n $deadline -- python3 -m scripts.probe $S --url {url} $PROBE"
+        rc=$?; touch "$ready/exit-$port"; exit $rc; } > "$LOGS/parallel-$port-$v.log" 2>&1 &
       pids+=($!); port=$((port + 1))
     done
     for i in "${!pids[@]}"; do wait "${pids[$i]}"; echo "=== ${@:$((i+1)):1}: rc=$?"; done
-    tail -n 25 /tmp/parallel-*.log; rm -f /tmp/parallel-*.log ;;
+    tail -n 25 "$LOGS"/parallel-*.log; [ -n "${KIT_LOG_DIR:-}" ] || rm -f /tmp/parallel-*.log ;;
   shim)
     v=$2; name=$3; S="--variant $v --set WEIGHTS=dummy"
     step python3 -m scripts.bake $S --set "KIT_DEVICE_NAME=$name"
