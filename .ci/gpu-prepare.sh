@@ -9,8 +9,9 @@
 #   whl-quant/          llm-compressor and its compressed-tensors 0.19 (clashes with vLLM's 0.17: own
 #                       --target /tmp/quant, put before /tmp/site only for `scripts.quantize`)
 # Then, on the device, back to back (it is released after 30 s idle): three calls carrying one chunk
-# each into /tmp/pl/, the third also carrying w.tar.xz and running
+# each into /tmp/pl/, the third also carrying w.tar.xz and install_payload.sh and running
 #   bash .gpu/install_payload.sh /tmp/pl && tar -xJf .gpu/w.tar.xz && KIT_GIT_COMMIT=... bash .ci/gpu-session.sh ...
+# The wheel folders go in a later call (64 MiB a call: p01 + whl-eval is over it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 shared=${SHARED:-../shared}
@@ -18,7 +19,7 @@ shared=${SHARED:-../shared}
 cp "$shared/gpu/install_payload.sh" .gpu/
 for v in $(.venv/bin/python -m scripts.kit list); do
   [ "$v" = tiny ] && continue
-  # A variant whose dummy folder cannot be built here (e.g. a drafter with no offline config) is named, not fatal.
+  # A variant whose dummy folder cannot be built here is named, not fatal.
   .venv/bin/python -m scripts.download --variant "$v" --set WEIGHTS=dummy >/dev/null 2>.gpu/download-"$v".log \
     && echo "dummy weights: $v" || echo "dummy weights: $v FAILED: $(tail -n 1 .gpu/download-"$v".log)"
 done

@@ -30,12 +30,11 @@ from scripts.kit import latency as L
 from scripts.kit import weights
 from scripts.kit.device import device_provenance, gpu_compute_processes, host_platform
 from scripts.kit.errors import KitError, run_main
-from scripts.kit.paths import EXPERIMENTS, RESULTS, ROOT
+from scripts.kit.paths import EXPERIMENTS, RESULTS, ROOT, atomic_write, rel as _rel
 from scripts.kit.procs import ServerProcess
 from scripts.kit.record import make_record, records, write_record
 from scripts.kit.variant import load
 from scripts.serve import add_variant_args, describe
-from scripts.kit.paths import atomic_write, rel as _rel
 
 _local = threading.local()
 
@@ -294,8 +293,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--concurrency", type=csv_ints, default=L.CONCURRENCY, metavar="N,N,...",
                    help=f"concurrency levels (default: {','.join(map(str, L.CONCURRENCY))})")
     p.add_argument("--warmup-waves", type=int, default=L.WARMUP_WAVES,
-                   help=f"untimed waves (concurrency requests each) before a level's repeats (default: {L.WARMUP_WAVES}); "
-                        "one was not enough for Qwen3.5 + MTP at c=8 on the H100 (repeats kept rising)")
+                   help=f"untimed waves before a level's repeats, each with the repeats' request shapes "
+                        f"(default: {L.WARMUP_WAVES})")
     p.add_argument("--repeats", type=int, default=L.REPEATS, help=f"timed passes per level (default: {L.REPEATS})")
     slo = L.SLO()
     p.add_argument("--slo", type=slo_arg, default=slo, metavar="ttft=MS,tpot=MS",
@@ -329,12 +328,9 @@ def exclusive(path: Path | None):
     def held():
         import fcntl
         path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "a") as f:
+        with open(path, "a") as f:  # closing the file releases the lock
             fcntl.flock(f, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(f, fcntl.LOCK_UN)
+            yield
     return held()
 
 

@@ -2,8 +2,8 @@
 
 Each value is VARIANT + `--set KEY=value`, served once (`serve --then probe`, so the server is
 health-polled, owned and stopped by the kit's serve) and probed with the same workload. Probe
-records go to results/sweeps/<variant>/<KEY>/ (apart from the variant's own records: those values
-are not the variant). Then one `sweep` record in results/<variant>/ names every point's record and
+records go to results/sweeps/<variant>/<KEY>/<NN>-<value>/ (apart from the variant's own records:
+those values are not the variant). Then one `sweep` record in results/<variant>/ names every point's record and
 its numbers, and experiments/<variant>/sweep-<key>.png plots output tok/s and TPOT p50 against the
 value, one line per concurrency. A point whose server does not start or whose probe is invalid is
 recorded as such, with the reason; the sweep goes on.
@@ -95,18 +95,18 @@ def level_numbers(rec: dict) -> dict:
     return out
 
 
-def run_point(a, v, key: str, value: str, sets: list[str], into: Path, log: Path,
-              port: int | None = None, lock: Path | None = None) -> dict:
-    """Serve VARIANT with sets, probe it into `into`; the point's summary. With --jobs, `port` keeps
-    concurrent servers apart and `lock` keeps their timed requests apart."""
-    all_sets = [*a.set, *sets] + ([f"PORT={port}"] if port else [])
+def run_point(a, v, key: str, value: str, sets: list[str], into: Path, log: Path, port: int,
+              lock: Path | None = None) -> dict:
+    """Serve VARIANT with sets on `port`, probe it into `into` (the point's own folder); the point's
+    summary. With --jobs, `lock` keeps the concurrent servers' timed requests apart."""
+    all_sets = [*a.set, *sets, f"PORT={port}"]
     if key == "SPEC_K" or a.cache_per_point:
         all_sets.append(f"VLLM_CACHE_ROOT={v.cache_root / f'sweep-{key.lower()}-{value}'}")
     flags = [x for s in all_sets for x in ("--set", s)]
     probe = [sys.executable, "-m", "scripts.probe", "--variant", v.name, *flags, "--url", "{url}",
              "--results-dir", str(into), *(["--lock", str(lock)] if lock else []), *shlex.split(a.probe_args)]
     cmd = [sys.executable, "-m", "scripts.serve", "--variant", v.name, *flags, "--then", shlex.join(probe)]
-    before = {p for p, _ in records(v.name, "latency", into)}
+    before = {p for p, _ in records(v.name, "latency", into)}  # an earlier sweep's, on a re-run
     t0 = time.time()
     rc = run_logged(cmd, log, ROOT)
     new = [(p, r) for p, r in records(v.name, "latency", into) if p not in before]
@@ -158,9 +158,8 @@ def main(argv=None) -> int:
         # Each point's records in their own folder: concurrent points must not take each other's.
         port = ports.get()
         try:
-            pt = run_point(a, v, key, val, sets, into / f"{i:02d}-{val}" if a.jobs > 1 else into,
-                           into / "logs" / f"{stamp}-{key}-{val}.log", port=port if a.jobs > 1 else None,
-                           lock=into / "logs" / f"{stamp}.lock" if a.jobs > 1 else None)
+            pt = run_point(a, v, key, val, sets, into / f"{i:02d}-{val}", into / "logs" / f"{stamp}-{key}-{val}.log",
+                           port, lock=into / "logs" / f"{stamp}.lock" if a.jobs > 1 else None)
         finally:
             ports.put(port)
         bar.update(1)

@@ -39,8 +39,10 @@ REPEATS = 3
 # A repeat whose output tok/s is further than this from the median of its level's repeats is
 # flagged: the shared GPU README's batch-8 650-vs-1423 tok/s run is the case this catches.
 MAX_SPREAD_PCT = 10.0
-# Two untimed waves per level: with one, Qwen3.5-4B + MTP at c=8 on the H100 still rose
-# 574 -> 1628 tok/s over three repeats (results/qwen3.5-4b-awq-seq8-mtp4/20261123T091528Z-latency.json).
+# Two untimed waves per level. With one, Qwen3.5-4B + MTP at c=8 on the H100 rose 574 -> 1628 tok/s
+# over three repeats (results/qwen3.5-4b-awq-seq8-mtp4/20261123T091528Z-latency.json); with two, the
+# third repeat at c=8 still ran 39-91% above the median in most records of that day, Qwen3 BF16
+# included, so more waves are not known to fix it (README, Results).
 WARMUP_WAVES = 2
 REQUEST_TIMEOUT_S = 300.0
 
@@ -48,8 +50,8 @@ REQUEST_TIMEOUT_S = 300.0
 # How requests are drawn from the workload's parameters; in the hash, so records drawn differently
 # are never compared. 2: one list of shapes per level for its warm-up waves and all its repeats (see
 # level_requests). 1 (records up to 2026-11-23): a new class mix and new output lengths every repeat
-# and a warm-up of `concurrency` requests, so at 8 requests a repeat the draw alone moved tok/s by
-# tens of percent, and "unstable repeats" could not tell the draw from the server.
+# and a warm-up of `concurrency` requests; at c=8 with 8 requests the draws alone moved one batch's
+# tokens per longest request by 16%, so "unstable repeats" mixed the draw with the server.
 DRAW = 2
 
 
@@ -219,8 +221,8 @@ def parse_slo(text: str) -> SLO:
 
 
 def repeat_warnings(levels: list[dict]) -> list[str]:
-    """Repeats far from their level's median, and levels whose tok/s rose every repeat: rising is the
-    signature of shapes still compiling (the median understates the level), not of a noisy host."""
+    """Repeats far from their level's median, and levels whose tok/s rose every repeat: a level still
+    warming up looks like that (its median then understates it), a noisy host rarely does."""
     out = []
     for lv in levels:
         for i in lv["unstable_repeats"]:
@@ -230,7 +232,7 @@ def repeat_warnings(levels: list[dict]) -> list[str]:
         tps = [r["output_tok_per_s"] for r in lv["repeats"]]
         if lv["unstable_repeats"] and len(tps) >= 3 and all(b > a for a, b in zip(tps, tps[1:])):
             out.append(f"concurrency {lv['concurrency']}: tok/s rose every repeat ({', '.join(map(str, tps))}): "
-                       "still warming up, so its median understates it; re-run with more --warmup-waves")
+                       "as if still warming up, so its median may understate it (more --warmup-waves or --requests)")
     return out
 
 
