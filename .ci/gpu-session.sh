@@ -27,8 +27,10 @@
 #       (random weights fail every gate; the written variant's records say gate "none"), and the
 #       candidates' state lives in /tmp/tune-state so a later call on the same machine resumes it
 #       (the device's copy of results/ is reset between calls: tar both into $OUT)
+#   bash .ci/gpu-session.sh sweep [scripts.sweep flags...]   make sweep on dummy weights with this file's probe
 #   bash .ci/gpu-session.sh wheels DIR TARGET   install carried wheels (.gpu/whl-*) into TARGET, --no-deps
-#   bash .ci/gpu-session.sh turn READY_DIR N DEADLINE -- CMD...   (used by parallel: barrier + lock)
+# parallel and sweep can run side by side in one call and share one barrier and one probe lock:
+#   KIT_BARRIER=DIR:N (N = servers in all) and KIT_PROBE_LOCK=FILE (default /tmp/kit-probe.lock).
 set -uo pipefail
 # The machine's copy has no commits: pass the commit the tree came from (KIT_GIT_COMMIT=$(git rev-parse HEAD)
 # here, in the run command), else records say "unknown". Its records are always marked dirty.
@@ -39,6 +41,10 @@ export PYTHONPATH=/tmp/site:$PWD:/tmp/eval HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE
 step() { echo "=== $(date -u +%H:%M:%S) $*"; "$@"; local rc=$?; echo "=== rc=$rc"; return $rc; }
 # parallel's per-server logs: KIT_LOG_DIR=$OUT keeps them when the call's time limit cuts the mode short.
 LOGS=${KIT_LOG_DIR:-/tmp}
+LOCK=${KIT_PROBE_LOCK:-/tmp/kit-probe.lock}
+# One workload for every mode, so their records compare. 16 requests: with 8, a c=8 repeat was one
+# wave under a second, and 8 of 13 such records had a third repeat 39-91% off its median.
+PROBE="--concurrency 1,8 --repeats 3 --requests 16 --output-min 64 --output-max 128 --prefix-requests 4"
 case "${1:-}" in
   spine)  # the dry-run lines stay in the log: they are what the parser was given
     nvidia-smi --query-gpu=name,driver_version,compute_cap,memory.total --format=csv
@@ -61,18 +67,17 @@ case "${1:-}" in
     step timeout -s INT -k 30 "$(left)" python3 -m scripts.bake $S --verify ;;
   parallel)
     end=$((SECONDS + $2)); kv=$3; shift 3
-    ready=$(mktemp -d); n=$#; port=8100; pids=()
-    deadline=$(( $(date +%s) + (end - SECONDS) * 2 / 3 ))
-    PROBE="--concurrency 1,8 --repeats 3 --requests 8 --output-min 64 --output-max 128 --prefix-requests 4"
+    barrier=${KIT_BARRIER:-$(mktemp -d):$#}; bdir=${barrier%:*}; mkdir -p "$bdir"; port=8100; pids=()
+    wait_s=$(( (end - SECONDS) * 2 / 3 ))
     for spec in "$@"; do
       v=${spec%%/*}; S="--variant $v --set WEIGHTS=dummy --set PORT=$port --set SERVE_KV_CACHE_MEMORY_BYTES=$kv"
       S="$S --set SERVE_GPU_MEMORY_UTILIZATION=0.2"  # vLLM's start-up free-memory check, per server
       [ "$spec" != "$v" ] && for kvp in $(tr / ' ' <<<"${spec#*/}"); do S="$S --set $kvp"; done
-      # A server that exits (failed start, or done) leaves a marker too, so the barrier counts
-      # servers that are up or gone: one failed start no longer holds the others to the deadline.
+      # A server that exits (failed start, or done) leaves its port's file too, so the barrier
+      # counts servers that are up or gone: one failed start does not hold the others to the timeout.
       { step timeout -s INT -k 30 $((end - SECONDS)) python3 -m scripts.serve $S --smoke \
-          --then "bash .ci/gpu-session.sh turn $ready $n $deadline -- python3 -m scripts.probe $S --url {url} $PROBE"
-        rc=$?; touch "$ready/exit-$port"; exit $rc; } > "$LOGS/parallel-$port-$v.log" 2>&1 &
+          --then "python3 -m scripts.probe $S --url {url} --barrier $barrier --barrier-timeout-s $wait_s --lock $LOCK $PROBE"
+        rc=$?; touch "$bdir/$port"; exit $rc; } > "$LOGS/parallel-$port-$v.log" 2>&1 &
       pids+=($!); port=$((port + 1))
     done
     for i in "${!pids[@]}"; do wait "${pids[$i]}"; echo "=== ${@:$((i+1)):1}: rc=$?"; done
@@ -85,7 +90,6 @@ case "${1:-}" in
   quantize)
     v=$2; kv=$3; shift 3
     M="--set SERVE_KV_CACHE_MEMORY_BYTES=$kv --set SERVE_GPU_MEMORY_UTILIZATION=0.2"
-    PROBE="--concurrency 1,8 --repeats 3 --requests 8 --output-min 64 --output-max 128 --prefix-requests 4"
     step env PYTHONPATH=/tmp/quant:$PYTHONPATH python3 -m scripts.quantize --variant "$v" --random-source "$@"
     step python3 -m scripts.serve --variant "$v" $M --smoke --then "python3 -m scripts.probe --variant $v $M --url {url} $PROBE" ;;
   gates)
@@ -95,15 +99,13 @@ case "${1:-}" in
     base=$2; secs=$3; shift 3
     step timeout -s INT -k 30 "$secs" python3 -m scripts.tune --base "$base" --set WEIGHTS=dummy \
       --budget "$((secs - 60))s" --search-gate none --final-gate none --state-dir /tmp/tune-state \
-      --probe-args "--concurrency 1,8 --repeats 3 --requests 8 --output-min 64 --output-max 128 --prefix-requests 4" "$@" ;;
+      --probe-args "$PROBE" "$@" ;;
+  sweep)
+    shift
+    step python3 -m scripts.sweep --set WEIGHTS=dummy --probe-args "$PROBE" \
+      ${KIT_BARRIER:+--barrier "$KIT_BARRIER" --lock "$LOCK"} "$@" ;;
   wheels)
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$3" "$2"/*.whl ;;
-  turn)
-    ready=$2; n=$3; deadline=$4; shift 5
-    touch "$ready/$$"
-    # A barrier, not a wait for a server: each server was health-polled by its own serve.
-    while [ "$(ls "$ready" | wc -l)" -lt "$n" ] && [ "$(date +%s)" -lt "$deadline" ]; do sleep 2; done
-    exec flock /tmp/kit-probe.lock "$@" ;;
   *) echo "usage: $0 spine | smoke VARIANT... | catalog SECONDS VARIANT [--set K=V ...] | parallel SECONDS KV_BYTES SPEC..." \
-          "| shim VARIANT NAME | quantize VARIANT KV_BYTES | gates VARIANT KV_BYTES | tune BASE SECONDS | wheels DIR TARGET" >&2; exit 2 ;;
+          "| shim VARIANT NAME | quantize VARIANT KV_BYTES | gates VARIANT KV_BYTES | tune BASE SECONDS | sweep FLAGS.. | wheels DIR TARGET" >&2; exit 2 ;;
 esac

@@ -25,6 +25,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from scripts.kit import latency as L
 from scripts.kit import weights
@@ -314,7 +315,40 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--lock", type=Path, metavar="FILE",
                    help="hold an exclusive lock on FILE while timing, so probes of servers sharing one GPU "
                         "(make sweep --jobs) never overlap; waits for it after the server is up")
+    p.add_argument("--barrier", metavar="DIR:N",
+                   help="before timing, wait until N servers have checked in under DIR (a file per server, "
+                        "named by its port; one that exits leaves the same file), so no probe times requests "
+                        "while a neighbour is still compiling or capturing graphs (make sweep --jobs)")
+    p.add_argument("--barrier-timeout-s", type=float, default=1800.0,
+                   help="longest wait at --barrier before timing anyway, with a warning (default: 1800)")
     return p
+
+
+def parse_barrier(text: str | None) -> tuple[Path, int] | None:
+    if not text:
+        return None
+    d, sep, n = text.rpartition(":")
+    if not sep or not d or not n.isdigit() or int(n) < 1:
+        raise KitError(f"--barrier {text!r}: expected DIR:N (N >= 1 servers)")
+    return Path(d), int(n)
+
+
+def check_in(barrier: tuple[Path, int] | None, name: str, timeout_s: float, poll_s: float = 1.0) -> int:
+    """Leave this server's file under the barrier dir and wait until N names are there; returns how
+    many there were. A wait, not a sleep for a server: every server was health-polled by its own
+    serve, and one that fails leaves its file on exit (scripts/sweep.py), so the count completes."""
+    if barrier is None:
+        return 0
+    d, n = barrier
+    d.mkdir(parents=True, exist_ok=True)
+    (d / name).touch()
+    deadline = time.monotonic() + timeout_s
+    while (have := len(list(d.iterdir()))) < n and time.monotonic() < deadline:
+        time.sleep(poll_s)
+    if have < n:
+        print(f"warning: --barrier {d}: {have} of {n} servers checked in after {timeout_s:g} s; timing anyway",
+              file=sys.stderr)
+    return have
 
 
 def exclusive(path: Path | None):
@@ -343,6 +377,7 @@ def main(argv=None) -> int:
         raise KitError(f"--output-min {w.output_min} / --output-max {w.output_max}: need 1 <= min <= max")
     if a.repeats < 1:
         raise KitError(f"--repeats {a.repeats}: need at least 1")
+    barrier = parse_barrier(a.barrier)
     v = load(a.variant, a.set)
     if a.baseline:
         load(a.baseline)
@@ -375,6 +410,7 @@ def main(argv=None) -> int:
         models = [m["id"] for m in srv.get("/v1/models", 30).json().get("data", [])]
         if v.name not in models:
             raise KitError(f"{srv.url} serves {models}, not variant {v.name!r} (probe the right server or variant)")
+        check_in(barrier, str(urlsplit(srv.url).port), a.barrier_timeout_s)
         n_total = sum((a.warmup_waves + a.repeats) * max(w.requests, c) for c in a.concurrency) + (w.prefix_requests if w.prefix_tokens else 0)
         with exclusive(a.lock), tqdm(total=n_total, unit="req", file=sys.stderr) as bar:
             payload = probe(srv, v.name, w, a, bar)

@@ -8,10 +8,12 @@ its numbers, and experiments/<variant>/sweep-<key>.png plots output tok/s and TP
 value, one line per concurrency. A point whose server does not start or whose probe is invalid is
 recorded as such, with the reason; the sweep goes on.
 
-`--jobs N` overlaps the slow part, start-up (a Qwen3.5 cold start is minutes), on one GPU: up to N
-points' servers run at once, each on its own port (PORT, PORT+1, ...), and their probes take turns
-under one lock, so no timed request ever shares the GPU with another probe's. Each server needs a
-fixed KV budget (SERVE_KV_CACHE_MEMORY_BYTES), else its memory profile would see the others'.
+`--jobs N` overlaps the slow part, start-up (a Qwen3.5 cold start is minutes), on one GPU: points
+run in batches of N, each server on its own port (PORT, PORT+1, ...). A batch's probes wait until
+every server of the batch is up or gone (probe --barrier), then take turns under one lock, so no
+timed request shares the GPU with another probe's or with a neighbour's compile and graph capture.
+Each server needs a fixed KV budget (SERVE_KV_CACHE_MEMORY_BYTES), else its memory profile would
+see the others'.
 
 SPEC_K is special-cased, because K alone is not a valid variant change: K=0 turns speculation off;
 K>0 keeps the variant's method (mtp if it has none) and takes the first K of --rates as synthetic
@@ -27,7 +29,6 @@ Exit 0 when every point was measured, 1 when some failed (the sweep record says 
 from __future__ import annotations
 
 import argparse
-import queue
 import shlex
 import sys
 import time
@@ -96,19 +97,24 @@ def level_numbers(rec: dict) -> dict:
 
 
 def run_point(a, v, key: str, value: str, sets: list[str], into: Path, log: Path, port: int,
-              lock: Path | None = None) -> dict:
+              lock: Path | None = None, barrier: tuple[Path, int] | None = None) -> dict:
     """Serve VARIANT with sets on `port`, probe it into `into` (the point's own folder); the point's
-    summary. With --jobs, `lock` keeps the concurrent servers' timed requests apart."""
+    summary. With --jobs, `lock` keeps the concurrent servers' timed requests apart and `barrier`
+    (dir, batch size) holds every probe until the whole batch is up or gone."""
     all_sets = [*a.set, *sets, f"PORT={port}"]
     if key == "SPEC_K" or a.cache_per_point:
         all_sets.append(f"VLLM_CACHE_ROOT={v.cache_root / f'sweep-{key.lower()}-{value}'}")
     flags = [x for s in all_sets for x in ("--set", s)]
     probe = [sys.executable, "-m", "scripts.probe", "--variant", v.name, *flags, "--url", "{url}",
-             "--results-dir", str(into), *(["--lock", str(lock)] if lock else []), *shlex.split(a.probe_args)]
+             "--results-dir", str(into), *(["--lock", str(lock)] if lock else []),
+             *(["--barrier", f"{barrier[0]}:{barrier[1]}"] if barrier else []), *shlex.split(a.probe_args)]
     cmd = [sys.executable, "-m", "scripts.serve", "--variant", v.name, *flags, "--then", shlex.join(probe)]
     before = {p for p, _ in records(v.name, "latency", into)}  # an earlier sweep's, on a re-run
     t0 = time.time()
     rc = run_logged(cmd, log, ROOT)
+    if barrier:  # gone counts as checked in: a failed start must not hold its batch to the timeout
+        barrier[0].mkdir(parents=True, exist_ok=True)
+        (barrier[0] / str(port)).touch()
     new = [(p, r) for p, r in records(v.name, "latency", into) if p not in before]
     point = {"value": value, "sets": sets, "wall_s": round(time.time() - t0, 1), "log": _rel(log)}
     if not new:
@@ -135,6 +141,11 @@ def main(argv=None) -> int:
                    help="start up to N points' servers at once on one GPU (each on its own port; their probes "
                         "take turns, so timed requests never overlap). Needs a fixed SERVE_KV_CACHE_MEMORY_BYTES "
                         "so no server's memory profile sees another's (default: 1)")
+    p.add_argument("--lock", type=Path, metavar="FILE",
+                   help="the probes' lock file, to share with other servers on the same GPU (default: one per sweep)")
+    p.add_argument("--barrier", metavar="DIR:N",
+                   help="join a barrier shared with other servers on the same GPU: probes wait until N servers "
+                        "in all have checked in under DIR (every point in one batch: --jobs >= points)")
     p.add_argument("--results-dir", type=Path, default=RESULTS, help="records root (default: results/; tests)")
     p.add_argument("--plot", type=Path, help="PNG (default: experiments/<variant>/sweep-<key>.png)")
     a = p.parse_args(argv)
@@ -146,28 +157,33 @@ def main(argv=None) -> int:
     for val, sets in plan:  # every point is a valid variant before any server starts
         load(v.name, [*a.set, *sets])
     check_jobs(a.jobs, v, host_platform())
+    from scripts.probe import parse_barrier
+    shared = parse_barrier(a.barrier)
+    if shared and a.jobs < len(plan):
+        raise KitError(f"--barrier needs every point in one batch: --jobs {a.jobs} < {len(plan)} points")
     into = a.results_dir / "sweeps" / v.name / key
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
     from tqdm import tqdm
     bar = tqdm(total=len(plan), desc=f"sweep {key}", unit="point")
-    ports = queue.SimpleQueue()  # a port is reused only once its server has stopped
-    for i in range(a.jobs):
-        ports.put(v["PORT"] + i)
+    logs = into / "logs"
 
-    def one(i: int, val: str, sets: list[str]) -> dict:
+    def one(i: int, val: str, sets: list[str], port: int, barrier) -> dict:
         # Each point's records in their own folder: concurrent points must not take each other's.
-        port = ports.get()
-        try:
-            pt = run_point(a, v, key, val, sets, into / f"{i:02d}-{val}", into / "logs" / f"{stamp}-{key}-{val}.log",
-                           port, lock=into / "logs" / f"{stamp}.lock" if a.jobs > 1 else None)
-        finally:
-            ports.put(port)
+        pt = run_point(a, v, key, val, sets, into / f"{i:02d}-{val}", logs / f"{stamp}-{key}-{val}.log",
+                       port, lock=a.lock or (logs / f"{stamp}.lock" if a.jobs > 1 else None), barrier=barrier)
         bar.update(1)
         tqdm.write(f"{key}={val}: {pt['status']}" + (f" ({pt['reason']})" if pt.get("reason") else ""))
         return pt
 
-    with ThreadPoolExecutor(max_workers=a.jobs) as pool:
-        points = list(pool.map(lambda ivs: one(ivs[0], *ivs[1]), enumerate(plan)))
+    points = []
+    # Batches, not a rolling pool: a point started while another is being timed would compile and
+    # capture graphs on the GPU under that probe.
+    for b0 in range(0, len(plan), a.jobs):
+        batch = list(enumerate(plan))[b0:b0 + a.jobs]
+        barrier = shared or ((logs / f"{stamp}.barrier-{b0 // a.jobs}", len(batch)) if len(batch) > 1 else None)
+        with ThreadPoolExecutor(max_workers=len(batch)) as pool:
+            points += list(pool.map(lambda j_ivs: one(j_ivs[1][0], *j_ivs[1][1], v["PORT"] + j_ivs[0], barrier),
+                                    enumerate(batch)))
     bar.close()
     png = a.plot or S.plot_path(v.name, key)
     payload = {"key": key, "values": values, "sets": a.set, "rates": rates, "probe_args": shlex.split(a.probe_args),

@@ -70,6 +70,29 @@ def test_probe_lock_is_exclusive_across_holders(tmp_path):
     assert order == ["first done", "second"]
 
 
+def test_probe_barrier_waits_for_the_whole_batch(tmp_path, capsys):
+    """--barrier DIR:N: a probe times nothing until N servers (up, or gone) have checked in."""
+    import threading
+    from scripts.probe import check_in, parse_barrier
+    b = parse_barrier(f"{tmp_path / 'b'}:2")
+    got = []
+    t = threading.Thread(target=lambda: got.append(check_in(b, "8100", 30, poll_s=0.05)))
+    t.start()
+    t.join(0.5)
+    assert t.is_alive() and not got  # one of two: still waiting
+    (tmp_path / "b" / "8101").touch()  # the neighbour's server exited (what sweep.run_point leaves)
+    t.join(5)
+    assert got == [2]
+    # The same name twice is one server (a probe's file, then its point's exit).
+    assert check_in(parse_barrier(f"{tmp_path / 'c'}:2"), "8100", 0.2, poll_s=0.05) == 1
+    assert check_in(parse_barrier(f"{tmp_path / 'c'}:2"), "8100", 0.2, poll_s=0.05) == 1
+    assert "1 of 2 servers checked in" in capsys.readouterr().err
+    assert check_in(None, "8100", 0) == 0
+    for bad in ("dir", "dir:0", "dir:x", ":2"):
+        with pytest.raises(KitError, match="--barrier"):
+            parse_barrier(bad)
+
+
 @pytest.mark.e2e
 def test_sweep_real_tiny_one_good_point_one_failed(tmp_path):
     """--jobs 2: both points' servers start at once, each on its own port, records kept apart."""
@@ -89,5 +112,8 @@ def test_sweep_real_tiny_one_good_point_one_failed(tmp_path):
     summary = S.summarize(None, [(str(path), rec)])["by_key"]["SERVE_MAX_NUM_SEQS"]
     assert S.plot_png("tiny", "SERVE_MAX_NUM_SEQS", summary["points"]) == (tmp_path / "s.png").read_bytes()
     assert rec["payload"]["jobs"] == 2
+    # One batch of two: its barrier saw both servers, the good one's probe and the failed one's exit.
+    [barrier] = (tmp_path / "sweeps" / "tiny" / "SERVE_MAX_NUM_SEQS" / "logs").glob("*.barrier-0")
+    assert len(list(barrier.iterdir())) == 2
     [(lp, lrec)] = records("tiny", "latency", tmp_path / "sweeps" / "tiny" / "SERVE_MAX_NUM_SEQS" / "00-2")
     assert lrec["config"]["SERVE_MAX_NUM_SEQS"] == "2"
