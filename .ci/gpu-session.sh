@@ -32,9 +32,9 @@
 # parallel and sweep can run side by side in one call and share one barrier and one probe lock:
 #   KIT_BARRIER=DIR:N (N = servers in all) and KIT_PROBE_LOCK=FILE (default /tmp/kit-probe.lock).
 set -uo pipefail
-# The machine's copy has no commits: pass the commit the tree came from (KIT_GIT_COMMIT=$(git rev-parse HEAD)
-# here, in the run command), else records say "unknown". Its records are always marked dirty.
-export KIT_GIT_COMMIT=${KIT_GIT_COMMIT:-unknown}
+# Pass the commit the tree came from (KIT_GIT_COMMIT=$(git rev-parse HEAD) here, in the run command):
+# the machine's copy has no .git, or an older one (records then name a wrong commit). It wins over git.
+[ -n "${KIT_GIT_COMMIT:-}" ] || echo "warning: KIT_GIT_COMMIT unset: records name the copy's own git state" >&2
 # /tmp/eval: lm-eval's wheels (`wheels .gpu/whl-eval /tmp/eval`), after the payload so they shadow nothing of vLLM's.
 export PYTHONPATH=/tmp/site:$PWD:/tmp/eval HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1
 # step returns its command's status (it returned echo's, so parallel reported rc=0 for a failed start).
@@ -77,7 +77,7 @@ case "${1:-}" in
       # counts servers that are up or gone: one failed start does not hold the others to the timeout.
       { step timeout -s INT -k 30 $((end - SECONDS)) python3 -m scripts.serve $S --smoke \
           --then "python3 -m scripts.probe $S --url {url} --barrier $barrier --barrier-timeout-s $wait_s --lock $LOCK $PROBE"
-        rc=$?; touch "$bdir/$port"; exit $rc; } > "$LOGS/parallel-$port-$v.log" 2>&1 &
+        rc=$?; mkdir -p "$bdir.done"; touch "$bdir/$port" "$bdir.done/$port"; exit $rc; } > "$LOGS/parallel-$port-$v.log" 2>&1 &
       pids+=($!); port=$((port + 1))
     done
     for i in "${!pids[@]}"; do wait "${pids[$i]}"; echo "=== ${@:$((i+1)):1}: rc=$?"; done

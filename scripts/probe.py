@@ -174,6 +174,7 @@ def probe(srv: Server, model: str, w: L.Workload, a, bar) -> dict:
         total = L.add_deltas(deltas) if deltas else {}
         lv["prefix_cache"] = L.prefix_cache(total)
         lv["spec_decode"] = L.spec_decode(total)
+        lv["preemptions"] = L.preemptions(total)
         levels.append(lv)
     prefix_run = None
     if w.prefix_tokens and w.prefix_requests:
@@ -218,6 +219,7 @@ def validity(payload: dict, v, gpu_name: str | None, repeats: int) -> dict:
             errors.append(f"concurrency {lv['concurrency']}: {lv['failed']} of {lv['requests']} requests failed "
                           f"({'; '.join(lv['failures'])})")
     warnings += L.repeat_warnings(payload["levels"])
+    warnings += L.preemption_warnings(payload["levels"])
     if payload["prefix_run"] and payload["prefix_run"]["failed"]:
         errors.append(f"prefix-cache run: {payload['prefix_run']['failed']} requests failed")
     c1 = next((lv for lv in payload["levels"] if lv["concurrency"] == 1), payload["levels"][0])
@@ -318,7 +320,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--barrier", metavar="DIR:N",
                    help="before timing, wait until N servers have checked in under DIR (a file per server, "
                         "named by its port; one that exits leaves the same file), so no probe times requests "
-                        "while a neighbour is still compiling or capturing graphs (make sweep --jobs)")
+                        "while a neighbour is still compiling or capturing graphs; after timing, wait at DIR.done "
+                        "for all N, so every probe of the batch is timed beside the same servers (make sweep --jobs)")
     p.add_argument("--barrier-timeout-s", type=float, default=1800.0,
                    help="longest wait at --barrier before timing anyway, with a warning (default: 1800)")
     return p
@@ -331,6 +334,11 @@ def parse_barrier(text: str | None) -> tuple[Path, int] | None:
     if not sep or not d or not n.isdigit() or int(n) < 1:
         raise KitError(f"--barrier {text!r}: expected DIR:N (N >= 1 servers)")
     return Path(d), int(n)
+
+
+def done_barrier(barrier: tuple[Path, int] | None) -> tuple[Path, int] | None:
+    """The second rendezvous of a --barrier: probes finished (or servers gone)."""
+    return (barrier[0].with_name(barrier[0].name + ".done"), barrier[1]) if barrier else None
 
 
 def check_in(barrier: tuple[Path, int] | None, name: str, timeout_s: float, poll_s: float = 1.0) -> int:
@@ -410,10 +418,15 @@ def main(argv=None) -> int:
         models = [m["id"] for m in srv.get("/v1/models", 30).json().get("data", [])]
         if v.name not in models:
             raise KitError(f"{srv.url} serves {models}, not variant {v.name!r} (probe the right server or variant)")
-        check_in(barrier, str(urlsplit(srv.url).port), a.barrier_timeout_s)
+        port = str(urlsplit(srv.url).port)
+        check_in(barrier, port, a.barrier_timeout_s)
         n_total = sum((a.warmup_waves + a.repeats) * max(w.requests, c) for c in a.concurrency) + (w.prefix_requests if w.prefix_tokens else 0)
         with exclusive(a.lock), tqdm(total=n_total, unit="req", file=sys.stderr) as bar:
             payload = probe(srv, v.name, w, a, bar)
+        # Keep this server up until the batch's last probe is done, so every probe of a batch is timed
+        # beside the same neighbours (2026-11-23: as servers left, later probes saw fewer, and TPOT
+        # tracked that count in both sweeps).
+        check_in(done_barrier(barrier), port, a.barrier_timeout_s)
     except KeyboardInterrupt:
         print("interrupted: no record written", file=sys.stderr)
         return 130

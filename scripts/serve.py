@@ -146,7 +146,10 @@ def main(argv=None) -> int:
         return 0
     weights.require(v)
     started = time.time()
-    log = record_mod.RESULTS / v.name / "logs" / f"serve-{time.strftime('%Y%m%dT%H%M%S')}.log" if a.smoke or a.then else None
+    # The port in the name: a sweep starts several servers of one variant in the same second, and
+    # they wrote into one file (results/gpu-sessions/20261123T1427Z/README.md).
+    log = record_mod.RESULTS / v.name / "logs" / f"serve-{time.strftime('%Y%m%dT%H%M%S')}-{v['PORT']}.log" \
+        if a.smoke or a.then else None
     srv = ServerProcess(cmd, env, v["HOST"], v["PORT"], v["READY_TIMEOUT_S"], log_path=log)
     # Ctrl-C or a TERM to make: stop the whole server group, never leave it running.
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))

@@ -11,7 +11,8 @@ recorded as such, with the reason; the sweep goes on.
 `--jobs N` overlaps the slow part, start-up (a Qwen3.5 cold start is minutes), on one GPU: points
 run in batches of N, each server on its own port (PORT, PORT+1, ...). A batch's probes wait until
 every server of the batch is up or gone (probe --barrier), then take turns under one lock, so no
-timed request shares the GPU with another probe's or with a neighbour's compile and graph capture.
+timed request shares the GPU with another probe's or with a neighbour's compile and graph capture;
+each server stays up until the batch's last probe is done, so all are timed beside the same neighbours.
 Each server needs a fixed KV budget (SERVE_KV_CACHE_MEMORY_BYTES), else its memory profile would
 see the others'.
 
@@ -20,6 +21,11 @@ K>0 keeps the variant's method (mtp if it has none) and takes the first K of --r
 per-position acceptance (dummy weights accept nothing); CUDA-graph sizes the variant lists as
 multiples of 1+K are rescaled to the new 1+K. Every point gets its own VLLM_CACHE_ROOT: vLLM's
 compile key does not include K (vllm#53366), so a shared cache would load another K's graphs.
+
+`--resume` takes a point from a valid record already in one of its folders (same value, same
+config and run conditions, same workload) instead of serving it again: a sweep cut short by a time
+limit is finished by running it again, and a sweep whose points were all measured (possibly by
+several runs) is assembled into one sweep record on any host, each point naming its own record.
 
     python -m scripts.sweep --variant qwen3.5-4b-awq-seq8-mtp4 --set WEIGHTS=dummy \\
         --over SPEC_K=0,1,2,3,4,5,6,7 --rates 0.98,0.82,0.70,0.54,0.45,0.38,0.32
@@ -62,13 +68,15 @@ def point_sets(v, key: str, value: str, rates: list[str]) -> list[str]:
     if k < 0:
         raise KitError(f"--over SPEC_K: {value!r} is not a whole number")
     if k == 0:
-        return ["SPEC_METHOD=none", "SPEC_K=0", "SPEC_ACCEPTANCE=", "SPEC_SCHEDULE="]
-    out = [f"SPEC_METHOD={v['SPEC_METHOD'] if v['SPEC_METHOD'] != 'none' else 'mtp'}", f"SPEC_K={k}",
-           "SPEC_SCHEDULE="]
-    if rates:
-        if len(rates) < k:
-            raise KitError(f"--rates has {len(rates)} rates; SPEC_K={k} needs {k}")
-        out.append("SPEC_ACCEPTANCE=" + ",".join(rates[:k]))
+        out = ["SPEC_METHOD=none", "SPEC_K=0", "SPEC_ACCEPTANCE=", "SPEC_SCHEDULE="]
+    else:
+        out = [f"SPEC_METHOD={v['SPEC_METHOD'] if v['SPEC_METHOD'] != 'none' else 'mtp'}", f"SPEC_K={k}",
+               "SPEC_SCHEDULE="]
+        if rates:
+            if len(rates) < k:
+                raise KitError(f"--rates has {len(rates)} rates; SPEC_K={k} needs {k}")
+            out.append("SPEC_ACCEPTANCE=" + ",".join(rates[:k]))
+    # K=0 too: it returned early, so the 2026-11-23 K=0 point kept the K=4 sizes 5..40 (batch 1 padded to 5).
     sizes = str(v.config.get("SERVE_CUDAGRAPH_CAPTURE_SIZES") or "").split()
     old = v["SPEC_K"] + 1
     if sizes and all(s.isdigit() and int(s) % old == 0 for s in sizes):
@@ -96,14 +104,42 @@ def level_numbers(rec: dict) -> dict:
     return out
 
 
+def served_sets(a, v, key: str, value: str, sets: list[str]) -> list[str]:
+    """Everything a point's server is given but its port."""
+    out = [*a.set, *sets]
+    if key == "SPEC_K" or a.cache_per_point:
+        out.append(f"VLLM_CACHE_ROOT={v.cache_root / f'sweep-{key.lower()}-{value}'}")
+    return out
+
+
+def workload_sha(probe_args: str, variant: str) -> str:
+    from scripts import probe as P
+    pa = P.parser().parse_args(["--variant", variant, *shlex.split(probe_args)])
+    from scripts.kit import latency as L
+    return L.Workload(**{f.name: getattr(pa, f.name) for f in L.workload_fields()}).sha256
+
+
+def measured(a, v, key: str, value: str, sets: list[str], into: Path, wsha: str) -> dict | None:
+    """--resume: the point from the newest valid record in any of its folders (<NN>-<value>: runs
+    with other value lists number them differently) with this point's full config and workload."""
+    want = load(v.name, served_sets(a, v, key, value, sets)).config
+    same = lambda c: all(str(c.get(k)) == str(val) for k, val in want.items() if k not in ("PORT", "HOST"))
+    got = [(p, r) for d in sorted(into.glob(f"[0-9][0-9]-{value}")) for p, r in records(v.name, "latency", d)
+           if same(r["config"]) and r["payload"]["workload"]["sha256"] == wsha and r["payload"]["validity"]["valid"]]
+    if not got:
+        return None
+    path, rec = max(got, key=lambda pr: pr[1]["provenance"]["utc"])
+    return {"value": value, "sets": sets, "wall_s": 0.0, "log": None, "status": "ok", "record": _rel(path),
+            "reason": "", "levels": level_numbers(rec), "reused": True,
+            "gpu_processes": rec["payload"]["server"].get("gpu_processes")}
+
+
 def run_point(a, v, key: str, value: str, sets: list[str], into: Path, log: Path, port: int,
               lock: Path | None = None, barrier: tuple[Path, int] | None = None) -> dict:
     """Serve VARIANT with sets on `port`, probe it into `into` (the point's own folder); the point's
     summary. With --jobs, `lock` keeps the concurrent servers' timed requests apart and `barrier`
     (dir, batch size) holds every probe until the whole batch is up or gone."""
-    all_sets = [*a.set, *sets, f"PORT={port}"]
-    if key == "SPEC_K" or a.cache_per_point:
-        all_sets.append(f"VLLM_CACHE_ROOT={v.cache_root / f'sweep-{key.lower()}-{value}'}")
+    all_sets = [*served_sets(a, v, key, value, sets), f"PORT={port}"]
     flags = [x for s in all_sets for x in ("--set", s)]
     probe = [sys.executable, "-m", "scripts.probe", "--variant", v.name, *flags, "--url", "{url}",
              "--results-dir", str(into), *(["--lock", str(lock)] if lock else []),
@@ -113,8 +149,10 @@ def run_point(a, v, key: str, value: str, sets: list[str], into: Path, log: Path
     t0 = time.time()
     rc = run_logged(cmd, log, ROOT)
     if barrier:  # gone counts as checked in: a failed start must not hold its batch to the timeout
-        barrier[0].mkdir(parents=True, exist_ok=True)
-        (barrier[0] / str(port)).touch()
+        from scripts.probe import done_barrier
+        for d, _ in (barrier, done_barrier(barrier)):
+            d.mkdir(parents=True, exist_ok=True)
+            (d / str(port)).touch()
     new = [(p, r) for p, r in records(v.name, "latency", into) if p not in before]
     point = {"value": value, "sets": sets, "wall_s": round(time.time() - t0, 1), "log": _rel(log)}
     if not new:
@@ -123,7 +161,8 @@ def run_point(a, v, key: str, value: str, sets: list[str], into: Path, log: Path
     path, rec = new[-1]
     val = rec["payload"]["validity"]
     return {**point, "status": "ok" if val["valid"] else "invalid", "record": _rel(path),
-            "reason": "; ".join(val["errors"]) if not val["valid"] else "", "levels": level_numbers(rec)}
+            "reason": "; ".join(val["errors"]) if not val["valid"] else "", "levels": level_numbers(rec),
+            "gpu_processes": rec["payload"]["server"].get("gpu_processes")}
 
 
 def main(argv=None) -> int:
@@ -146,6 +185,9 @@ def main(argv=None) -> int:
     p.add_argument("--barrier", metavar="DIR:N",
                    help="join a barrier shared with other servers on the same GPU: probes wait until N servers "
                         "in all have checked in under DIR (every point in one batch: --jobs >= points)")
+    p.add_argument("--resume", action="store_true",
+                   help="take each point from a valid record of an earlier run (same value, config, conditions and "
+                        "workload) instead of serving it; only the others are served")
     p.add_argument("--results-dir", type=Path, default=RESULTS, help="records root (default: results/; tests)")
     p.add_argument("--plot", type=Path, help="PNG (default: experiments/<variant>/sweep-<key>.png)")
     a = p.parse_args(argv)
@@ -159,8 +201,6 @@ def main(argv=None) -> int:
     check_jobs(a.jobs, v, host_platform())
     from scripts.probe import parse_barrier
     shared = parse_barrier(a.barrier)
-    if shared and a.jobs < len(plan):
-        raise KitError(f"--barrier needs every point in one batch: --jobs {a.jobs} < {len(plan)} points")
     into = a.results_dir / "sweeps" / v.name / key
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
     from tqdm import tqdm
@@ -175,15 +215,28 @@ def main(argv=None) -> int:
         tqdm.write(f"{key}={val}: {pt['status']}" + (f" ({pt['reason']})" if pt.get("reason") else ""))
         return pt
 
-    points = []
+    points, todo = {}, list(enumerate(plan))
+    if a.resume:
+        wsha = workload_sha(a.probe_args, v.name)
+        for i, (val, sets) in list(todo):
+            pt = measured(a, v, key, val, sets, into, wsha)
+            if pt:
+                points[i] = pt
+                todo.remove((i, (val, sets)))
+                bar.update(1)
+                tqdm.write(f"{key}={val}: ok, from {pt['record']}")
+    if shared and a.jobs < len(todo):
+        raise KitError(f"--barrier needs every point in one batch: --jobs {a.jobs} < {len(todo)} points to serve")
     # Batches, not a rolling pool: a point started while another is being timed would compile and
     # capture graphs on the GPU under that probe.
-    for b0 in range(0, len(plan), a.jobs):
-        batch = list(enumerate(plan))[b0:b0 + a.jobs]
+    for b0 in range(0, len(todo), a.jobs):
+        batch = todo[b0:b0 + a.jobs]
         barrier = shared or ((logs / f"{stamp}.barrier-{b0 // a.jobs}", len(batch)) if len(batch) > 1 else None)
         with ThreadPoolExecutor(max_workers=len(batch)) as pool:
-            points += list(pool.map(lambda j_ivs: one(j_ivs[1][0], *j_ivs[1][1], v["PORT"] + j_ivs[0], barrier),
-                                    enumerate(batch)))
+            done = list(pool.map(lambda j_ivs: one(j_ivs[1][0], *j_ivs[1][1], v["PORT"] + j_ivs[0], barrier),
+                                 enumerate(batch)))
+        points.update({i: pt for (i, _), pt in zip(batch, done)})
+    points = [points[i] for i in range(len(plan))]
     bar.close()
     png = a.plot or S.plot_path(v.name, key)
     payload = {"key": key, "values": values, "sets": a.set, "rates": rates, "probe_args": shlex.split(a.probe_args),

@@ -111,6 +111,18 @@ def test_metrics_parse_delta_prefix_and_acceptance():
     assert L.add_deltas([d, d])[L.SPEC_PER_POS][3] == 8.0
 
 
+def test_preemptions_counted_per_level_and_warned():
+    """vLLM's preemption counter: a level whose requests were evicted for KV space says so (the
+    2026-11-23 K sweep at 2 GiB looked like a speculation effect at concurrency 8, and was not)."""
+    before = L.parse_metrics('vllm:num_preemptions_total{engine="0",model_name="m"} 2.0\n')
+    after = L.parse_metrics('vllm:num_preemptions_total{engine="0",model_name="m"} 9.0\n')
+    assert L.preemptions(L.add_deltas([L.metrics_delta(before, after)])) == 7
+    assert L.preemptions({}) is None  # a server without the counter: unknown, not zero
+    w = L.preemption_warnings([{"concurrency": 1, "preemptions": 0}, {"concurrency": 8, "preemptions": 7},
+                               {"concurrency": 16, "preemptions": None}])
+    assert len(w) == 1 and w[0].startswith("concurrency 8: 7 preemption(s)") and "KV budget" in w[0]
+
+
 def _res(ttft, tpot, n=11):
     return L.Result(sent=0.0, chunk_times=[ttft / 1e3 + i * tpot / 1e3 for i in range(n)],
                     end=ttft / 1e3 + (n - 1) * tpot / 1e3, output_tokens=n, expected_tokens=n)

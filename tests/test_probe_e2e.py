@@ -29,6 +29,8 @@ def test_probe_real_tiny_server_via_url(tiny_server, tmp_path):
         assert lv["tpot_ms"]["p50"] > 0 and lv["output_tok_per_s"]["median"] > 0
         # Real vLLM counters: every prompt token was looked up in the prefix cache.
         assert lv["prefix_cache"]["queries_tokens"] >= 3 * 16
+        # ... and the preemption counter exists under the name the probe reads (0: KV to spare).
+        assert lv["preemptions"] == 0
     # The shared 320-token prefix is served from the cache after the first (cold) request.
     assert p["prefix_run"]["prefix_cache"]["hits_tokens"] > 0
     assert p["server"]["prefix_cache_reset"] == "unavailable"  # the fixture runs without dev mode

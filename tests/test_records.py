@@ -60,3 +60,16 @@ def test_load_record_rejects_non_json(tmp_path):
     p.write_text("{not json")
     with pytest.raises(KitError, match="not JSON"):
         load_record(p)
+
+
+def test_git_state_prefers_the_commit_the_caller_names(monkeypatch):
+    """A tree copied to another machine may carry an older .git (the GPU machine's did): the commit
+    passed in KIT_GIT_COMMIT wins, always marked dirty; without it, this checkout's own HEAD."""
+    import subprocess
+    from scripts.kit.paths import ROOT
+    from scripts.kit.record import git_state
+    monkeypatch.setenv("KIT_GIT_COMMIT", "8cb46de")
+    assert git_state() == ("8cb46de", True)
+    monkeypatch.delenv("KIT_GIT_COMMIT")
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    assert git_state()[0] == head

@@ -25,8 +25,9 @@ def test_parse_over():
 def test_spec_k_points_turn_speculation_off_truncate_rates_and_rescale_graph_sizes():
     v = load("qwen3.5-4b-awq-seq8-mtp4")  # K=4, capture sizes 5 10 ... 40 (multiples of 1+K)
     rates = "0.98,0.82,0.70,0.54,0.45,0.38,0.32".split(",")
+    # K=0 gets one graph per batch size 1..8 (it kept K=4's 5..40 until 2026-11-23).
     assert sweep.point_sets(v, "SPEC_K", "0", rates) == ["SPEC_METHOD=none", "SPEC_K=0", "SPEC_ACCEPTANCE=",
-                                                        "SPEC_SCHEDULE="]
+                                                        "SPEC_SCHEDULE=", "SERVE_CUDAGRAPH_CAPTURE_SIZES=1 2 3 4 5 6 7 8"]
     two = sweep.point_sets(v, "SPEC_K", "2", rates)
     assert "SPEC_ACCEPTANCE=0.98,0.82" in two and "SPEC_METHOD=mtp" in two
     assert "SERVE_CUDAGRAPH_CAPTURE_SIZES=3 6 9 12 15 18 21 24" in two
@@ -73,7 +74,7 @@ def test_probe_lock_is_exclusive_across_holders(tmp_path):
 def test_probe_barrier_waits_for_the_whole_batch(tmp_path, capsys):
     """--barrier DIR:N: a probe times nothing until N servers (up, or gone) have checked in."""
     import threading
-    from scripts.probe import check_in, parse_barrier
+    from scripts.probe import check_in, done_barrier, parse_barrier
     b = parse_barrier(f"{tmp_path / 'b'}:2")
     got = []
     t = threading.Thread(target=lambda: got.append(check_in(b, "8100", 30, poll_s=0.05)))
@@ -88,6 +89,7 @@ def test_probe_barrier_waits_for_the_whole_batch(tmp_path, capsys):
     assert check_in(parse_barrier(f"{tmp_path / 'c'}:2"), "8100", 0.2, poll_s=0.05) == 1
     assert "1 of 2 servers checked in" in capsys.readouterr().err
     assert check_in(None, "8100", 0) == 0
+    assert done_barrier(b) == (tmp_path / "b.done", 2) and done_barrier(None) is None
     for bad in ("dir", "dir:0", "dir:x", ":2"):
         with pytest.raises(KitError, match="--barrier"):
             parse_barrier(bad)
@@ -115,5 +117,29 @@ def test_sweep_real_tiny_one_good_point_one_failed(tmp_path):
     # One batch of two: its barrier saw both servers, the good one's probe and the failed one's exit.
     [barrier] = (tmp_path / "sweeps" / "tiny" / "SERVE_MAX_NUM_SEQS" / "logs").glob("*.barrier-0")
     assert len(list(barrier.iterdir())) == 2
+    # ... and its second rendezvous: the good server stayed up until both were done.
+    assert len(list(barrier.with_name(barrier.name + ".done").iterdir())) == 2
     [(lp, lrec)] = records("tiny", "latency", tmp_path / "sweeps" / "tiny" / "SERVE_MAX_NUM_SEQS" / "00-2")
     assert lrec["config"]["SERVE_MAX_NUM_SEQS"] == "2"
+    # --resume: the measured point comes from its record (no server), only the failed one is served again;
+    # "02-2" is how another run's value list would number it, and is found all the same.
+    (tmp_path / "sweeps" / "tiny" / "SERVE_MAX_NUM_SEQS" / "00-2").rename(
+        tmp_path / "sweeps" / "tiny" / "SERVE_MAX_NUM_SEQS" / "02-2")
+    rc = sweep.main(["--variant", "tiny", "--set", f"PORT={free_port()}", "--over", "SERVE_MAX_NUM_SEQS=2,zero",
+                     "--jobs", "2", "--probe-args", probe, "--results-dir", str(tmp_path),
+                     "--plot", str(tmp_path / "s2.png"), "--resume"])
+    assert rc == 1
+    [_, (_, rec2)] = records("tiny", "sweep", tmp_path)
+    good2, bad2 = rec2["payload"]["points"]
+    assert good2["reused"] is True and good2["log"] is None and good2["levels"] == good["levels"]
+    assert good2["record"].endswith(Path(good["record"]).name) and "02-2" in good2["record"]
+    assert bad2["status"] == "failed" and "reused" not in bad2
+    # A different workload is a different measurement: nothing to reuse.
+    assert sweep.measured(*_resume_args(tmp_path), sweep.workload_sha(probe + " --requests 3", "tiny")) is None
+
+
+def _resume_args(tmp_path):
+    import argparse
+    a = argparse.Namespace(set=[], cache_per_point=False)
+    v = load("tiny")
+    return a, v, "SERVE_MAX_NUM_SEQS", "2", ["SERVE_MAX_NUM_SEQS=2"], tmp_path / "sweeps" / "tiny" / "SERVE_MAX_NUM_SEQS"

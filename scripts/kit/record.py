@@ -46,7 +46,11 @@ def _kit_version() -> str:
 
 
 def git_state() -> tuple[str, bool]:
-    """(commit, dirty). A copy of the tree without .git (the GPU machine) passes KIT_GIT_COMMIT."""
+    """(commit, dirty). A copy of the tree made elsewhere (the GPU machine) passes KIT_GIT_COMMIT: it
+    wins over the copy's own .git, which on 2026-11-23 held an older HEAD than the tree sent (records
+    20261123T14* say 7c603f8, dirty, for tree 8cb46de). Such records are always marked dirty."""
+    if os.environ.get("KIT_GIT_COMMIT"):
+        return os.environ["KIT_GIT_COMMIT"], True
     try:
         r = subprocess.run(["git", "rev-parse", "--verify", "HEAD"], cwd=ROOT, capture_output=True, text=True,
                            timeout=10)
@@ -58,7 +62,7 @@ def git_state() -> tuple[str, bool]:
             return sha, dirty
     except (OSError, subprocess.TimeoutExpired):
         pass
-    return os.environ.get("KIT_GIT_COMMIT", "unknown"), True
+    return "unknown", True
 
 
 def utc_now() -> str:

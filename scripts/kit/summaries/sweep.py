@@ -13,15 +13,30 @@ from scripts.kit.paths import EXPERIMENTS
 from scripts.kit.summaries import png_bytes
 
 
+K_SWEEP_FILE = "mtp_k_sweep.json"  # under results/: derived by make report, not a run record
+
+
 def plot_path(variant: str, key: str):
     return EXPERIMENTS / variant / f"sweep-{key.lower()}.png"
+
+
+def _gpu_processes(pt: dict):
+    """Sweep records before 2026-11-23 15:00 do not copy it: read it from the point's own record."""
+    if "gpu_processes" in pt or not pt.get("record"):
+        return pt.get("gpu_processes")
+    from scripts.kit.paths import ROOT
+    from scripts.kit.record import load_record
+    path = ROOT / pt["record"]
+    return load_record(path)["payload"]["server"].get("gpu_processes") if path.is_file() else None
 
 
 def summarize(variant, records: list) -> dict:
     latest = {}
     for path, rec in records:  # oldest first: the last one of a key wins
         latest[rec["payload"]["key"]] = (path, rec)
-    return {"by_key": {key: {"latest": path, "points": [{k: pt.get(k) for k in ("value", "status", "reason", "levels")}
+    return {"by_key": {key: {"latest": path, "points": [{**{k: pt.get(k) for k in ("value", "status", "reason", "levels",
+                                                                                "record", "reused")},
+                                                         "gpu_processes": _gpu_processes(pt)}
                                                         for pt in rec["payload"]["points"]]}
                        for key, (path, rec) in sorted(latest.items())}}
 
@@ -47,10 +62,38 @@ def plot_png(variant: str, key: str, points: list) -> bytes | None:
 
 
 def artifacts(docs: dict) -> dict:
-    out = {}
+    """Plots, and results/mtp_k_sweep.json: every variant's newest SPEC_K sweep in one file (the
+    name the catalog issue asked for), derived like the plots, so `make report --check` keeps it true."""
+    import json
+    from scripts.kit.paths import RESULTS
+    out, k_sweeps = {}, {}
     for name, doc in docs.items():
         for key, s in ((doc["results"].get("sweep") or {}).get("by_key") or {}).items():
             png = plot_png(name, key, s["points"])
             if png is not None:
                 out[plot_path(name, key)] = png
+            if key == "SPEC_K":
+                k_sweeps[name] = {"sweep_record": s["latest"], "plot": str(plot_path(name, key).relative_to(
+                    EXPERIMENTS.parent)), "points": s["points"]}
+    if k_sweeps:
+        out[RESULTS / K_SWEEP_FILE] = (json.dumps(
+            {"derived_from": "the newest SPEC_K sweep record of each variant (make report writes this file)",
+             "variants": k_sweeps}, indent=2, sort_keys=True) + "\n").encode()
     return out
+
+
+def readme_table(docs: dict) -> str:
+    """One row per point of each variant's newest sweep of each key (c=1 and the highest level)."""
+    rows = ["| variant | key = value | status | TPOT p50 c=1 (ms) | tok/s c=1 | accept len c=1 | tok/s, TPOT p50 at top c | "
+            "GPU processes | record |", "|---|---|---|---|---|---|---|---|---|"]
+    f = lambda x: "-" if x is None else f"{x:g}"
+    for name, doc in sorted(docs.items()):
+        for key, s in sorted(((doc["results"].get("sweep") or {}).get("by_key") or {}).items()):
+            for pt in s["points"]:
+                lv = pt.get("levels") or {}
+                c1, top = lv.get("1", {}), (max(lv, key=int) if lv else None)
+                hi = f"{f(lv[top]['output_tok_per_s'])}, {f(lv[top]['tpot_p50_ms'])} ms (c={top})" if top else "-"
+                rows.append(f"| `{name}` | {key}={pt['value']} | {pt['status']} | {f(c1.get('tpot_p50_ms'))} | "
+                            f"{f(c1.get('output_tok_per_s'))} | {f(c1.get('acceptance_length'))} | {hi} | "
+                            f"{f(pt.get('gpu_processes'))} | `{pt.get('record') or '-'}` |")
+    return "\n".join(rows)
