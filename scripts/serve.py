@@ -132,6 +132,11 @@ def main(argv=None) -> int:
     v = load(a.variant, a.set)
     platform = host_platform()
     cmd, env = v.to_argv(platform), v.to_env(platform)
+    if a.then:
+        # A server started for a command (the probe, a sweep point) lets it reset the prefix cache
+        # between repeats; dev mode adds only such endpoints and is not in vLLM's compile hash. The
+        # 2026-11-23 parallel and sweep records ran without it (their probes say so).
+        env["VLLM_SERVER_DEV_MODE"] = "1"
     print(describe(v, platform), file=sys.stderr)
     from scripts.kit.cachekey import describe_cache
     print(describe_cache(v, platform), file=sys.stderr)

@@ -121,6 +121,8 @@ def test_sweep_real_tiny_one_good_point_one_failed(tmp_path):
     assert len(list(barrier.with_name(barrier.name + ".done").iterdir())) == 2
     [(lp, lrec)] = records("tiny", "latency", tmp_path / "sweeps" / "tiny" / "SERVE_MAX_NUM_SEQS" / "00-2")
     assert lrec["config"]["SERVE_MAX_NUM_SEQS"] == "2"
+    # serve --then starts the server in dev mode, so the point's probe reset the prefix cache per repeat.
+    assert lrec["payload"]["server"]["prefix_cache_reset"] == "ok"
     # --resume: the measured point comes from its record (no server), only the failed one is served again;
     # "02-2" is how another run's value list would number it, and is found all the same.
     (tmp_path / "sweeps" / "tiny" / "SERVE_MAX_NUM_SEQS" / "00-2").rename(
