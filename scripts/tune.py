@@ -9,6 +9,12 @@ Each candidate is BASE + `--set` overrides. Per candidate: one server (ServerPro
 the sampled quality gate on the same server. Coordinate descent; a candidate wins only beyond the
 noise bands (scripts/kit/tune.py Rule). Budget: candidates and/or wall clock; what was cut is listed.
 
+`--jobs N` (GPU: with a fixed SERVE_KV_CACHE_MEMORY_BYTES) measures up to N of a lever's values at
+once: their servers start together (a Qwen3.5 cold start is minutes), probes wait until all are up,
+take turns, and every server stays up until the last probe is done, as in `make sweep --jobs`.
+Candidates sharing a compile cache are not started together (one compiles, the others start warm
+after it). The search itself is unchanged: it reads those candidates from their records.
+
 Records (append-only, never under results/<BASE>/, so BASE's measurements stay its own):
   results/<tune>/tune/<BASE>/*-latency.json, *-quality.json   probe and gate of each candidate
   results/<tune>/tune/<BASE>/*-tune.json                      one scope=candidate record per trial
@@ -28,6 +34,7 @@ Exit 0 done, 1 the final gate failed (variant written, marked not shippable), 2 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import shlex
@@ -35,7 +42,9 @@ import shutil
 import signal
 import statistics
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from scripts.kit import latency as L
@@ -72,6 +81,29 @@ def gate_mode(text: str) -> list[str]:
 def compile_key(v) -> str:
     """Compile-cache sharing key: the identity minus what vLLM leaves out of its hash."""
     return _sha({k: val for k, val in v.identity.items() if k not in UNHASHED})[:12]
+
+
+class Batch:
+    """Candidates of one lever measured side by side: meet when all are up (or gone), one probe at a
+    time, meet again when all are done, so each is timed beside the same servers. A candidate that
+    fails anywhere leaves both meetings, so it never holds the others."""
+
+    def __init__(self, n: int, timeout_s: float):
+        self.n, self.timeout_s = n, timeout_s
+        self.cv, self.lock = threading.Condition(), threading.Lock()
+        self.groups: dict[str, set] = {"ready": set(), "done": set()}
+
+    def meet(self, group: str, who: str) -> None:
+        with self.cv:
+            self.groups[group].add(who)
+            self.cv.notify_all()
+            self.cv.wait_for(lambda: len(self.groups[group]) >= self.n, self.timeout_s)
+
+    def leave(self, who: str) -> None:
+        with self.cv:
+            for g in self.groups.values():
+                g.add(who)
+            self.cv.notify_all()
 
 
 def newest(root: Path, variant: str, kind: str, sha: str, before: set) -> tuple[Path, dict] | tuple[None, None]:
@@ -155,9 +187,44 @@ class Tuner:
         self.check_time()
         return self.trial(overrides, wants_gate)
 
-    def trial(self, overrides: dict, wants_gate) -> T.Outcome:
+    def prefetch(self, cands: list[dict]) -> None:
+        """--jobs: measure a lever's uncached candidates side by side, N at a time (the search then
+        answers them from their records). The gate is left to the search: a would-be winner that
+        needs one is served again with it."""
+        if self.a.jobs < 2:
+            return
+        todo, keys = [], set()
+        for c in cands:
+            if T.candidate_id(c) in self.cached:
+                continue
+            try:
+                key = compile_key(load(self.base.name, self.a.set + T.as_sets(c)))
+            except KitError:
+                key = T.candidate_id(c)  # fails fast in its trial
+            if key not in keys:  # two cold compiles into one cache dir at once: keep one
+                keys.add(key)
+                todo.append(c)
+        for b0 in range(0, len(todo), self.a.jobs):
+            group = todo[b0:b0 + self.a.jobs]
+            if len(group) < 2:
+                return  # a lone candidate runs in the search's own order
+            self.check_time()
+            batch = Batch(len(group), 2 * float(self.base["READY_TIMEOUT_S"]) + 3600)
+            print(f"  [batch] {len(group)} candidates side by side: {', '.join(T.label(c) for c in group)}",
+                  file=sys.stderr)
+            with ThreadPoolExecutor(max_workers=len(group)) as pool:
+                list(pool.map(lambda c: self.trial(c, lambda s: False, batch), group))
+
+    def trial(self, overrides: dict, wants_gate, batch: Batch | None = None) -> T.Outcome:
         started = time.time()
         cid, sets = T.candidate_id(overrides), self.a.set + T.as_sets(overrides)
+        try:
+            return self._trial(overrides, wants_gate, batch, started, cid, sets)
+        finally:
+            if batch:
+                batch.leave(cid)
+
+    def _trial(self, overrides, wants_gate, batch, started, cid, sets) -> T.Outcome:
         print(f"  [trial] {T.label(overrides)} ({cid})", file=sys.stderr)
         cand = {"id": cid, "label": T.label(overrides), "overrides": overrides, "status": "failed", "note": "",
                 "score": None, "gate": None, "latency_record": None, "ready_s": None, "cache_dir": None}
@@ -174,33 +241,46 @@ class Tuner:
             try:
                 srv.start()
                 cand["ready_s"] = round(srv.wait_ready(), 2)
-                before = {p for p, _ in records(self.base.name, None, self.state)}
-                rc = self.probe(self.base.name, sets + [f"PORT={port}"], srv.url, self.state,
-                                self.logs / f"tune-{cid}.png", log.with_suffix(".probe.log"))
-                path, rec = newest(self.state, self.base.name, "latency", v.config_sha256, before)
-                if rc not in (0, 1) or rec is None:
-                    cand["note"] = f"probe exited {rc} without a record (see {_rel(log.with_suffix('.probe.log'))})"
-                else:
-                    cand["latency_record"] = _rel(path)
-                    cand["score"] = T.score(rec["payload"])
-                    if rc == 1:
-                        cand["status"], cand["note"] = "invalid", "; ".join(rec["payload"]["validity"]["errors"])[:300]
-                    else:
-                        cand["status"] = "ok"
-                if cand["status"] == "ok" and self.a.search_gate != "none" and wants_gate(cand["score"]):
-                    rc = self.gate(self.base.name, sets + [f"PORT={port}"], srv.url, self.a.search_gate, self.state,
-                                   log.with_suffix(".gate.log"))
-                    qpath, _ = newest(self.state, self.base.name, "quality", v.config_sha256, before)
-                    cand["gate"] = {"mode": self.a.search_gate, "passed": {0: True, 1: False}.get(rc),
-                                    "record": _rel(qpath) if qpath else None}
-                    if rc != 0:
-                        cand["status"] = "gate_failed" if rc == 1 else "failed"
-                        cand["note"] = ("quality gate failed" if rc == 1 else f"gate exited {rc}") + \
-                            f" (see {_rel(log.with_suffix('.gate.log'))})"
+                if batch:
+                    batch.meet("ready", cid)
+                with batch.lock if batch else contextlib.nullcontext():
+                    self.measure(cand, v, sets, port, srv, log, wants_gate)
+                if batch:
+                    batch.meet("done", cid)
             except KitError as e:
                 cand["note"] = str(e).splitlines()[0][:300]
             finally:
                 srv.stop()
+        return self.finish(cand, v, overrides, started)
+
+    def measure(self, cand: dict, v, sets: list[str], port: int, srv, log: Path, wants_gate) -> None:
+        """Probe one started candidate, and gate it when it would win."""
+        cid = cand["id"]
+        before = {p for p, _ in records(self.base.name, None, self.state)}
+        rc = self.probe(self.base.name, sets + [f"PORT={port}"], srv.url, self.state,
+                        self.logs / f"tune-{cid}.png", log.with_suffix(".probe.log"))
+        path, rec = newest(self.state, self.base.name, "latency", v.config_sha256, before)
+        if rc not in (0, 1) or rec is None:
+            cand["note"] = f"probe exited {rc} without a record (see {_rel(log.with_suffix('.probe.log'))})"
+        else:
+            cand["latency_record"] = _rel(path)
+            cand["score"] = T.score(rec["payload"])
+            if rc == 1:
+                cand["status"], cand["note"] = "invalid", "; ".join(rec["payload"]["validity"]["errors"])[:300]
+            else:
+                cand["status"] = "ok"
+        if cand["status"] == "ok" and self.a.search_gate != "none" and wants_gate(cand["score"]):
+            rc = self.gate(self.base.name, sets + [f"PORT={port}"], srv.url, self.a.search_gate, self.state,
+                           log.with_suffix(".gate.log"))
+            qpath, _ = newest(self.state, self.base.name, "quality", v.config_sha256, before)
+            cand["gate"] = {"mode": self.a.search_gate, "passed": {0: True, 1: False}.get(rc),
+                            "record": _rel(qpath) if qpath else None}
+            if rc != 0:
+                cand["status"] = "gate_failed" if rc == 1 else "failed"
+                cand["note"] = ("quality gate failed" if rc == 1 else f"gate exited {rc}") + \
+                    f" (see {_rel(log.with_suffix('.gate.log'))})"
+
+    def finish(self, cand: dict, v, overrides: dict, started: float) -> T.Outcome:
         cand["wall_s"] = round(time.time() - started, 2)
         self.walls.append(cand["wall_s"])
         rec = make_record("tune", v, {**self.common(), "scope": "candidate", "candidate": cand}, started=started)
@@ -208,7 +288,7 @@ class Tuner:
         print(f"    -> {cand['status']}" + (f": goodput {cand['score']['goodput_req_per_s']:g} req/s, TPOT c=1 "
                                            f"{cand['score']['tpot_c1_ms']} ms" if cand["score"] else "")
               + (f" ({cand['note']})" if cand["note"] else ""), file=sys.stderr)
-        self.cached[cid] = cand
+        self.cached[cand["id"]] = cand
         return T.Outcome(overrides, cand["status"], cand["score"], cand["gate"], cand["note"])
 
     # -- the winner as its own variant --------------------------------------------------------
@@ -260,6 +340,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--no-confirm", dest="confirm", action="store_false",
                    help="write the variant without re-measuring it as itself")
     p.add_argument("--state-dir", type=Path, help="candidate records (default: results/<name>/tune)")
+    p.add_argument("--jobs", type=int, default=1, metavar="N",
+                   help="measure up to N of a lever's values side by side on one GPU (needs --set "
+                        "SERVE_KV_CACHE_MEMORY_BYTES=<bytes> there); probes still take turns (default: 1)")
     return p
 
 
@@ -300,6 +383,8 @@ def main(argv=None) -> int:
         raise KitError(f"--set {', '.join(bad)}: only run conditions ({', '.join(CONDITION_KEYS)}); "
                        "levers are the search's to set")
     base = load(a.base, a.set)
+    from scripts.sweep import check_jobs
+    check_jobs(a.jobs, base, host_platform())
     name = a.name or f"{a.base}-tuned"
     if not NAME_RE.match(name) or name == a.base:
         raise KitError(f"--name {name!r}: a new variant name ([a-z0-9._-], not BASE)")

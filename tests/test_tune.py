@@ -199,3 +199,53 @@ def test_summary_readme_and_plot():
     assert s["winner"]["overrides"] == {"SERVE_MAX_NUM_SEQS": "2"} and len(s["candidates"]) == 3
     png = S.plot_png("x", s)
     assert png[:4] == b"\x89PNG" and png == S.plot_png("x", s)  # deterministic bytes
+
+
+def test_search_offers_each_lever_to_prefetch_within_the_budget_and_keeps_its_path():
+    """make tune --jobs: the search hands a lever's untried candidates (no more than the candidate
+    budget leaves) to trial.prefetch before walking them in order; the path and winner are unchanged."""
+    levers = [T.Lever("max_num_seqs", tuple({"SERVE_MAX_NUM_SEQS": n} for n in ("2", "4", "16")), ""),
+              LEVERS[1]]
+    table = {**TABLE, "SERVE_MAX_NUM_SEQS=2": 0.9, "SERVE_MAX_NUM_SEQS=16": 1.1}
+
+    class Trial:
+        def __init__(self):
+            self.offered, self.inner = [], table_trial(table)
+
+        def __call__(self, o, wants_gate):
+            return self.inner(o, wants_gate)
+
+        def prefetch(self, cands):
+            self.offered.append([T.label(c) for c in cands])
+
+    plain = T.search(CFG, levers, table_trial(table), T.Rule())
+    t = Trial()
+    res = T.search(CFG, levers, t, T.Rule())
+    assert t.offered == [["SERVE_MAX_NUM_SEQS=2", "SERVE_MAX_NUM_SEQS=4", "SERVE_MAX_NUM_SEQS=16"],
+                         ["SERVE_ENABLE_PREFIX_CACHING=false SERVE_MAX_NUM_SEQS=4"]]
+    assert res.incumbent == plain.incumbent == {"SERVE_MAX_NUM_SEQS": "4"} and res.decisions == plain.decisions
+    t = Trial()
+    T.search(CFG, levers, t, T.Rule(), max_candidates=3)  # BASE + 2
+    assert t.offered == [["SERVE_MAX_NUM_SEQS=2", "SERVE_MAX_NUM_SEQS=4"]]
+
+
+def test_batch_meetings_do_not_wait_for_a_candidate_that_failed():
+    """make tune --jobs: candidates meet when all are up and when all are done; one that failed to
+    start leaves both meetings, so the others go on at once."""
+    import threading
+    from scripts.tune import Batch
+    b, order = Batch(2, timeout_s=30), []
+
+    def good():
+        b.meet("ready", "a")
+        with b.lock:
+            order.append("probe a")
+        b.meet("done", "a")
+        order.append("a done")
+    t = threading.Thread(target=good)
+    t.start()
+    t.join(0.3)
+    assert t.is_alive() and order == []  # waiting for its neighbour to come up
+    b.leave("b")  # the neighbour's server failed to start
+    t.join(5)
+    assert order == ["probe a", "a done"]

@@ -102,3 +102,30 @@ def test_tune_resumes_after_kill_and_writes_the_variant(kit):
     assert (kit / "experiments" / NAME / "tune_pareto.png").read_bytes()[:4] == b"\x89PNG"
     readme = (kit / "experiments" / NAME / "README.md").read_text()
     assert "SERVE_MAX_NUM_SEQS=2" in readme and conf["latency_record"] in readme
+
+
+def test_tune_jobs_measures_a_levers_values_side_by_side(kit):
+    """--jobs 2: the lever's two values are served at once (their trials overlap in time), each is
+    probed and recorded, and the search reads them back as records."""
+    argv = [a for a in ARGS]
+    argv[argv.index("--values") + 1] = "max_num_seqs=2,4"
+    argv[argv.index("--budget") + 1] = "3"
+    argv[argv.index("--search-gate") + 1] = "none"
+    argv[argv.index("--final-gate") + 1] = "none"
+    env = {**os.environ, "PYTHONPATH": str(kit), "KIT_GIT_COMMIT": "e2e"}
+    p = subprocess.run([sys.executable, *argv, "--jobs", "2", "--no-confirm"], cwd=kit, env=env,
+                       capture_output=True, text=True, timeout=1200)
+    out = p.stdout + p.stderr
+    assert p.returncode == 0, out[-3000:]
+    assert "[batch] 2 candidates side by side" in out, out[-3000:]
+    cands = {c["payload"]["candidate"]["label"]: c for c in recs(kit / "results" / NAME / "tune" / "tiny", "tune")}
+    assert set(cands) == {"BASE", "SERVE_MAX_NUM_SEQS=2", "SERVE_MAX_NUM_SEQS=4"}
+    spans = []
+    for label in ("SERVE_MAX_NUM_SEQS=2", "SERVE_MAX_NUM_SEQS=4"):
+        c = cands[label]
+        assert c["payload"]["candidate"]["status"] == "ok" and c["payload"]["candidate"]["latency_record"]
+        end = time.mktime(time.strptime(c["provenance"]["utc"], "%Y-%m-%dT%H:%M:%SZ"))
+        spans.append((end - c["payload"]["candidate"]["wall_s"], end))
+    (s1, e1), (s2, e2) = spans
+    assert s1 < e2 and s2 < e1  # the two trials overlapped
+    assert out.count("[record] SERVE_MAX_NUM_SEQS=") == 2  # the search read both from their records

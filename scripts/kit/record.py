@@ -13,6 +13,7 @@ import re
 import platform
 import subprocess
 import sys
+import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -111,7 +112,8 @@ def write_record(rec: dict, root: Path | None = None) -> Path:
     d.mkdir(parents=True, exist_ok=True)
     stamp = rec["provenance"]["utc"].replace("-", "").replace(":", "")
     data = json.dumps(rec, indent=2, sort_keys=True) + "\n"
-    tmp = d / f".{stamp}-{rec['kind']}.{os.getpid()}.tmp"
+    # pid and thread: make tune --jobs writes candidate records from several threads at once.
+    tmp = d / f".{stamp}-{rec['kind']}.{os.getpid()}.{threading.get_ident()}.tmp"
     tmp.write_text(data)
     try:
         for n in range(1, 100):

@@ -355,6 +355,13 @@ def search(cfg: dict, lever_list: list[Lever], trial, rule: Rule, max_candidates
                 if candidate_id(merged) != inc.id and merged not in cands:
                     cands.append(merged)
             pending = [(label(c), lv.name) for c in cands]
+            # The caller may measure a lever's values side by side first (make tune --jobs); the loop
+            # below then reads them back in its own order, so the path is the same either way.
+            prefetch = getattr(trial, "prefetch", None)
+            if prefetch is not None:
+                room = None if max_candidates is None else max(max_candidates - len(seen), 0)
+                todo = [c for c in cands if candidate_id(c) not in seen]
+                prefetch(todo if room is None else todo[:room])
             best, why_best = None, ""
             for c in cands:
                 out = run(c)
