@@ -24,8 +24,8 @@ serve: ## run VARIANT's vLLM server until Ctrl-C (DRY_RUN=1: print command and e
 	$(PY) -m scripts.serve $(V) $(if $(DRY_RUN),--dry-run)
 eval-latency: ## latency probe of VARIANT (URL= to probe a running server)
 	$(PY) -m scripts.probe $(V) $(if $(URL),--url $(URL)) $(if $(BASELINE),--baseline $(BASELINE))
-sweep: ## one lever over values, served and probed per value: OVER=SPEC_K=0,1,2,4 [RATES=0.98,0.82,...] [JOBS=N]
-	$(PY) -m scripts.sweep $(V) --over $(OVER) $(if $(RATES),--rates $(RATES)) $(if $(JOBS),--jobs $(JOBS))
+sweep: ## one lever over values, served and probed per value: OVER=SPEC_K=0,1,2,4 [RATES=0.98,0.82,...] [JOBS=N] [RESUME=1]
+	$(PY) -m scripts.sweep $(V) --over $(OVER) $(if $(RATES),--rates $(RATES)) $(if $(JOBS),--jobs $(JOBS)) $(if $(RESUME),--resume)
 eval-quality: ## quality gates on the served VARIANT, the gates file's fixed sample (10% by default)
 	$(PY) -m scripts.evaluate $(V) --sample $(if $(URL),--url $(URL))
 eval-quality-full: ## quality gates on the served VARIANT, every item
@@ -44,8 +44,8 @@ verify-image: ## run the image, wait for health, one completion, prove the cache
 	$(PY) -m scripts.image verify $(V) $(if $(DRY_RUN),--dry-run)
 k8s: ## render Kubernetes manifests for VARIANT
 	$(PY) -m scripts.image k8s $(V)
-tune: ## search the levers of BASE under SLO and the quality gate; write the winner as a variant
-	$(PY) -m scripts.tune --base $(BASE) $(foreach s,$(SET),--set $(s)) $(if $(SLO),--slo $(SLO)) $(if $(BUDGET),--budget $(BUDGET))
+tune: ## search the levers of BASE under SLO and the quality gate; write the winner as a variant [JOBS=N]
+	$(PY) -m scripts.tune --base $(BASE) $(foreach s,$(SET),--set $(s)) $(if $(SLO),--slo $(SLO)) $(if $(BUDGET),--budget $(BUDGET)) $(if $(JOBS),--jobs $(JOBS))
 check-schemas: ## validate schemas, every config.env, every record, freshness of derived files
 	$(PY) -m scripts.check
 test: ## the test suite (CPU; real vLLM, lm-eval and llm-compressor on the tiny model)
