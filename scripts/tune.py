@@ -97,7 +97,9 @@ class Batch:
         with self.cv:
             self.groups[group].add(who)
             self.cv.notify_all()
-            self.cv.wait_for(lambda: len(self.groups[group]) >= self.n, self.timeout_s)
+            if not self.cv.wait_for(lambda: len(self.groups[group]) >= self.n, self.timeout_s):
+                print(f"warning: {who}: {len(self.groups[group])} of {self.n} candidates {group} after "
+                      f"{self.timeout_s:g} s; going on without the others", file=sys.stderr)
 
     def leave(self, who: str) -> None:
         with self.cv:
