@@ -76,7 +76,7 @@ def point_sets(v, key: str, value: str, rates: list[str]) -> list[str]:
             if len(rates) < k:
                 raise KitError(f"--rates has {len(rates)} rates; SPEC_K={k} needs {k}")
             out.append("SPEC_ACCEPTANCE=" + ",".join(rates[:k]))
-    # K=0 too: it returned early, so the 2026-11-23 K=0 point kept the K=4 sizes 5..40 (batch 1 padded to 5).
+    # K=0 too: an early return once skipped this, so the 2026-11-23 K=0 point ran with K=4's sizes 5..40.
     sizes = str(v.config.get("SERVE_CUDAGRAPH_CAPTURE_SIZES") or "").split()
     old = v["SPEC_K"] + 1
     if sizes and all(s.isdigit() and int(s) % old == 0 for s in sizes):
@@ -113,9 +113,10 @@ def served_sets(a, v, key: str, value: str, sets: list[str]) -> list[str]:
 
 
 def workload_sha(probe_args: str, variant: str) -> str:
+    """The workload hash the probe will record for these --probe-args."""
     from scripts import probe as P
-    pa = P.parser().parse_args(["--variant", variant, *shlex.split(probe_args)])
     from scripts.kit import latency as L
+    pa = P.parser().parse_args(["--variant", variant, *shlex.split(probe_args)])
     return L.Workload(**{f.name: getattr(pa, f.name) for f in L.workload_fields()}).sha256
 
 
@@ -172,14 +173,15 @@ def main(argv=None) -> int:
     p.add_argument("--over", required=True, metavar="KEY=v1,v2,...", help="the lever and its values (any variant key)")
     p.add_argument("--rates", default="", metavar="R1,R2,...",
                    help="SPEC_K sweeps: synthetic per-position acceptance, at least max K rates (dummy weights)")
-    p.add_argument("--probe-args", default="--concurrency 1,8 --repeats 3 --requests 8",
+    p.add_argument("--probe-args", default="--concurrency 1,8 --repeats 3 --requests 16",
                    help="probe flags, the same for every point (default: %(default)s)")
     p.add_argument("--cache-per-point", action="store_true",
                    help="a separate compile cache per point for any KEY (always on for SPEC_K)")
     p.add_argument("--jobs", type=int, default=1, metavar="N",
-                   help="start up to N points' servers at once on one GPU (each on its own port; their probes "
-                        "take turns, so timed requests never overlap). Needs a fixed SERVE_KV_CACHE_MEMORY_BYTES "
-                        "so no server's memory profile sees another's (default: 1)")
+                   help="run the points in batches of N servers at once on one GPU, each on its own port; probes "
+                        "wait until the batch is up, take turns, and every server stays up until the batch is done. "
+                        "Needs a fixed SERVE_KV_CACHE_MEMORY_BYTES so no server's memory profile sees another's "
+                        "(default: 1)")
     p.add_argument("--lock", type=Path, metavar="FILE",
                    help="the probes' lock file, to share with other servers on the same GPU (default: one per sweep)")
     p.add_argument("--barrier", metavar="DIR:N",
