@@ -67,7 +67,7 @@ case "${1:-}" in
     step timeout -s INT -k 30 "$(left)" python3 -m scripts.bake $S --verify ;;
   parallel)
     end=$((SECONDS + $2)); kv=$3; shift 3
-    barrier=${KIT_BARRIER:-$(mktemp -d):$#}; bdir=${barrier%:*}; mkdir -p "$bdir"; port=8100; pids=()
+    barrier=${KIT_BARRIER:-$(mktemp -d):$#}; port=8100; pids=()
     wait_s=$(( (end - SECONDS) * 2 / 3 ))
     for spec in "$@"; do
       v=${spec%%/*}; S="--variant $v --set WEIGHTS=dummy --set PORT=$port --set SERVE_KV_CACHE_MEMORY_BYTES=$kv"
@@ -77,7 +77,8 @@ case "${1:-}" in
       # counts servers that are up or gone: one failed start does not hold the others to the timeout.
       { step timeout -s INT -k 30 $((end - SECONDS)) python3 -m scripts.serve $S --smoke \
           --then "python3 -m scripts.probe $S --url {url} --barrier $barrier --barrier-timeout-s $wait_s --lock $LOCK $PROBE"
-        rc=$?; mkdir -p "$bdir.done"; touch "$bdir/$port" "$bdir.done/$port"; exit $rc; } > "$LOGS/parallel-$port-$v.log" 2>&1 &
+        rc=$?; python3 -c 'import sys; from scripts.probe import leave, parse_barrier; leave(parse_barrier(sys.argv[1]), sys.argv[2])' \
+          "$barrier" "$port"; exit $rc; } > "$LOGS/parallel-$port-$v.log" 2>&1 &
       pids+=($!); port=$((port + 1))
     done
     for i in "${!pids[@]}"; do wait "${pids[$i]}"; echo "=== ${@:$((i+1)):1}: rc=$?"; done

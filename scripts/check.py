@@ -18,6 +18,7 @@ from scripts.kit.errors import KitError, run_main
 from scripts.kit.paths import EXPERIMENTS, RESULTS, ROOT
 from scripts.kit.record import load_record
 from scripts.kit.schema import all_schema_files, validate_measurements
+from scripts.kit.summaries.sweep import K_SWEEP_FILE
 from scripts.kit.variant import discover, load
 
 
@@ -38,7 +39,6 @@ def problems() -> list[str]:
         for need in ("README.md", "measurements.json"):
             if not (EXPERIMENTS / name / need).is_file():
                 out.append(f"experiments/{name}/{need}: missing")
-    from scripts.kit.summaries.sweep import K_SWEEP_FILE
     for f in sorted(RESULTS.rglob("*.json")):
         if "logs" in f.relative_to(RESULTS).parts or f.name.startswith("."):
             continue
@@ -71,7 +71,6 @@ def main(argv=None) -> int:
     found = problems()
     for line in found:
         print(line, file=sys.stderr)
-    from scripts.kit.summaries.sweep import K_SWEEP_FILE
     n_rec = sum(1 for f in RESULTS.rglob("*.json") if "logs" not in f.parts and f != RESULTS / K_SWEEP_FILE)
     print(f"check-schemas: {len(found)} problem(s); {len(discover())} variants, {n_rec} records", file=sys.stderr)
     return 1 if found else 0

@@ -341,6 +341,15 @@ def done_barrier(barrier: tuple[Path, int] | None) -> tuple[Path, int] | None:
     return (barrier[0].with_name(barrier[0].name + ".done"), barrier[1]) if barrier else None
 
 
+def leave(barrier: tuple[Path, int] | None, name: str) -> None:
+    """A server that is gone (failed start, probe done or failed) counts at both rendezvous, so it
+    never holds its batch to the timeout. Called by whoever started it (sweep, tune)."""
+    for b in (barrier, done_barrier(barrier)):
+        if b:
+            b[0].mkdir(parents=True, exist_ok=True)
+            (b[0] / name).touch()
+
+
 def check_in(barrier: tuple[Path, int] | None, name: str, timeout_s: float, poll_s: float = 1.0) -> int:
     """Leave this server's file under the barrier dir and wait until N names are there; returns how
     many there were. A wait, not a sleep for a server: every server was health-polled by its own

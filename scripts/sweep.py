@@ -149,11 +149,8 @@ def run_point(a, v, key: str, value: str, sets: list[str], into: Path, log: Path
     before = {p for p, _ in records(v.name, "latency", into)}  # an earlier sweep's, on a re-run
     t0 = time.time()
     rc = run_logged(cmd, log, ROOT)
-    if barrier:  # gone counts as checked in: a failed start must not hold its batch to the timeout
-        from scripts.probe import done_barrier
-        for d, _ in (barrier, done_barrier(barrier)):
-            d.mkdir(parents=True, exist_ok=True)
-            (d / str(port)).touch()
+    from scripts.probe import leave
+    leave(barrier, str(port))
     new = [(p, r) for p, r in records(v.name, "latency", into) if p not in before]
     point = {"value": value, "sets": sets, "wall_s": round(time.time() - t0, 1), "log": _rel(log)}
     if not new:

@@ -10,10 +10,11 @@ the sampled quality gate on the same server. Coordinate descent; a candidate win
 noise bands (scripts/kit/tune.py Rule). Budget: candidates and/or wall clock; what was cut is listed.
 
 `--jobs N` (GPU: with a fixed SERVE_KV_CACHE_MEMORY_BYTES) measures up to N of a lever's values at
-once: their servers start together (a Qwen3.5 cold start is minutes), probes wait until all are up,
-take turns, and every server stays up until the last probe is done, as in `make sweep --jobs`.
-Candidates sharing a compile cache are not started together (one compiles, the others start warm
-after it). The search itself is unchanged: it reads those candidates from their records.
+once, with the probe's own --barrier and --lock, as `make sweep --jobs` does: their servers start
+together (a Qwen3.5 cold start is minutes), probes wait until all are up, take turns, and every
+server stays up until the last probe is done. Candidates sharing a compile cache are not started
+together (one compiles, the others start warm after it). The search itself is unchanged: it reads
+those candidates from their records.
 
 Records (append-only, never under results/<BASE>/, so BASE's measurements stay its own):
   results/<tune>/tune/<BASE>/*-latency.json, *-quality.json   probe and gate of each candidate
@@ -34,7 +35,6 @@ Exit 0 done, 1 the final gate failed (variant written, marked not shippable), 2 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import hashlib
 import json
 import shlex
@@ -42,7 +42,6 @@ import shutil
 import signal
 import statistics
 import sys
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -81,31 +80,6 @@ def gate_mode(text: str) -> list[str]:
 def compile_key(v) -> str:
     """Compile-cache sharing key: the identity minus what vLLM leaves out of its hash."""
     return _sha({k: val for k, val in v.identity.items() if k not in UNHASHED})[:12]
-
-
-class Batch:
-    """Candidates of one lever measured side by side: meet when all are up (or gone), one probe at a
-    time, meet again when all are done, so each is timed beside the same servers. A candidate that
-    fails anywhere leaves both meetings, so it never holds the others."""
-
-    def __init__(self, n: int, timeout_s: float):
-        self.n, self.timeout_s = n, timeout_s
-        self.cv, self.lock = threading.Condition(), threading.Lock()
-        self.groups: dict[str, set] = {"ready": set(), "done": set()}
-
-    def meet(self, group: str, who: str) -> None:
-        with self.cv:
-            self.groups[group].add(who)
-            self.cv.notify_all()
-            if not self.cv.wait_for(lambda: len(self.groups[group]) >= self.n, self.timeout_s):
-                print(f"warning: {who}: {len(self.groups[group])} of {self.n} candidates {group} after "
-                      f"{self.timeout_s:g} s; going on without the others", file=sys.stderr)
-
-    def leave(self, who: str) -> None:
-        with self.cv:
-            for g in self.groups.values():
-                g.add(who)
-            self.cv.notify_all()
 
 
 def newest(root: Path, variant: str, kind: str, sha: str, before: set) -> tuple[Path, dict] | tuple[None, None]:
@@ -147,9 +121,11 @@ class Tuner:
         return ServerProcess(v.to_argv(self.platform), env, v["HOST"], v["PORT"], v["READY_TIMEOUT_S"], log_path=log)
 
     def probe(self, variant: str, sets: list[str], url: str, results_dir: Path | None, plot: Path | None,
-              log: Path) -> int:
+              log: Path, batch: tuple[Path, int, Path] | None = None) -> int:
         argv = [sys.executable, "-m", "scripts.probe", "--variant", variant, *(x for s in sets for x in ("--set", s)),
                 "--url", url, "--slo", self.a.slo, *self.settings["probe_args"]]
+        if batch:  # (barrier dir, batch size, lock file): see prefetch
+            argv += ["--barrier", f"{batch[0]}:{batch[1]}", "--lock", str(batch[2])]
         if results_dir:
             argv += ["--results-dir", str(results_dir)]
         if plot:
@@ -211,26 +187,28 @@ class Tuner:
             if len(group) < 2:
                 return  # a lone candidate runs in the search's own order
             self.check_time()
-            batch = Batch(len(group), 2 * float(self.base["READY_TIMEOUT_S"]) + 3600)
+            stamp = f"{time.strftime('%Y%m%dT%H%M%S')}-{b0 // self.a.jobs}"
+            batch = (self.logs / f"batch-{stamp}.barrier", len(group), self.logs / f"batch-{stamp}.lock")
             print(f"  [batch] {len(group)} candidates side by side: {', '.join(T.label(c) for c in group)}",
                   file=sys.stderr)
             with ThreadPoolExecutor(max_workers=len(group)) as pool:
                 list(pool.map(lambda c: self.trial(c, lambda s: False, batch), group))
 
-    def trial(self, overrides: dict, wants_gate, batch: Batch | None = None) -> T.Outcome:
+    def trial(self, overrides: dict, wants_gate, batch: tuple[Path, int, Path] | None = None) -> T.Outcome:
         started = time.time()
         cid, sets = T.candidate_id(overrides), self.a.set + T.as_sets(overrides)
-        try:
-            return self._trial(overrides, wants_gate, batch, started, cid, sets)
-        finally:
-            if batch:
-                batch.leave(cid)
-
-    def _trial(self, overrides, wants_gate, batch, started, cid, sets) -> T.Outcome:
         print(f"  [trial] {T.label(overrides)} ({cid})", file=sys.stderr)
         cand = {"id": cid, "label": T.label(overrides), "overrides": overrides, "status": "failed", "note": "",
                 "score": None, "gate": None, "latency_record": None, "ready_s": None, "cache_dir": None}
         port = free_port()
+        try:
+            return self._trial(overrides, wants_gate, batch, started, cid, sets, cand, port)
+        finally:
+            if batch:  # a candidate that never probed must not hold the others at the barrier
+                from scripts.probe import leave
+                leave(batch[:2], str(port))
+
+    def _trial(self, overrides, wants_gate, batch, started, cid, sets, cand, port) -> T.Outcome:
         try:
             v = load(self.base.name, sets + [f"PORT={port}"])
         except KitError as e:
@@ -243,46 +221,33 @@ class Tuner:
             try:
                 srv.start()
                 cand["ready_s"] = round(srv.wait_ready(), 2)
-                if batch:
-                    batch.meet("ready", cid)
-                with batch.lock if batch else contextlib.nullcontext():
-                    self.measure(cand, v, sets, port, srv, log, wants_gate)
-                if batch:
-                    batch.meet("done", cid)
+                before = {p for p, _ in records(self.base.name, None, self.state)}
+                rc = self.probe(self.base.name, sets + [f"PORT={port}"], srv.url, self.state,
+                                self.logs / f"tune-{cid}.png", log.with_suffix(".probe.log"), batch)
+                path, rec = newest(self.state, self.base.name, "latency", v.config_sha256, before)
+                if rc not in (0, 1) or rec is None:
+                    cand["note"] = f"probe exited {rc} without a record (see {_rel(log.with_suffix('.probe.log'))})"
+                else:
+                    cand["latency_record"] = _rel(path)
+                    cand["score"] = T.score(rec["payload"])
+                    if rc == 1:
+                        cand["status"], cand["note"] = "invalid", "; ".join(rec["payload"]["validity"]["errors"])[:300]
+                    else:
+                        cand["status"] = "ok"
+                if cand["status"] == "ok" and self.a.search_gate != "none" and wants_gate(cand["score"]):
+                    rc = self.gate(self.base.name, sets + [f"PORT={port}"], srv.url, self.a.search_gate, self.state,
+                                   log.with_suffix(".gate.log"))
+                    qpath, _ = newest(self.state, self.base.name, "quality", v.config_sha256, before)
+                    cand["gate"] = {"mode": self.a.search_gate, "passed": {0: True, 1: False}.get(rc),
+                                    "record": _rel(qpath) if qpath else None}
+                    if rc != 0:
+                        cand["status"] = "gate_failed" if rc == 1 else "failed"
+                        cand["note"] = ("quality gate failed" if rc == 1 else f"gate exited {rc}") + \
+                            f" (see {_rel(log.with_suffix('.gate.log'))})"
             except KitError as e:
                 cand["note"] = str(e).splitlines()[0][:300]
             finally:
                 srv.stop()
-        return self.finish(cand, v, overrides, started)
-
-    def measure(self, cand: dict, v, sets: list[str], port: int, srv, log: Path, wants_gate) -> None:
-        """Probe one started candidate, and gate it when it would win."""
-        cid = cand["id"]
-        before = {p for p, _ in records(self.base.name, None, self.state)}
-        rc = self.probe(self.base.name, sets + [f"PORT={port}"], srv.url, self.state,
-                        self.logs / f"tune-{cid}.png", log.with_suffix(".probe.log"))
-        path, rec = newest(self.state, self.base.name, "latency", v.config_sha256, before)
-        if rc not in (0, 1) or rec is None:
-            cand["note"] = f"probe exited {rc} without a record (see {_rel(log.with_suffix('.probe.log'))})"
-        else:
-            cand["latency_record"] = _rel(path)
-            cand["score"] = T.score(rec["payload"])
-            if rc == 1:
-                cand["status"], cand["note"] = "invalid", "; ".join(rec["payload"]["validity"]["errors"])[:300]
-            else:
-                cand["status"] = "ok"
-        if cand["status"] == "ok" and self.a.search_gate != "none" and wants_gate(cand["score"]):
-            rc = self.gate(self.base.name, sets + [f"PORT={port}"], srv.url, self.a.search_gate, self.state,
-                           log.with_suffix(".gate.log"))
-            qpath, _ = newest(self.state, self.base.name, "quality", v.config_sha256, before)
-            cand["gate"] = {"mode": self.a.search_gate, "passed": {0: True, 1: False}.get(rc),
-                            "record": _rel(qpath) if qpath else None}
-            if rc != 0:
-                cand["status"] = "gate_failed" if rc == 1 else "failed"
-                cand["note"] = ("quality gate failed" if rc == 1 else f"gate exited {rc}") + \
-                    f" (see {_rel(log.with_suffix('.gate.log'))})"
-
-    def finish(self, cand: dict, v, overrides: dict, started: float) -> T.Outcome:
         cand["wall_s"] = round(time.time() - started, 2)
         self.walls.append(cand["wall_s"])
         rec = make_record("tune", v, {**self.common(), "scope": "candidate", "candidate": cand}, started=started)
@@ -290,7 +255,7 @@ class Tuner:
         print(f"    -> {cand['status']}" + (f": goodput {cand['score']['goodput_req_per_s']:g} req/s, TPOT c=1 "
                                            f"{cand['score']['tpot_c1_ms']} ms" if cand["score"] else "")
               + (f" ({cand['note']})" if cand["note"] else ""), file=sys.stderr)
-        self.cached[cand["id"]] = cand
+        self.cached[cid] = cand
         return T.Outcome(overrides, cand["status"], cand["score"], cand["gate"], cand["note"])
 
     # -- the winner as its own variant --------------------------------------------------------

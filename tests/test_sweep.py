@@ -74,16 +74,17 @@ def test_probe_lock_is_exclusive_across_holders(tmp_path):
 def test_probe_barrier_waits_for_the_whole_batch(tmp_path, capsys):
     """--barrier DIR:N: a probe times nothing until N servers (up, or gone) have checked in."""
     import threading
-    from scripts.probe import check_in, done_barrier, parse_barrier
+    from scripts.probe import check_in, done_barrier, leave, parse_barrier
     b = parse_barrier(f"{tmp_path / 'b'}:2")
     got = []
     t = threading.Thread(target=lambda: got.append(check_in(b, "8100", 30, poll_s=0.05)))
     t.start()
     t.join(0.5)
     assert t.is_alive() and not got  # one of two: still waiting
-    (tmp_path / "b" / "8101").touch()  # the neighbour's server exited (what sweep.run_point leaves)
+    leave(b, "8101")  # the neighbour's server exited (what sweep and tune call for a server that is gone)
     t.join(5)
     assert got == [2]
+    assert (tmp_path / "b.done" / "8101").is_file()  # gone counts at the second rendezvous too
     # The same name twice is one server (a probe's file, then its point's exit).
     assert check_in(parse_barrier(f"{tmp_path / 'c'}:2"), "8100", 0.2, poll_s=0.05) == 1
     assert check_in(parse_barrier(f"{tmp_path / 'c'}:2"), "8100", 0.2, poll_s=0.05) == 1
@@ -117,7 +118,7 @@ def test_sweep_real_tiny_one_good_point_one_failed(tmp_path):
     # One batch of two: its barrier saw both servers, the good one's probe and the failed one's exit.
     [barrier] = (tmp_path / "sweeps" / "tiny" / "SERVE_MAX_NUM_SEQS" / "logs").glob("*.barrier-0")
     assert len(list(barrier.iterdir())) == 2
-    # ... and its second rendezvous: the good server stayed up until both were done.
+    # ... and both reached its second rendezvous (the good one by its probe, the failed one by leave()).
     assert len(list(barrier.with_name(barrier.name + ".done").iterdir())) == 2
     [(lp, lrec)] = records("tiny", "latency", tmp_path / "sweeps" / "tiny" / "SERVE_MAX_NUM_SEQS" / "00-2")
     assert lrec["config"]["SERVE_MAX_NUM_SEQS"] == "2"

@@ -227,25 +227,3 @@ def test_search_offers_each_lever_to_prefetch_within_the_budget_and_keeps_its_pa
     t = Trial()
     T.search(CFG, levers, t, T.Rule(), max_candidates=3)  # BASE + 2
     assert t.offered == [["SERVE_MAX_NUM_SEQS=2", "SERVE_MAX_NUM_SEQS=4"]]
-
-
-def test_batch_meetings_do_not_wait_for_a_candidate_that_failed():
-    """make tune --jobs: candidates meet when all are up and when all are done; one that failed to
-    start leaves both meetings, so the others go on at once."""
-    import threading
-    from scripts.tune import Batch
-    b, order = Batch(2, timeout_s=30), []
-
-    def good():
-        b.meet("ready", "a")
-        with b.lock:
-            order.append("probe a")
-        b.meet("done", "a")
-        order.append("a done")
-    t = threading.Thread(target=good)
-    t.start()
-    t.join(0.3)
-    assert t.is_alive() and order == []  # waiting for its neighbour to come up
-    b.leave("b")  # the neighbour's server failed to start
-    t.join(5)
-    assert order == ["probe a", "a done"]
