@@ -29,6 +29,8 @@ def test_writes_never_overwrite(tree):
     p1, p2 = write_record(rec, root=tree.res), write_record(rec, root=tree.res)
     assert p1 != p2 and p1.exists() and p2.exists()
     assert not list(tree.res.rglob("*.tmp"))
+    # Both are found by kind, the second's "-2" name included (make tune --jobs once lost one that way).
+    assert {p for p, _ in records("a", "serve_smoke", root=tree.res)} == {p1, p2}
 
 
 @pytest.mark.parametrize("mutate,where", [

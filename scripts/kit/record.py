@@ -140,8 +140,12 @@ def load_record(path: Path) -> dict:
 def records(variant: str | None = None, kind: str | None = None, root: Path | None = None) -> list[tuple[Path, dict]]:
     """Every record (validated), oldest first, optionally of one variant and/or kind."""
     root = root or RESULTS
-    pattern = f"{variant or '*'}/*-{kind}.json" if kind else f"{variant or '*'}/*.json"
-    out = [(p, load_record(p)) for p in sorted(root.glob(pattern)) if not p.name.startswith(".")]
+    # write_record names a second record of the same second and kind <stamp>-<kind>-2.json: match it
+    # too (make tune --jobs writes two candidates' records in one second; one was missed).
+    patterns = [f"{variant or '*'}/*-{kind}.json", f"{variant or '*'}/*-{kind}-[0-9]*.json"] if kind \
+        else [f"{variant or '*'}/*.json"]
+    paths = sorted({p for pat in patterns for p in root.glob(pat)})
+    out = [(p, load_record(p)) for p in paths if not p.name.startswith(".")]
     if kind:
         out = [(p, r) for p, r in out if r["kind"] == kind]
     return sorted(out, key=lambda pr: (pr[1]["provenance"]["utc"], pr[0].name))
