@@ -12,25 +12,36 @@
 #   bash .ci/gpu-session.sh parallel SECONDS KV_BYTES SPEC [SPEC ...]      SPEC = VARIANT[/KEY=VAL...]
 #       cold-starts every SPEC at once on the one GPU (each with a fixed KV cache of KV_BYTES, so no
 #       server's memory profile sees another's), then probes them ONE AT A TIME once all are up (or
-#       2/3 of SECONDS has passed): start-up overlaps, timed requests never do. Ready times in these
+#       2/3 of SECONDS has passed): start-up overlaps, timed requests never do. Ports from KIT_PORT_BASE
+#       (default 8100). Ready times in these
 #       serve_smoke records are under that contention; cold-start figures come from `catalog`/bake.
-#   bash .ci/gpu-session.sh shim VARIANT NAME
+#   bash .ci/gpu-session.sh shim VARIANT NAME [--set K=V ...]
 #       issue 6's cross-name proof: bake with the shim presenting NAME (another GPU of the same compute
 #       capability), verify a hit with the shim on, then a miss without it (the real name's key)
-#   bash .ci/gpu-session.sh quantize VARIANT KV_BYTES [--set K=V ...]
+#   bash .ci/gpu-session.sh quantize SECONDS VARIANT KV_BYTES [--set K=V ...]
 #       issue 4: AWQ of random bf16 weights of the real architecture (llm-compressor from /tmp/quant,
-#       first on the path for this one command: its compressed-tensors 0.19 is not vLLM's 0.17), then
-#       serve the checkpoint (WEIGHTS=real) with vLLM, smoke + probe at the catalog's KV budget
+#       first on the path for this one command: its compressed-tensors 0.19 is not vLLM's 0.17) under
+#       the probe lock (AWQ is GPU work: no probe times requests beside it), then `parallel` of the
+#       checkpoint (WEIGHTS=real) and the dummy-config W4A16 of the same variant, so their decode speeds
+#       compare beside the same neighbours; the --set keys go to all three (e.g. SPEC_ACCEPTANCE)
 #   bash .ci/gpu-session.sh gates VARIANT KV_BYTES   issue 5: the CI gates (GATES=ci) on the served dummy variant
 #   bash .ci/gpu-session.sh tune BASE SECONDS [tune flags...]
-#       issue 8: make tune from BASE on dummy weights within SECONDS. The quality gates are off
-#       (random weights fail every gate; the written variant's records say gate "none"), and the
-#       candidates' state lives in /tmp/tune-state so a later call on the same machine resumes it
-#       (the device's copy of results/ is reset between calls: tar both into $OUT)
+#       issue 8: make tune from BASE on dummy weights, cut at SECONDS. The quality gates are off
+#       (random weights fail every gate; the written variant's records say gate "none"). The search
+#       budget is SECONDS - 480: a batch started just inside it still needs its cold starts and probes,
+#       and the winner its warm re-measurement. Run it detached (below): its records live in the tree.
 #   bash .ci/gpu-session.sh sweep [scripts.sweep flags...]   make sweep on dummy weights with this file's probe
 #   bash .ci/gpu-session.sh wheels DIR TARGET   install carried wheels (.gpu/whl-*) into TARGET, --no-deps
 # parallel and sweep can run side by side in one call and share one barrier and one probe lock:
 #   KIT_BARRIER=DIR:N (N = servers in all) and KIT_PROBE_LOCK=FILE (default /tmp/kit-probe.lock).
+#   bash .ci/gpu-session.sh detach NAME MODE [ARGS...]
+#       run MODE in its own process session from /tmp/kit (a copy of this tree made by the first
+#       detach, weights/ included), so it outlives this call and the device's reset of the tree between
+#       calls; log, pid and exit status in /tmp/kit/jobs/NAME.*. Every detached job's probes share
+#       KIT_PROBE_LOCK, whoever started them (scripts/probe.py probe_lock).
+#   bash .ci/gpu-session.sh collect SECONDS
+#       wait until every detached job has ended or SECONDS pass, then put /tmp/kit's results/ and
+#       experiments/ in $OUT/r.tgz and the jobs' logs in $OUT/logs.tgz (a later call collects again)
 set -uo pipefail
 # Pass the commit the tree came from (KIT_GIT_COMMIT=$(git rev-parse HEAD) here, in the run command):
 # the machine's copy has no .git, or an older one (records then name a wrong commit). It wins over git.
@@ -67,7 +78,8 @@ case "${1:-}" in
     step timeout -s INT -k 30 "$(left)" python3 -m scripts.bake $S --verify ;;
   parallel)
     end=$((SECONDS + $2)); kv=$3; shift 3
-    barrier=${KIT_BARRIER:-$(mktemp -d):$#}; port=8100; pids=()
+    # KIT_PORT_BASE: detached jobs side by side each need their own ports.
+    barrier=${KIT_BARRIER:-$(mktemp -d):$#}; port=${KIT_PORT_BASE:-8100}; pids=()
     wait_s=$(( (end - SECONDS) * 2 / 3 ))
     for spec in "$@"; do
       v=${spec%%/*}; S="--variant $v --set WEIGHTS=dummy --set PORT=$port --set SERVE_KV_CACHE_MEMORY_BYTES=$kv"
@@ -84,29 +96,48 @@ case "${1:-}" in
     for i in "${!pids[@]}"; do wait "${pids[$i]}"; echo "=== ${@:$((i+1)):1}: rc=$?"; done
     tail -n 25 "$LOGS"/parallel-*.log; [ -n "${KIT_LOG_DIR:-}" ] || rm -f /tmp/parallel-*.log ;;
   shim)
-    v=$2; name=$3; S="--variant $v --set WEIGHTS=dummy"
+    v=$2; name=$3; shift 3; S="--variant $v --set WEIGHTS=dummy $*"
     step python3 -m scripts.bake $S --set "KIT_DEVICE_NAME=$name"
     step python3 -m scripts.bake $S --set "KIT_DEVICE_NAME=$name" --verify
     step python3 -m scripts.bake $S --verify --expect miss ;;
   quantize)
-    v=$2; kv=$3; shift 3
-    M="--set SERVE_KV_CACHE_MEMORY_BYTES=$kv --set SERVE_GPU_MEMORY_UTILIZATION=0.2"
-    step env PYTHONPATH=/tmp/quant:$PYTHONPATH python3 -m scripts.quantize --variant "$v" --random-source "$@"
-    step python3 -m scripts.serve --variant "$v" $M --smoke --then "python3 -m scripts.probe --variant $v $M --url {url} $PROBE" ;;
+    end=$((SECONDS + $2)); v=$3; kv=$4; shift 4
+    step flock "$LOCK" env PYTHONPATH=/tmp/quant:$PYTHONPATH python3 -m scripts.quantize --variant "$v" \
+      --set WEIGHTS=real --random-source "$@" || exit
+    specs=("$v/WEIGHTS=real" "$v"); for kvp in $(sed 's/--set//g' <<<"$*"); do specs=("${specs[@]/%//$kvp}"); done
+    bash "$0" parallel $((end - SECONDS)) "$kv" "${specs[@]}" ;;
   gates)
     step python3 -m scripts.evaluate --variant "$2" --set WEIGHTS=dummy --set GATES=ci \
       --set SERVE_KV_CACHE_MEMORY_BYTES="$3" --set SERVE_GPU_MEMORY_UTILIZATION=0.2 --sample ;;
   tune)
     base=$2; secs=$3; shift 3
     step timeout -s INT -k 30 "$secs" python3 -m scripts.tune --base "$base" --set WEIGHTS=dummy \
-      --budget "$((secs - 60))s" --search-gate none --final-gate none --state-dir /tmp/tune-state \
-      --probe-args "$PROBE" "$@" ;;
+      --budget "$((secs - 480))s" --search-gate none --final-gate none --probe-args "$PROBE" "$@" ;;
   sweep)
     shift
     step python3 -m scripts.sweep --set WEIGHTS=dummy --probe-args "$PROBE" \
       ${KIT_BARRIER:+--barrier "$KIT_BARRIER" --lock "$LOCK"} "$@" ;;
   wheels)
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$3" "$2"/*.whl ;;
+  detach)
+    name=$2; shift 2
+    if [ ! -d /tmp/kit ]; then  # .gpu (the payload) stays behind; weights/ and the tree come along
+      mkdir -p /tmp/kit.part && tar -C . --exclude=./.gpu -cf - . | tar -C /tmp/kit.part -xf - && mv /tmp/kit.part /tmp/kit || exit
+    fi
+    mkdir -p /tmp/kit/jobs; export KIT_PROBE_LOCK=$LOCK KIT_LOG_DIR=/tmp/kit/jobs PYTHONUNBUFFERED=1
+    # setsid: the device ends a call's processes when it returns, except those in a session of their own.
+    (cd /tmp/kit && setsid bash -c 'echo $$ > "jobs/$0.pid"; bash .ci/gpu-session.sh "$@"; echo $? > "jobs/$0.rc"' \
+      "$name" "$@" > "/tmp/kit/jobs/$name.log" 2>&1 < /dev/null &)
+    echo "detached $name: $*" ;;
+  collect)
+    end=$((SECONDS + $2)); cd /tmp/kit || exit
+    running() { for p in jobs/*.pid; do [ -e "${p%.pid}.rc" ] || { echo "${p%.pid}"; }; done; }
+    while [ -n "$(running)" ] && [ $SECONDS -lt $end ]; do sleep 5; done
+    for l in jobs/*.log; do echo "=== $l (rc $(cat "${l%.log}.rc" 2>/dev/null || echo running))"; tail -n 8 "$l"; done
+    nvidia-smi --query-gpu=memory.used,memory.total,utilization.gpu --format=csv
+    tar -czf "$OUT/r.tgz" results experiments; tar -czf "$OUT/logs.tgz" jobs logs
+    echo "still running: $(running | tr '\n' ' ')" ;;
   *) echo "usage: $0 spine | smoke VARIANT... | catalog SECONDS VARIANT [--set K=V ...] | parallel SECONDS KV_BYTES SPEC..." \
-          "| shim VARIANT NAME | quantize VARIANT KV_BYTES | gates VARIANT KV_BYTES | tune BASE SECONDS | sweep FLAGS.. | wheels DIR TARGET" >&2; exit 2 ;;
+          "| shim VARIANT NAME | quantize SECONDS VARIANT KV_BYTES | gates VARIANT KV_BYTES | tune BASE SECONDS | sweep FLAGS.. | wheels DIR TARGET" \
+          "| detach NAME MODE ARGS.. | collect SECONDS" >&2; exit 2 ;;
 esac

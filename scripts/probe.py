@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 import threading
@@ -316,7 +317,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", type=Path, help="PNG to regenerate (default: experiments/<variant>/latency.png)")
     p.add_argument("--lock", type=Path, metavar="FILE",
                    help="hold an exclusive lock on FILE while timing, so probes of servers sharing one GPU "
-                        "(make sweep --jobs) never overlap; waits for it after the server is up")
+                        "(make sweep --jobs) never overlap; waits for it after the server is up. $KIT_PROBE_LOCK, "
+                        "when set, is taken instead: one lock for every probe on the host, whoever started it")
     p.add_argument("--barrier", metavar="DIR:N",
                    help="before timing, wait until N servers have checked in under DIR (a file per server, "
                         "named by its port; one that exits leaves the same file), so no probe times requests "
@@ -366,6 +368,14 @@ def check_in(barrier: tuple[Path, int] | None, name: str, timeout_s: float, poll
         print(f"warning: --barrier {d}: {have} of {n} servers checked in after {timeout_s:g} s; timing anyway",
               file=sys.stderr)
     return have
+
+
+def probe_lock(given: Path | None) -> Path | None:
+    """The lock a probe times under: $KIT_PROBE_LOCK wins over --lock. A batch's own lock (sweep,
+    tune --jobs) keeps its probes apart, but not from a tune, a sweep or a `parallel` run beside it
+    on the same GPU; the host-wide one does both."""
+    host = os.environ.get("KIT_PROBE_LOCK")
+    return Path(host) if host else given
 
 
 def exclusive(path: Path | None):
@@ -430,7 +440,7 @@ def main(argv=None) -> int:
         port = str(urlsplit(srv.url).port)
         check_in(barrier, port, a.barrier_timeout_s)
         n_total = sum((a.warmup_waves + a.repeats) * max(w.requests, c) for c in a.concurrency) + (w.prefix_requests if w.prefix_tokens else 0)
-        with exclusive(a.lock), tqdm(total=n_total, unit="req", file=sys.stderr) as bar:
+        with exclusive(probe_lock(a.lock)), tqdm(total=n_total, unit="req", file=sys.stderr) as bar:
             payload = probe(srv, v.name, w, a, bar)
         # Keep this server up until the batch's last probe is done, so every probe of a batch is timed
         # beside the same neighbours (2026-11-23: as servers left, later probes saw fewer, and TPOT

@@ -146,3 +146,14 @@ def _resume_args(tmp_path):
     a = argparse.Namespace(set=[], cache_per_point=False)
     v = load("tiny")
     return a, v, "SERVE_MAX_NUM_SEQS", "2", ["SERVE_MAX_NUM_SEQS=2"], tmp_path / "sweeps" / "tiny" / "SERVE_MAX_NUM_SEQS"
+
+
+def test_probe_host_lock_from_env_wins_over_the_batch_lock(tmp_path, monkeypatch):
+    """$KIT_PROBE_LOCK: one lock for every probe on the host (a tune and a parallel run side by side)."""
+    from scripts.probe import probe_lock
+    monkeypatch.delenv("KIT_PROBE_LOCK", raising=False)
+    assert probe_lock(None) is None
+    assert probe_lock(tmp_path / "batch.lock") == tmp_path / "batch.lock"
+    monkeypatch.setenv("KIT_PROBE_LOCK", str(tmp_path / "host.lock"))
+    assert probe_lock(tmp_path / "batch.lock") == tmp_path / "host.lock"
+    assert probe_lock(None) == tmp_path / "host.lock"

@@ -221,9 +221,10 @@ def test_search_offers_each_lever_to_prefetch_within_the_budget_and_keeps_its_pa
     plain = T.search(CFG, levers, table_trial(table), T.Rule())
     t = Trial()
     res = T.search(CFG, levers, t, T.Rule())
-    assert t.offered == [["SERVE_MAX_NUM_SEQS=2", "SERVE_MAX_NUM_SEQS=4", "SERVE_MAX_NUM_SEQS=16"],
+    # BASE goes with the first lever (neither depends on the other): one wave of cold starts.
+    assert t.offered == [["BASE", "SERVE_MAX_NUM_SEQS=2", "SERVE_MAX_NUM_SEQS=4", "SERVE_MAX_NUM_SEQS=16"],
                          ["SERVE_ENABLE_PREFIX_CACHING=false SERVE_MAX_NUM_SEQS=4"]]
     assert res.incumbent == plain.incumbent == {"SERVE_MAX_NUM_SEQS": "4"} and res.decisions == plain.decisions
     t = Trial()
-    T.search(CFG, levers, t, T.Rule(), max_candidates=3)  # BASE + 2
-    assert t.offered == [["SERVE_MAX_NUM_SEQS=2", "SERVE_MAX_NUM_SEQS=4"]]
+    T.search(CFG, levers, t, T.Rule(), max_candidates=3)  # BASE + 2, each offered once
+    assert t.offered == [["BASE", "SERVE_MAX_NUM_SEQS=2", "SERVE_MAX_NUM_SEQS=4"]]

@@ -324,9 +324,40 @@ def search(cfg: dict, lever_list: list[Lever], trial, rule: Rule, max_candidates
         res.outcomes.append(out)
         return out
 
+    def lever_cands(lv: Lever, inc_overrides: dict, inc_id: str) -> list[dict]:
+        cands = []
+        for val in lv.values:
+            merged = fixup(cfg, {**inc_overrides, **val})
+            # Drop overrides equal to BASE's own values: the candidate is the same config.
+            merged = {k: v for k, v in merged.items() if str(cfg.get(k)) != str(v)}
+            if candidate_id(merged) != inc_id and merged not in cands:
+                cands.append(merged)
+        return cands
+
+    # The caller may measure candidates side by side first (make tune --jobs); the search then reads
+    # them back in its own order, so the path is the same either way. Each is offered once.
+    offered: set[str] = set()
+
+    def offer(cands: list[dict]) -> None:
+        prefetch = getattr(trial, "prefetch", None)
+        if prefetch is None:
+            return
+        # Offered candidates are spent budget too: the search will run them.
+        room = None if max_candidates is None else max(max_candidates - len(offered | set(seen)), 0)
+        todo = [c for c in cands if candidate_id(c) not in seen and candidate_id(c) not in offered]
+        todo = todo if room is None else todo[:room]
+        offered.update(candidate_id(c) for c in todo)
+        if todo:
+            prefetch(todo)
+
     pending: list[tuple[str, str]] = []
     i_lever = -1
     try:
+        # BASE and the first lever's values do not depend on each other's outcome: one wave of cold
+        # starts instead of two (a Qwen3.5 cold start is ~5 min on the H100).
+        first = lever_list[0] if lever_list and lever_list[0].name != "spec_schedule" else None
+        if first is not None:
+            offer([{}] + lever_cands(first, {}, candidate_id({})))
         base = run({})
         if base.status != "ok":
             res.stop_reason = f"BASE itself failed ({base.status}: {base.note}); nothing to compare against"
@@ -347,21 +378,9 @@ def search(cfg: dict, lever_list: list[Lever], trial, rule: Rule, max_candidates
                 kmax = max(k for _, _, k in parse_schedule(sched))
                 values = ({"SPEC_SCHEDULE": sched, "SPEC_K": kmax,
                            "SPEC_METHOD": {**cfg, **inc.overrides}["SPEC_METHOD"]},)
-            cands = []
-            for val in values:
-                merged = fixup(cfg, {**inc.overrides, **val})
-                # Drop overrides equal to BASE's own values: the candidate is the same config.
-                merged = {k: v for k, v in merged.items() if str(cfg.get(k)) != str(v)}
-                if candidate_id(merged) != inc.id and merged not in cands:
-                    cands.append(merged)
+            cands = lever_cands(Lever(lv.name, tuple(values), lv.doc), inc.overrides, inc.id)
             pending = [(label(c), lv.name) for c in cands]
-            # The caller may measure a lever's values side by side first (make tune --jobs); the loop
-            # below then reads them back in its own order, so the path is the same either way.
-            prefetch = getattr(trial, "prefetch", None)
-            if prefetch is not None:
-                room = None if max_candidates is None else max(max_candidates - len(seen), 0)
-                todo = [c for c in cands if candidate_id(c) not in seen]
-                prefetch(todo if room is None else todo[:room])
+            offer(cands)
             best, why_best = None, ""
             for c in cands:
                 out = run(c)
