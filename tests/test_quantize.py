@@ -92,6 +92,8 @@ def test_quantize_tiny_end_to_end(tmp_path):
     p = rec["payload"]
     assert p["published"] and p["verify"]["passed"]
     assert 1.0 <= p["verify"]["ppl_ratio"] <= 1.5 and p["verify"]["top1_agreement"] > 0.6
+    # Scored in a spawned interpreter; the record says where each model was (cpu here).
+    assert p["verify"]["devices"] == {"source": "cpu", "quant": "cpu"}
     assert p["calibration"]["samples"] == 8 and p["calibration"]["tokens"] == 8 * 128
     assert rec["provenance"]["versions"]["llmcompressor"] == "0.14.0.1"
 

@@ -83,8 +83,11 @@ def test_tune_resumes_after_kill_and_writes_the_variant(kit):
     assert all(c["variant"] == "tiny" for c in cands)  # candidate records name BASE, under the tune's dir
     assert not list((kit / "results").glob("tiny/*.json"))  # nothing lands among BASE's own records
 
-    # The writer: BASE + the winner's delta, loadable, the winner re-measured as itself.
-    [session] = recs(kit / "results" / NAME, "tune")
+    # The writer: BASE + the winner's delta, loadable, the winner re-measured as itself. The search's
+    # outcome went on record before the re-measurement (a cut one leaves it); the second supersedes it.
+    first, session = recs(kit / "results" / NAME, "tune")
+    assert first["payload"]["session"]["confirm"] is None
+    assert first["payload"]["session"]["winner"] == session["payload"]["session"]["winner"]
     s = session["payload"]["session"]
     win = s["winner"]["overrides"]
     cfg = (kit / "experiments" / NAME / "config.env").read_text().splitlines()
@@ -105,8 +108,9 @@ def test_tune_resumes_after_kill_and_writes_the_variant(kit):
 
 
 def test_tune_jobs_measures_a_levers_values_side_by_side(kit):
-    """--jobs 2: the lever's two values are served at once (their trials overlap in time), each is
-    probed and recorded, and the search reads them back as records."""
+    """--jobs 2: BASE and the first lever's first value are served at once (their trials overlap in
+    time; neither depends on the other's outcome), the lever's last value runs alone in the search's
+    order, each is probed and recorded, and the search reads the batch back as records."""
     argv = [a for a in ARGS]
     argv[argv.index("--values") + 1] = "max_num_seqs=2,4"
     argv[argv.index("--budget") + 1] = "3"
@@ -120,12 +124,14 @@ def test_tune_jobs_measures_a_levers_values_side_by_side(kit):
     assert "[batch] 2 candidates side by side" in out, out[-3000:]
     cands = {c["payload"]["candidate"]["label"]: c for c in recs(kit / "results" / NAME / "tune" / "tiny", "tune")}
     assert set(cands) == {"BASE", "SERVE_MAX_NUM_SEQS=2", "SERVE_MAX_NUM_SEQS=4"}
+    assert "[batch] 2 candidates side by side: BASE, SERVE_MAX_NUM_SEQS=2" in out, out[-3000:]
     spans = []
-    for label in ("SERVE_MAX_NUM_SEQS=2", "SERVE_MAX_NUM_SEQS=4"):
+    for label in ("BASE", "SERVE_MAX_NUM_SEQS=2"):
         c = cands[label]
         assert c["payload"]["candidate"]["status"] == "ok" and c["payload"]["candidate"]["latency_record"]
         end = time.mktime(time.strptime(c["provenance"]["utc"], "%Y-%m-%dT%H:%M:%SZ"))
         spans.append((end - c["payload"]["candidate"]["wall_s"], end))
     (s1, e1), (s2, e2) = spans
     assert s1 < e2 and s2 < e1  # the two trials overlapped
-    assert out.count("[record] SERVE_MAX_NUM_SEQS=") == 2  # the search read both from their records
+    assert "[record] BASE: ok" in out and "[record] SERVE_MAX_NUM_SEQS=2: ok" in out  # read back from records
+    assert "[trial] SERVE_MAX_NUM_SEQS=4" in out and cands["SERVE_MAX_NUM_SEQS=4"]["payload"]["candidate"]["status"] == "ok"
