@@ -248,6 +248,13 @@ def _load_checked(d: Path, dtype, device: str, allow_unexpected: tuple = ()):
         # forward (~30x slower on CPU).
         kw["quantization_config"] = transformers.CompressedTensorsConfig(run_compressed=False)
     model, info = cls.from_pretrained(str(d), dtype=dtype, output_loading_info=True, **kw)
+    if "quantization_config" in cfg:
+        # transformers (5.17) hands the decompressed model to compressed-tensors' (0.19) offloading
+        # ("Dispatching model"): each module's parameters live in a CPU cache, and .to(device) writes
+        # back into that cache. On the H100 (2026-11-23) the checkpoint was scored on the CPU, 29-80 s a
+        # window. Undo the dispatch so that .to(device) below moves the weights.
+        from compressed_tensors.offload import remove_dispatch
+        remove_dispatch(model)
     unexpected = [k for k in info.get("unexpected_keys", []) if not any(re.match(p, k) for p in allow_unexpected)]
     bad = {k: sorted(info.get(k) or []) for k in ("missing_keys", "mismatched_keys", "error_msgs")}
     bad["unexpected_keys"] = sorted(unexpected)
@@ -270,7 +277,7 @@ def verify(out: Path, src: Path, dtype, max_ratio: float) -> dict:
     # mtp.* is in the files on purpose; transformers' Qwen3.5 classes list it as ignorable.
     quant_model = _load_checked(out, dtype, device, allow_unexpected=(r"^mtp\.",))
     src_model = _load_checked(src, dtype, device, allow_unexpected=(r"^mtp\.",))
-    # Where the weights really are: on the H100 (2026-11-23) a model asked onto cuda still ran on the CPU.
+    # Where the weights really are while scored (see _load_checked).
     devices = {k: str(next(m.parameters()).device) for k, m in (("source", src_model), ("quant", quant_model))}
     if any(not d.startswith(device) for d in devices.values()):
         print(f"warning: verification asked for {device} but runs on {devices} (slow on a CPU)", file=sys.stderr)
@@ -279,7 +286,7 @@ def verify(out: Path, src: Path, dtype, max_ratio: float) -> dict:
     with torch.no_grad():
         for w in tqdm(wins, desc="verify (held-out windows)", unit="win"):
             ids = torch.tensor([w], device=device)
-            # .to(device) on both ends: on the H100 one of the two came back on the CPU (2026-11-23).
+            # Each model on its own device (the record names them), the loss on `device`.
             logits = {k: m(input_ids=ids.to(m.device)).logits[0, :-1].float().to(device)
                       for k, m in (("source", src_model), ("quant", quant_model))}
             for k, lg in logits.items():
@@ -292,14 +299,6 @@ def verify(out: Path, src: Path, dtype, max_ratio: float) -> dict:
     return {"ppl_source": round(ppl["source"], 4), "ppl_quant": round(ppl["quant"], 4), "ppl_ratio": round(ratio, 5),
             "top1_agreement": round(agree / n, 5), "tokens": n, "max_ratio": max_ratio, "devices": devices,
             "heldout_sha256": quant.texts_sha256(quant.kit_texts("heldout")), "passed": ratio <= max_ratio}
-
-
-def verify_in_fresh_process(out: Path, src: Path, dtype, max_ratio: float) -> dict:
-    """verify() in a spawned interpreter: none of llm-compressor's state from the AWQ run (its
-    compressed-tensors offloading, patched classes) and none of its GPU memory reaches the reload."""
-    import multiprocessing
-    with multiprocessing.get_context("spawn").Pool(1) as pool:
-        return pool.apply(verify, (out, src, dtype, max_ratio))
 
 
 def write_manifest(v, src: Path, out: Path, calib: dict) -> str:
@@ -376,7 +375,7 @@ def main(argv=None) -> int:
         if not a.no_verify:
             stages.set_postfix_str("verifying")
             t = time.time()
-            result = verify_in_fresh_process(tmp, src, dtype, v["QUANT_PPL_MAX_RATIO"])
+            result = verify(tmp, src, dtype, v["QUANT_PPL_MAX_RATIO"])
             timings["verify_s"] = round(time.time() - t, 2)
         stages.update()
         stages.close()

@@ -92,8 +92,16 @@ def test_quantize_tiny_end_to_end(tmp_path):
     p = rec["payload"]
     assert p["published"] and p["verify"]["passed"]
     assert 1.0 <= p["verify"]["ppl_ratio"] <= 1.5 and p["verify"]["top1_agreement"] > 0.6
-    # Scored in a spawned interpreter; the record says where each model was (cpu here).
-    assert p["verify"]["devices"] == {"source": "cpu", "quant": "cpu"}
+    assert p["verify"]["devices"] == {"source": "cpu", "quant": "cpu"}  # where each model was scored
+    # The reload moves the weights where it is told: transformers hands a compressed-tensors checkpoint
+    # to compressed-tensors' CPU offload cache, where .to(device) left them on the CPU (the H100 run of
+    # 2026-11-23). 'meta' stands in for cuda here.
+    code = ("import sys, torch; from pathlib import Path; from scripts.quantize import _load_checked; "
+            "m = _load_checked(Path(sys.argv[1]), torch.float32, 'meta'); "
+            "print(sorted({t.device.type for t in [*m.parameters(), *m.buffers()]}))")
+    r = subprocess.run([str(QPY), "-c", code, str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600,
+                       env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"})
+    assert r.returncode == 0 and r.stdout.strip().splitlines()[-1] == "['meta']", r.stderr[-2000:]
     assert p["calibration"]["samples"] == 8 and p["calibration"]["tokens"] == 8 * 128
     assert rec["provenance"]["versions"]["llmcompressor"] == "0.14.0.1"
 
