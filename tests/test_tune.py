@@ -228,3 +228,26 @@ def test_search_offers_each_lever_to_prefetch_within_the_budget_and_keeps_its_pa
     t = Trial()
     T.search(CFG, levers, t, T.Rule(), max_candidates=3)  # BASE + 2, each offered once
     assert t.offered == [["BASE", "SERVE_MAX_NUM_SEQS=2", "SERVE_MAX_NUM_SEQS=4"]]
+
+
+def test_time_budget_keeps_a_warm_restart_not_a_cold_one_for_the_winner(tmp_path):
+    """The winner's re-measurement starts from its compile cache: the budget keeps a candidate's time
+    minus most of its cold start (2026-11-23: keeping a whole candidate stopped a GPU tune with 527 s
+    of 870 left). Without start times it keeps a whole candidate."""
+    import time
+    from types import SimpleNamespace
+    from scripts.tune import Tuner
+    a = SimpleNamespace(state_dir=tmp_path, budget_parsed=T.Budget(None, 870.0), confirm=True)
+    t = Tuner(a, load("tiny"), "tiny-tuned", "cpu", {})
+    t.walls, t.readies = [342.0, 342.0], [250.0, 260.0]
+    assert t.remeasure_estimate(342.0) == pytest.approx(342 - 255 + 0.4 * 255)
+    t.t0 = time.time() - 343  # 343 + 342 + 189 = 874 > 870: stop
+    with pytest.raises(T.BudgetExhausted, match="189 s kept"):
+        t.check_time()
+    t.t0 = time.time() - 300  # 300 + 342 + 189 = 831: go on
+    t.check_time()
+    t.readies = []
+    assert t.remeasure_estimate(342.0) == 342.0
+    a.confirm = False
+    t.t0 = time.time() - 500  # 500 + 342 = 842: no re-measurement to keep
+    t.check_time()
