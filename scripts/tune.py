@@ -439,7 +439,8 @@ def main(argv=None) -> int:
     readme.write_text(S.readme(name, payload))
     from scripts.report import main as report_main
     report_main([])
-    print(S.summary_text(payload) + f"\nvariant: {_rel(cfg_path)}\nrecord: {_rel(path)}", file=sys.stderr)
+    print(S.summary_text(payload) + f"\nvariant: {_rel(cfg_path)}\nrecord: {_rel(path)}\n"
+          "to commit the variant, also run `make golden` (tests pin every variant's server argv)", file=sys.stderr)
     return 1 if (session["confirm"] or {}).get("quality_passed") is False else 0
 
 
