@@ -45,6 +45,7 @@
 #       detach, weights/ included), so it outlives this call and the device's reset of the tree between
 #       calls; log, pid and exit status in /tmp/kit/jobs/NAME.*. Every detached job's probes share
 #       KIT_PROBE_LOCK, whoever started them (scripts/probe.py probe_lock).
+#   bash .ci/gpu-session.sh chain MODE ARGS.. ++ MODE ARGS..   modes one after the other (detach NAME chain ...)
 #   bash .ci/gpu-session.sh collect SECONDS
 #       wait until every detached job has ended or SECONDS pass, then put /tmp/kit's results/ and
 #       experiments/ in $OUT/r.tgz and the jobs' logs in $OUT/logs.tgz (a later call collects again)
@@ -129,6 +130,12 @@ case "${1:-}" in
     v=$2; shift 2
     step /tmp/prof/bin/py-spy record --subprocesses --idle --rate 20 --format speedscope \
       -o "$LOGS/startprof-$v-$(date -u +%H%M%S).json" -- python3 -m scripts.serve --variant "$v" --set WEIGHTS=dummy "$@" --smoke ;;
+  chain)  # MODE ARGS.. ++ MODE ARGS..: one after the other in one (detached) job, so their GPU memory
+    # never adds up; a failed step does not stop the next
+    shift; cmd=()
+    for x in "$@" ++; do
+      if [ "$x" = ++ ]; then [ ${#cmd[@]} -gt 0 ] && step bash "$0" "${cmd[@]}"; cmd=(); else cmd+=("$x"); fi
+    done ;;
   detach)
     name=$2; shift 2
     if [ ! -d /tmp/kit ]; then  # .gpu (the payload) stays behind; weights/ and the tree come along
@@ -149,5 +156,5 @@ case "${1:-}" in
     echo "still running: $(running | tr '\n' ' ')" ;;
   *) echo "usage: $0 spine | smoke VARIANT... | catalog SECONDS VARIANT [--set K=V ...] | parallel SECONDS KV_BYTES SPEC..." \
           "| shim VARIANT NAME | quantize SECONDS VARIANT KV_BYTES | gates VARIANT KV_BYTES | tune BASE SECONDS | sweep FLAGS.. | wheels DIR TARGET" \
-          "| startprof VARIANT | detach NAME MODE ARGS.. | collect SECONDS" >&2; exit 2 ;;
+          "| startprof VARIANT | chain MODE ARGS.. ++ MODE ARGS.. | detach NAME MODE ARGS.. | collect SECONDS" >&2; exit 2 ;;
 esac

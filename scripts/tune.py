@@ -96,6 +96,7 @@ class Tuner:
         self.t0 = time.time()
         self.walls: list[float] = []
         self.readies: list[float] = []  # cold start-to-ready of the candidates that started
+        self.winner_sets: list[str] = []  # run conditions the winner carried (confirm serves it with them)
         self.cached = self._load_cached()
 
     # -- records ----------------------------------------------------------------------------
@@ -283,7 +284,8 @@ class Tuner:
         if src and src.is_dir() and not v.cache_root.exists():
             shutil.copytree(src, v.cache_root, symlinks=True)  # the winner's compile cache: a warm start
         port = free_port()
-        v = load(v.name, self.a.set + [f"PORT={port}"])
+        sets = self.a.set + self.winner_sets + [f"PORT={port}"]
+        v = load(v.name, sets)
         out = {"latency_record": None, "latency_valid": None, "quality_record": None,
                "quality_mode": self.a.final_gate, "quality_passed": None, "score": None}
         log = self.logs / f"tune-confirm-{time.strftime('%Y%m%dT%H%M%S')}"
@@ -292,12 +294,12 @@ class Tuner:
         print(f"  [confirm] {v.name} as itself", file=sys.stderr)
         with srv:
             before = {p for p, _ in records(v.name)}
-            rc = self.probe(v.name, self.a.set + [f"PORT={port}"], srv.url, None, None, log.with_suffix(".probe.log"))
+            rc = self.probe(v.name, sets, srv.url, None, None, log.with_suffix(".probe.log"))
             path, rec = newest(RESULTS, v.name, "latency", v.config_sha256, before)
             if path:
                 out.update(latency_record=_rel(path), latency_valid=rc == 0, score=T.score(rec["payload"]))
             if self.a.final_gate != "none":
-                rc = self.gate(v.name, self.a.set + [f"PORT={port}"], srv.url, self.a.final_gate, None, log.with_suffix(".gate.log"))
+                rc = self.gate(v.name, sets, srv.url, self.a.final_gate, None, log.with_suffix(".gate.log"))
                 qpath, _ = newest(RESULTS, v.name, "quality", v.config_sha256, before)
                 out.update(quality_record=_rel(qpath) if qpath else None, quality_passed={0: True, 1: False}.get(rc))
         return out
@@ -317,7 +319,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--min-gain-pct", type=float, default=3.0, help="smallest gain that counts, beyond the noise (default: 3)")
     p.add_argument("--levers", help="comma list, in this order (default: every lever the variant exposes)")
     p.add_argument("--values", action="append", default=[], metavar="LEVER=V1,V2",
-                   help="values of a one-key lever (max_num_seqs, max_num_batched_tokens, kv_cache_dtype)")
+                   help="values of a one-key lever (max_num_seqs, max_num_batched_tokens, kv_cache_dtype), "
+                        "or speculation depths in order: spec=0,2,4 (0 = off)")
     p.add_argument("--probe-args", default="", help="extra scripts.probe arguments (workload, levels, --repeats; default repeats 3)")
     p.add_argument("--gates", help="gates file for the quality gate (default: the variant's)")
     p.add_argument("--search-gate", default="sample", help="gate of a would-be winner: sample | limit:N | none (default: sample)")
@@ -335,6 +338,19 @@ ONE_KEY = {"max_num_seqs": "SERVE_MAX_NUM_SEQS", "max_num_batched_tokens": "SERV
            "kv_cache_dtype": "SERVE_KV_CACHE_DTYPE"}
 
 
+def spec_values(lever, text: str) -> tuple:
+    """`--values spec=0,3,5`: speculation depths in the given order (0 = off), with the method the
+    lever found. Order matters under --jobs: values are measured in batches of N, first ones first."""
+    method = next(v["SPEC_METHOD"] for v in lever.values if v["SPEC_METHOD"] != "none")
+    out = []
+    for x in filter(None, (t.strip() for t in text.split(","))):
+        if not x.isdigit():
+            raise KitError(f"--values spec={text}: {x!r} is not a speculation depth (0 = off, 1..7)")
+        k = int(x)
+        out.append({"SPEC_METHOD": "none", "SPEC_K": 0} if k == 0 else {"SPEC_METHOD": method, "SPEC_K": k})
+    return tuple(out)
+
+
 def select(lever_list: list, names: str | None, values: list[str]) -> list:
     by = {lv.name: lv for lv in lever_list}
     if names:
@@ -347,9 +363,11 @@ def select(lever_list: list, names: str | None, values: list[str]) -> list:
     for lv in lever_list:
         for item in values:
             name, _, vals = item.partition("=")
-            if name == lv.name:
+            if name == lv.name and name == "spec":
+                lv = T.Lever(lv.name, spec_values(lv, vals), lv.doc + " (--values)")
+            elif name == lv.name:
                 if name not in ONE_KEY:
-                    raise KitError(f"--values {name}: only for {', '.join(ONE_KEY)}")
+                    raise KitError(f"--values {name}: only for spec, {', '.join(ONE_KEY)}")
                 lv = T.Lever(lv.name, tuple({ONE_KEY[name]: x} for x in vals.split(",") if x), lv.doc + " (--values)")
         out.append(lv)
     return out
@@ -418,7 +436,9 @@ def main(argv=None) -> int:
                "schedule": res.schedule, "winner": {"id": win, "overrides": res.incumbent}, "confirm": None}
     title = f"{name}: {a.base} tuned for {a.objective} under SLO {a.slo} ({T.label(res.incumbent)})"
     (EXPERIMENTS / name).mkdir(parents=True, exist_ok=True)
-    cfg_path.write_text(T.config_env(a.base, res.incumbent, title))
+    keep, conds = T.split_conditions(res.incumbent)
+    tuner.winner_sets = T.as_sets(conds)
+    cfg_path.write_text(T.config_env(a.base, keep, title))
     v = load(name)  # the writer's output must load; an error here is a bug in the writer
     payload = {**tuner.common(), "scope": "session", "session": session}
     readme = EXPERIMENTS / name / "README.md"

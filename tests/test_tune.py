@@ -165,6 +165,33 @@ def test_levers_qwen35_on_gpu_offer_mtp_and_schedule():
     assert "spec_schedule" in [lv.name for lv in ls] and "compilation" in [lv.name for lv in ls]
 
 
+def test_values_spec_gives_depths_in_order_and_refuses_non_depths():
+    from scripts.kit.errors import KitError
+    from scripts.tune import select
+    v = load("qwen3.5-4b-awq-seq8")
+    ls, _ = T.levers(v.config, "gpu", lambda o: True, None, (1, 8))
+    spec = next(lv for lv in select(ls, "spec", ["spec=3,0,5"]))
+    assert spec.values == ({"SPEC_METHOD": "mtp", "SPEC_K": 3}, {"SPEC_METHOD": "none", "SPEC_K": 0},
+                           {"SPEC_METHOD": "mtp", "SPEC_K": 5})
+    with pytest.raises(KitError, match="not a speculation depth"):
+        select(ls, "spec", ["spec=3,x"])
+    with pytest.raises(KitError, match="only for spec"):
+        select(ls, "prefix_caching", ["prefix_caching=on"])
+
+
+def test_winner_from_a_k0_base_keeps_synthetic_rates_out_of_config_env(tree):
+    # A tune from a K=0 BASE passes 7 rates as a run condition; a K=4 winner carries the first 4.
+    tree("b", "MODEL=Qwen/Qwen3.5-4B\nARCH_CONFIG=weights/configs/qwen3.5-4b.json\n")
+    v = load("b", ["WEIGHTS=dummy", "SPEC_ACCEPTANCE=0.98,0.82,0.70,0.54,0.45,0.38,0.32"])
+    o = T.fixup(v.config, {"SPEC_METHOD": "mtp", "SPEC_K": 4})
+    keep, conds = T.split_conditions(o)
+    assert conds == {"SPEC_ACCEPTANCE": "0.98,0.82,0.70,0.54"} and "SPEC_ACCEPTANCE" not in keep
+    tree("w", T.config_env("b", keep, "w"))
+    assert load("w").acceptance == "real"  # as written: a real host measures real acceptance
+    assert load("w", ["WEIGHTS=dummy", *T.as_sets(conds)]).speculative_config()["synthetic_acceptance_rates"] \
+        == [0.98, 0.82, 0.70, 0.54]
+
+
 def test_config_env_writer_round_trips_through_the_loader(tree):
     tree("base1", "MODEL=HuggingFaceTB/SmolLM2-135M-Instruct\nSERVE_MAX_NUM_SEQS=8\n")
     o = {"SERVE_MAX_NUM_SEQS": "4", "SERVE_COMPILATION_CONFIG": T.QK_NORM_ROPE,

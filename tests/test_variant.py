@@ -86,6 +86,8 @@ def test_unknown_variant_lists_the_variants(tree):
     ("SPEC_METHOD=dflash\nSPEC_K=4\n", "needs SPEC_MODEL"),
     ("SPEC_METHOD=mtp\nSPEC_K=2\nSPEC_ACCEPTANCE=0.9\n", "1 rates for SPEC_K=2"),
     ("SPEC_METHOD=mtp\nSPEC_K=2\nSPEC_ACCEPTANCE=0.5,0.9\n", "must not increase"),
+    ("SPEC_ACCEPTANCE=0.9,0.6,0.4\n", None),  # no speculation: rates unused (tune from a K=0 BASE)
+    ("SPEC_ACCEPTANCE=0.5,0.9\n", "must not increase"),
     ("WEIGHTS=dummy\n", "needs ARCH_CONFIG"),
     ("ARCH_CONFIG=nope.json\n", "does not exist"),
     ("BASELINE=ghost\n", "is not a variant"),

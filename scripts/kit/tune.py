@@ -29,7 +29,7 @@ import re
 import shlex
 from dataclasses import dataclass, field
 
-from .variant import parse_schedule
+from .variant import CONDITION_KEYS, parse_schedule
 
 # -- budget ------------------------------------------------------------------------------------
 _UNITS = {"s": 1, "m": 60, "h": 3600}
@@ -423,6 +423,14 @@ def pareto(points: list[tuple[str, float, float]]) -> list[str]:
 
 # -- writers ---------------------------------------------------------------------------------------
 HEADER = "# written by `make tune` (scripts/tune.py); regenerate, do not hand-edit"
+
+
+def split_conditions(overrides: dict) -> tuple[dict, dict]:
+    """(levers, run conditions) of a candidate's overrides. fixup() puts SPEC_ACCEPTANCE, cut to the
+    candidate's K, among them; it describes the run (synthetic acceptance), not the variant, so the
+    written config.env gets the levers only and the winner's re-measurement the conditions back."""
+    return ({k: v for k, v in overrides.items() if k not in CONDITION_KEYS},
+            {k: v for k, v in overrides.items() if k in CONDITION_KEYS})
 
 
 def config_env(base: str, overrides: dict, title: str) -> str:

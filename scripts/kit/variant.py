@@ -323,7 +323,9 @@ def _validate(v: Variant, schema: dict) -> None:
         raise KitError(f"{where('SPEC_METHOD')}: SPEC_METHOD={c['SPEC_METHOD']} needs SPEC_MODEL (the draft model)")
     if c["SPEC_ACCEPTANCE"]:
         rates = [float(x) for x in c["SPEC_ACCEPTANCE"].split(",")]
-        if len(rates) != c["SPEC_K"]:
+        # Without speculation the rates are unused (a tune from a K=0 BASE passes the rates its
+        # K>0 candidates take the first K of); with it, one rate per drafted position.
+        if c["SPEC_K"] and len(rates) != c["SPEC_K"]:
             raise KitError(f"{where('SPEC_ACCEPTANCE')}: {len(rates)} rates for SPEC_K={c['SPEC_K']}")
         if any(b > a for a, b in zip(rates, rates[1:])):
             raise KitError(f"{where('SPEC_ACCEPTANCE')}: rates must not increase with position: {rates}")
