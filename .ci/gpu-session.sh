@@ -45,7 +45,11 @@
 #       detach, weights/ included), so it outlives this call and the device's reset of the tree between
 #       calls; log, pid and exit status in /tmp/kit/jobs/NAME.*. Every detached job's probes share
 #       KIT_PROBE_LOCK, whoever started them (scripts/probe.py probe_lock).
+#   bash .ci/gpu-session.sh startcuts VARIANT [--set K=V ...]
+#       issue 6: bake --no-bytecode, then four warm starts: SERVER_MAIN=vllm, kit main, bytecode compiled +
+#       SERVER_MAIN=vllm, both cuts (run it before anything compiles the payload's bytecode)
 #   bash .ci/gpu-session.sh chain MODE ARGS.. ++ MODE ARGS..   modes one after the other (detach NAME chain ...)
+#   bash .ci/gpu-session.sh stop NAME    INT to a detached job's session, wait for it to end (150 s at most)
 #   bash .ci/gpu-session.sh collect SECONDS
 #       wait until every detached job has ended or SECONDS pass, then put /tmp/kit's results/ and
 #       experiments/ in $OUT/r.tgz and the jobs' logs in $OUT/logs.tgz (a later call collects again)
@@ -56,6 +60,8 @@ set -uo pipefail
 # /tmp/eval: lm-eval's wheels (`wheels .gpu/whl-eval /tmp/eval`), after the payload so they shadow nothing of vLLM's.
 export PYTHONPATH=/tmp/site:$PWD:/tmp/eval HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1
 # step returns its command's status (it returned echo's, so parallel reported rc=0 for a failed start).
+# `timeout -s INT -k 120` below: the kit stops its servers on INT (TERM, 30 s grace, then KILL, per server);
+# -k 30 killed a tune mid-stop on 2026-11-24 and left its two servers running.
 step() { echo "=== $(date -u +%H:%M:%S) $*"; "$@"; local rc=$?; echo "=== rc=$rc"; return $rc; }
 # parallel's per-server logs: KIT_LOG_DIR=$OUT keeps them when the call's time limit cuts the mode short.
 LOGS=${KIT_LOG_DIR:-/tmp}
@@ -80,9 +86,9 @@ case "${1:-}" in
     PROBE="--concurrency 1,8,32 --repeats 3 --requests 8 --output-min 64 --output-max 128 --prefix-requests 4"
     # SIGINT, not TERM: the kit's entry points stop their server group on KeyboardInterrupt.
     left() { echo $(( end - SECONDS > 5 ? end - SECONDS : 5 )); }
-    step timeout -s INT -k 30 "$(left)" python3 -m scripts.bake $S
-    step timeout -s INT -k 30 "$(left)" python3 -m scripts.serve $S --smoke --then "python3 -m scripts.probe $S --url {url} $PROBE"
-    step timeout -s INT -k 30 "$(left)" python3 -m scripts.bake $S --verify ;;
+    step timeout -s INT -k 120 "$(left)" python3 -m scripts.bake $S
+    step timeout -s INT -k 120 "$(left)" python3 -m scripts.serve $S --smoke --then "python3 -m scripts.probe $S --url {url} $PROBE"
+    step timeout -s INT -k 120 "$(left)" python3 -m scripts.bake $S --verify ;;
   parallel)
     end=$((SECONDS + $2)); kv=$3; shift 3
     # KIT_PORT_BASE: detached jobs side by side each need their own ports.
@@ -94,7 +100,7 @@ case "${1:-}" in
       [ "$spec" != "$v" ] && for kvp in $(tr / ' ' <<<"${spec#*/}"); do S="$S --set $kvp"; done
       # A server that exits (failed start, or done) leaves its port's file too, so the barrier
       # counts servers that are up or gone: one failed start does not hold the others to the timeout.
-      { step timeout -s INT -k 30 $((end - SECONDS)) python3 -m scripts.serve $S --smoke \
+      { step timeout -s INT -k 120 $((end - SECONDS)) python3 -m scripts.serve $S --smoke \
           --then "python3 -m scripts.probe $S --url {url} --barrier $barrier --barrier-timeout-s $wait_s --lock $LOCK $PROBE"
         rc=$?; python3 -c 'import sys; from scripts.probe import leave, parse_barrier; leave(parse_barrier(sys.argv[1]), sys.argv[2])' \
           "$barrier" "$port"; exit $rc; } > "$LOGS/parallel-$port-$v.log" 2>&1 &
@@ -118,7 +124,7 @@ case "${1:-}" in
       --set SERVE_KV_CACHE_MEMORY_BYTES="$3" --set SERVE_GPU_MEMORY_UTILIZATION=0.2 --sample ;;
   tune)
     base=$2; secs=$3; shift 3
-    step timeout -s INT -k 30 "$secs" python3 -m scripts.tune --base "$base" --set WEIGHTS=dummy \
+    step timeout -s INT -k 120 "$secs" python3 -m scripts.tune --base "$base" --set WEIGHTS=dummy \
       --budget "$((secs - 480))s" --search-gate none --final-gate none --probe-args "$PROBE" "$@" ;;
   sweep)
     shift
@@ -130,6 +136,15 @@ case "${1:-}" in
     v=$2; shift 2
     step /tmp/prof/bin/py-spy record --subprocesses --idle --rate 20 --format speedscope \
       -o "$LOGS/startprof-$v-$(date -u +%H%M%S).json" -- python3 -m scripts.serve --variant "$v" --set WEIGHTS=dummy "$@" --smoke ;;
+  startcuts)  # issue 6: one cold bake without bytecode, then warm starts of that cache with neither cut,
+    # the kit's main module only, bytecode only, both (same cache, same GPU, one after the other)
+    v=$2; shift 2; S="--variant $v --set WEIGHTS=dummy $*"
+    step python3 -m scripts.bake $S --no-bytecode
+    step python3 -m scripts.bake $S --verify --set SERVER_MAIN=vllm
+    step python3 -m scripts.bake $S --verify
+    step python3 -c 'import os, sys; from scripts.kit import bytecode; print(bytecode.ensure(sys.executable, dict(os.environ)))'
+    step python3 -m scripts.bake $S --verify --set SERVER_MAIN=vllm
+    step python3 -m scripts.bake $S --verify ;;
   chain)  # MODE ARGS.. ++ MODE ARGS..: one after the other in one (detached) job, so their GPU memory
     # never adds up; a failed step does not stop the next
     shift; cmd=()
@@ -146,6 +161,12 @@ case "${1:-}" in
     (cd /tmp/kit && setsid bash -c 'echo $$ > "jobs/$0.pid"; bash .ci/gpu-session.sh "$@"; echo $? > "jobs/$0.rc"' \
       "$name" "$@" > "/tmp/kit/jobs/$name.log" 2>&1 < /dev/null &)
     echo "detached $name: $*" ;;
+  stop)  # a detached job: INT to every process of its session. `timeout` runs in a process group of its
+    # own (INT to the job's group missed it on 2026-11-24) but stays in the session; the kit then stops
+    # its servers (their own sessions) itself.
+    sid=$(cat "/tmp/kit/jobs/$2.pid") || exit; pkill -INT -s "$sid"
+    for _ in $(seq 1 150); do [ -e "/tmp/kit/jobs/$2.rc" ] && break; sleep 1; done
+    echo "$2: rc $(cat "/tmp/kit/jobs/$2.rc" 2>/dev/null || echo 'still running')" ;;
   collect)
     end=$((SECONDS + $2)); cd /tmp/kit || exit
     running() { for p in jobs/*.pid; do [ -e "${p%.pid}.rc" ] || { echo "${p%.pid}"; }; done; }
@@ -156,5 +177,5 @@ case "${1:-}" in
     echo "still running: $(running | tr '\n' ' ')" ;;
   *) echo "usage: $0 spine | smoke VARIANT... | catalog SECONDS VARIANT [--set K=V ...] | parallel SECONDS KV_BYTES SPEC..." \
           "| shim VARIANT NAME | quantize SECONDS VARIANT KV_BYTES | gates VARIANT KV_BYTES | tune BASE SECONDS | sweep FLAGS.. | wheels DIR TARGET" \
-          "| startprof VARIANT | chain MODE ARGS.. ++ MODE ARGS.. | detach NAME MODE ARGS.. | collect SECONDS" >&2; exit 2 ;;
+          "| startprof VARIANT | startcuts VARIANT | stop NAME | chain MODE ARGS.. ++ MODE ARGS.. | detach NAME MODE ARGS.. | collect SECONDS" >&2; exit 2 ;;
 esac

@@ -35,7 +35,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from scripts.kit import cachekey, weights
+from scripts.kit import bytecode, cachekey, weights
 from scripts.kit.device import host_platform
 from scripts.kit.errors import KitError, run_main
 from scripts.kit.paths import RESULTS, ROOT
@@ -218,8 +218,15 @@ def _is_eager(argv: list[str]) -> bool:
     return "--enforce-eager" in argv or "-O0" in argv
 
 
-def bake(v, platform: str, argv, env, cap: int | None) -> int:
+def bake(v, platform: str, argv, env, cap: int | None, compile_bytecode: bool = True) -> int:
     weights.require(v)
+    code = None
+    if compile_bytecode:
+        # Before the cold start, so neither it nor any later start compiles Python source.
+        print("bytecode: checking the server interpreter's packages", file=sys.stderr)
+        code = bytecode.ensure(argv[0], {**os.environ, **env})
+        print(f"bytecode: compiled {code['compiled']} package(s)/module(s) lacking it in {code['seconds']} s"
+              + ("" if code["ok"] else f" (some files failed: {code.get('error', 'see compileall')})"), file=sys.stderr)
     root = v.cache_root
     # An empty cache makes this start the cold reference and the artifact list exactly this bake's.
     cachekey.manifest_path(v).unlink(missing_ok=True)
@@ -245,6 +252,8 @@ def bake(v, platform: str, argv, env, cap: int | None) -> int:
                   "triton_in_cache_root": bool(triton) and Path(triton).resolve().is_relative_to(root.resolve())},
         "argv": argv, "log": _rel(log),
     }
+    if code is not None:
+        payload["bytecode"] = code
     rec = make_record("bake", v, payload, started=started)
     validate_record(rec, "new bake record")  # before the manifest: a bad record must not leave a "baked" cache
     path = cachekey.write_manifest(v, manifest)
@@ -351,6 +360,9 @@ def main(argv=None) -> int:
                    help="--verify: set VLLM_FORCE_AOT_LOAD=1 (default: on when expecting a hit on a compiling variant)")
     p.add_argument("--max-concurrency", type=int, default=None,
                    help="cap on warm-up concurrency (default: max_num_seqs, at most 64 on GPU, 8 on CPU)")
+    p.add_argument("--bytecode", action=argparse.BooleanOptionalAction, default=True,
+                   help="first compile the server interpreter's packages that lack bytecode (default: on; "
+                        "--no-bytecode measures a cold start that also compiles Python source)")
     a = p.parse_args(argv)
     v = load(a.variant, a.set)
     if a.export:
@@ -360,7 +372,7 @@ def main(argv=None) -> int:
     env = cachekey.server_env(v, platform)
     if a.verify:
         return verify(v, platform, cmd, env, a.max_concurrency, a.expect, a.force_aot)
-    return bake(v, platform, cmd, env, a.max_concurrency)
+    return bake(v, platform, cmd, env, a.max_concurrency, a.bytecode)
 
 
 if __name__ == "__main__":

@@ -57,7 +57,7 @@ def test_stop_leaves_no_child(tmp_path):
 def test_dry_run_prints_command_and_env():
     r = cli("--variant", "tiny", "--dry-run")
     assert r.returncode == 0, r.stderr
-    assert "vllm.entrypoints.openai.api_server" in r.stdout and "HF_HUB_OFFLINE=1" in r.stdout
+    assert "scripts.kit.vllm_main" in r.stdout and "HF_HUB_OFFLINE=1" in r.stdout
     assert "--served-model-name tiny" in r.stdout
 
 

