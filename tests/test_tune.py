@@ -278,3 +278,13 @@ def test_time_budget_keeps_a_warm_restart_not_a_cold_one_for_the_winner(tmp_path
     a.confirm = False
     t.t0 = time.time() - 500  # 500 + 342 = 842: no re-measurement to keep
     t.check_time()
+
+
+def test_hand_vs_tuned_refuses_to_compare_across_memory_budgets_and_gpus():
+    a = {"device": "H100", "vllm": "0.26.0", "latest": "nope-a.json",
+         "conditions": {"SERVE_KV_CACHE_MEMORY_BYTES": str(20 * 2**30)}}
+    b = {**a, "latest": "nope-b.json", "conditions": {"SERVE_KV_CACHE_MEMORY_BYTES": str(18 * 2**30)}}
+    assert S._why_not(a, dict(a)) == []
+    assert S._why_not(a, b) == ["memory budget differs (KV 20 GiB vs 18 GiB)"]
+    assert S._why_not(a, {**a, "device": "H200"}) == ["GPU differs"]
+    assert S._goodput({"levels": {"1": {"goodput_req_per_s": 2.5}, "8": {"goodput_req_per_s": 11.0}}}) == (11.0, "8")

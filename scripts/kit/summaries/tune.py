@@ -176,3 +176,76 @@ def artifacts(docs: dict) -> dict:
             if png is not None:
                 out[EXPERIMENTS / name / "tune_pareto.png"] = png
     return out
+
+
+# -- README: hand-made vs tuned, per model ------------------------------------------------------------
+_MEMORY = ("SERVE_KV_CACHE_MEMORY_BYTES", "SERVE_GPU_MEMORY_UTILIZATION")
+
+
+def _goodput(lat: dict) -> tuple[float | None, str | None]:
+    """Best goodput at the SLO over the latest record's levels, and the level it came from."""
+    best = max(((x["goodput_req_per_s"], c) for c, x in (lat.get("levels") or {}).items()
+                if x.get("goodput_req_per_s") is not None), default=(None, None))
+    return best
+
+
+def _workload(lat: dict) -> str | None:
+    import json
+    from scripts.kit.paths import ROOT
+    try:
+        return json.loads((ROOT / lat["latest"]).read_text())["payload"]["workload"]["sha256"]
+    except (OSError, KeyError, ValueError):
+        return None
+
+
+def _why_not(a: dict, b: dict) -> list[str]:
+    """Why two latency summaries do not compare (the probe's own rule: same GPU, vLLM, workload, memory)."""
+    out = []
+    for key, what in (("device", "GPU"), ("vllm", "vLLM")):
+        if a.get(key) != b.get(key):
+            out.append(f"{what} differs")
+    if _workload(a) != _workload(b):
+        out.append("workload differs")
+    ca, cb = a.get("conditions") or {}, b.get("conditions") or {}
+    if any(ca.get(k) != cb.get(k) for k in _MEMORY):
+        out.append(f"memory budget differs (KV {_gib(ca)} vs {_gib(cb)})")
+    return out
+
+
+def _gib(cond: dict) -> str:
+    b = cond.get("SERVE_KV_CACHE_MEMORY_BYTES")
+    return f"{int(b) / 2**30:g} GiB" if b else "auto"
+
+
+def readme_table(docs: dict) -> str:
+    """Every tuned variant beside the hand-made variants of the same model, from their latest latency
+    records: goodput at the SLO, single-stream TPOT, and whether the two may be compared at all."""
+    from scripts.kit.tune import written_by_tune
+    tuned = {n for n in docs if (EXPERIMENTS / n / "config.env").is_file()
+             and written_by_tune((EXPERIMENTS / n / "config.env").read_text())}
+    rows = ["| model | variant | made by | conditions | device | goodput req/s at SLO (c) | TPOT p50 c=1 (ms) | "
+            "latest latency record |", "|---|---|---|---|---|---|---|---|"]
+    verdicts = []
+    for model in sorted({docs[n]["model"]["starting_weights"] for n in tuned}):
+        fam = {n: d["results"].get("latency") or {} for n, d in docs.items() if d["model"]["starting_weights"] == model}
+        fam = {n: s for n, s in fam.items() if s.get("latest")}
+        order = sorted(fam, key=lambda n: -(_goodput(fam[n])[0] or 0))
+        for n in order:
+            s, (g, c) = fam[n], _goodput(fam[n])
+            c1 = (s.get("levels") or {}).get("1", {})
+            rows.append(f"| {model.split('@')[0]} | `{n}` | {'make tune' if n in tuned else 'hand'} | KV "
+                        f"{_gib(s.get('conditions') or {})} | {s.get('device')} | {_f(g)} ({c or '-'}) | "
+                        f"{_f(c1.get('tpot_p50_ms'))} | `{s['latest']}` |")
+        hand = [n for n in order if n not in tuned]
+        for t in (n for n in order if n in tuned):
+            if not hand:
+                verdicts.append(f"- `{t}`: no hand-made variant of {model} has a latency record.")
+                continue
+            h = hand[0]
+            why = _why_not(fam[t], fam[h])
+            gt, gh = _goodput(fam[t])[0], _goodput(fam[h])[0]
+            verdicts.append(f"- `{t}` vs the best hand-made `{h}`: {_f(gt)} vs {_f(gh)} req/s; "
+                            + ("comparable." if not why else "not comparable: " + "; ".join(why) + "."))
+    if len(rows) == 2:
+        return "No tuned variant has a latency record yet."
+    return "\n".join(rows + [""] + verdicts)
