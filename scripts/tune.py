@@ -100,13 +100,21 @@ class Tuner:
         self.cached = self._load_cached()
 
     # -- records ----------------------------------------------------------------------------
+    def _still_measures(self, rec: dict) -> bool:
+        """A candidate record from before a schema key was added (BASE's hash then differed) still
+        answers for the candidate if today's candidate, under today's defaults, is what it measured."""
+        try:
+            return load(self.base.name, self.a.set + T.as_sets(rec["payload"]["candidate"]["overrides"])).describes(rec)
+        except KitError:
+            return False
+
     def _load_cached(self) -> dict:
         """{candidate id: candidate payload} of earlier trials under the same base config and settings."""
         out = {}
         for _, rec in records(self.base.name, "tune", self.state):
             p = rec["payload"]
-            if p["scope"] == "candidate" and p["base_config_sha256"] == self.base.config_sha256 \
-                    and p["settings_sha256"] == self.settings_sha:
+            if p["scope"] == "candidate" and p["settings_sha256"] == self.settings_sha \
+                    and (p["base_config_sha256"] == self.base.config_sha256 or self._still_measures(rec)):
                 out[p["candidate"]["id"]] = p["candidate"]
                 self.walls.append(p["candidate"]["wall_s"])
                 if p["candidate"].get("ready_s"):

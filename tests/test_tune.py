@@ -288,3 +288,19 @@ def test_hand_vs_tuned_refuses_to_compare_across_memory_budgets_and_gpus():
     assert S._why_not(a, b) == ["memory budget differs (KV 20 GiB vs 18 GiB)"]
     assert S._why_not(a, {**a, "device": "H200"}) == ["GPU differs"]
     assert S._goodput({"levels": {"1": {"goodput_req_per_s": 2.5}, "8": {"goodput_req_per_s": 11.0}}}) == (11.0, "8")
+
+
+def test_resume_keeps_candidate_records_written_before_a_schema_key_was_added():
+    # 2026-11-24: SERVER_MAIN joined the schema, BASE's config hash moved, and a strict hash match
+    # would have thrown away every Qwen3 candidate measured on 2026-11-23.
+    import json
+    from scripts.kit.paths import RESULTS
+    from scripts.tune import Tuner, parser
+    rec = json.loads((RESULTS / "qwen3-4b-bf16-tuned/tune/qwen3-4b-bf16/20261123T172120Z-tune.json").read_text())
+    a = parser().parse_args(["--base", "qwen3-4b-bf16", "--set", "WEIGHTS=dummy"])
+    t = Tuner.__new__(Tuner)
+    t.a, t.base = a, load("qwen3-4b-bf16", a.set)
+    assert rec["payload"]["base_config_sha256"] != t.base.config_sha256
+    assert t._still_measures(rec)
+    changed = {**rec, "config": {**rec["config"], "SERVE_MAX_NUM_SEQS": "4"}}
+    assert not t._still_measures(changed)
