@@ -233,7 +233,7 @@ def stage_context(dest: Path, patterns) -> None:
 def normalize(out: str, root: str) -> str:
     """The dry-run text with the repo root as /opt/kit and the interpreter as python3."""
     out = out.replace(root, IMAGE_ROOT)
-    return re.sub(r"^(\s*)\S+ -m vllm\.", r"\1python3 -m vllm.", out, flags=re.M)
+    return re.sub(r"^(\s*)\S+ -m (\S+)", r"\1python3 -m \2", out, flags=re.M)
 
 
 @pytest.mark.parametrize("name", ["tiny", "qwen3-4b-bf16", "qwen3-4b-bf16-tp2", "qwen3-4b-bf16-dp2"])
