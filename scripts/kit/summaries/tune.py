@@ -179,9 +179,6 @@ def artifacts(docs: dict) -> dict:
 
 
 # -- README: hand-made vs tuned, per model ------------------------------------------------------------
-_MEMORY = ("SERVE_KV_CACHE_MEMORY_BYTES", "SERVE_GPU_MEMORY_UTILIZATION")
-
-
 def _goodput(lat: dict) -> tuple[float | None, str | None]:
     """Best goodput at the SLO over the latest record's levels, and the level it came from."""
     best = max(((x["goodput_req_per_s"], c) for c, x in (lat.get("levels") or {}).items()
@@ -189,27 +186,19 @@ def _goodput(lat: dict) -> tuple[float | None, str | None]:
     return best
 
 
-def _workload(lat: dict) -> str | None:
-    import json
-    from scripts.kit.paths import ROOT
-    try:
-        return json.loads((ROOT / lat["latest"]).read_text())["payload"]["workload"]["sha256"]
-    except (OSError, KeyError, ValueError):
-        return None
-
-
 def _why_not(a: dict, b: dict) -> list[str]:
-    """Why two latency summaries do not compare (the probe's own rule: same GPU, vLLM, workload, memory)."""
-    out = []
-    for key, what in (("device", "GPU"), ("vllm", "vLLM")):
-        if a.get(key) != b.get(key):
-            out.append(f"{what} differs")
-    if _workload(a) != _workload(b):
-        out.append("workload differs")
-    ca, cb = a.get("conditions") or {}, b.get("conditions") or {}
-    if any(ca.get(k) != cb.get(k) for k in _MEMORY):
-        out.append(f"memory budget differs (KV {_gib(ca)} vs {_gib(cb)})")
-    return out
+    """Why two latency summaries' latest records may not be compared: the probe's own rule
+    (scripts/kit/latency.py comparability: GPU, vLLM, workload, weights, memory budget, validity)."""
+    import json
+    from scripts.kit.latency import comparability
+    from scripts.kit.paths import ROOT
+    recs = []
+    for s in (a, b):
+        try:
+            recs.append(json.loads((ROOT / s["latest"]).read_text()))
+        except (OSError, KeyError, ValueError) as e:
+            return [f"record unreadable: {e}"]
+    return comparability(*recs)
 
 
 def _gib(cond: dict) -> str:
@@ -245,7 +234,8 @@ def readme_table(docs: dict) -> str:
             why = _why_not(fam[t], fam[h])
             gt, gh = _goodput(fam[t])[0], _goodput(fam[h])[0]
             verdicts.append(f"- `{t}` vs the best hand-made `{h}`: {_f(gt)} vs {_f(gh)} req/s; "
-                            + ("comparable." if not why else "not comparable: " + "; ".join(why) + "."))
+                            + ("comparable." if not why else "not comparable: "  # details: the table's columns
+                               + "; ".join(dict.fromkeys(w.split(":")[0] for w in why)) + "."))
     if len(rows) == 2:
         return "No tuned variant has a latency record yet."
     return "\n".join(rows + [""] + verdicts)
