@@ -335,6 +335,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--final-gate", default="full", help="gate of the written variant: full | sample | limit:N | none (default: full)")
     p.add_argument("--no-confirm", dest="confirm", action="store_false",
                    help="write the variant without re-measuring it as itself")
+    p.add_argument("--seeds", default="auto", metavar="auto|none|V1,V2",
+                   help="hand-made variants measured right after BASE, the best of which (beyond the noise) the "
+                        "descent starts from; auto: every variant of BASE's MODEL not written by make tune "
+                        "(default: auto)")
     p.add_argument("--state-dir", type=Path, help="candidate records (default: results/<name>/tune)")
     p.add_argument("--jobs", type=int, default=1, metavar="N",
                    help="measure up to N of a lever's values side by side on one GPU (needs --set "
@@ -381,6 +385,51 @@ def select(lever_list: list, names: str | None, values: list[str]) -> list:
     return out
 
 
+PARALLEL_KEYS = ("SERVE_TENSOR_PARALLEL_SIZE", "SERVE_DATA_PARALLEL_SIZE", "SERVE_PIPELINE_PARALLEL_SIZE")
+
+
+def pick_seeds(a, base, name: str, weights_ok) -> tuple[list[tuple[str, dict]], list[str]]:
+    """(name, overrides) of the seeds --seeds names, and why auto left other variants out.
+    Explicit seeds that cannot run here are an error; auto skips them and says why."""
+    from scripts.kit.variant import discover
+    if a.seeds == "none":
+        return [], []
+    auto = a.seeds == "auto"
+    names = discover() if auto else [n.strip() for n in a.seeds.split(",") if n.strip()]
+    out, skipped = [], []
+    for n in names:
+        if n in (base.name, name):
+            continue
+        cfg_path = EXPERIMENTS / n / "config.env"
+        if auto and cfg_path.is_file() and T.written_by_tune(cfg_path.read_text()):
+            continue
+        try:  # the run's rates are cut to the seed's K by seed_overrides, not validated against it here
+            v = load(n, [x for x in a.set if not x.startswith("SPEC_ACCEPTANCE=")])
+        except KitError as e:
+            if auto:
+                skipped.append(f"{n}: {str(e).splitlines()[0]}")
+                continue
+            raise KitError(f"--seeds {n}: {e}") from None
+        why = None
+        if v["MODEL"] != base["MODEL"]:
+            why = f"another model ({v['MODEL']}, BASE serves {base['MODEL']})"
+        elif any(int(v.config.get(k) or 1) > 1 for k in PARALLEL_KEYS):
+            why = "needs more than one GPU (tensor/data/pipeline parallel)"
+        o = T.seed_overrides(base.config, v.config) if why is None else {}
+        if why is None and not o:
+            why = "the same config as BASE"
+        if why is None and not weights_ok(o):
+            why = f"its weights are missing ({_rel(v.weights_dir)}; make download / make quantize)"
+        if why is None:
+            out.append((n, o))
+        elif auto:
+            if v["MODEL"] == base["MODEL"]:
+                skipped.append(f"{n}: {why}")
+        else:
+            raise KitError(f"--seeds {n}: {why}")
+    return out, skipped
+
+
 def main(argv=None) -> int:
     a = parser().parse_args(argv)
     try:
@@ -420,12 +469,20 @@ def main(argv=None) -> int:
             return False
     lever_list, skipped = T.levers(base.config, platform, weights_ok, P.weights_config(base), pa.concurrency)
     lever_list = select(lever_list, a.levers, a.values)
+    seeds, seed_skips = pick_seeds(a, base, name, weights_ok)
     tuner = Tuner(a, base, name, platform, settings)
-    print(f"tune {a.base} -> {name}: levers {', '.join(lv.name for lv in lever_list)}; budget {a.budget}; "
+    tuner.seed_names = {}
+    for n, o in seeds:
+        tuner.seed_names.setdefault(T.candidate_id(o), []).append(n)
+    print(f"tune {a.base} -> {name}: seeds {', '.join(n for n, _ in seeds) or 'none'}; levers "
+          f"{', '.join(lv.name for lv in lever_list)}; budget {a.budget}; "
           f"{len(tuner.cached)} candidate record(s) to resume from ({_rel(tuner.state)})", file=sys.stderr)
+    for why in seed_skips:
+        print(f"  seed skipped: {why}", file=sys.stderr)
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     try:
-        res = T.search(base.config, lever_list, tuner, T.Rule(a.objective, a.min_gain_pct), a.budget_parsed.candidates)
+        res = T.search(base.config, lever_list, tuner, T.Rule(a.objective, a.min_gain_pct), a.budget_parsed.candidates,
+                       seeds=tuple(seeds))
     except KeyboardInterrupt:
         print("interrupted: finished candidates are recorded; run the same command to resume", file=sys.stderr)
         return 130
@@ -437,9 +494,12 @@ def main(argv=None) -> int:
     for o in res.outcomes:
         c = dict(tuner.cached[o.id])
         c.update(pareto=o.id in front, winner=o.id == win)
+        if o.id in tuner.seed_names:
+            c["seed_of"] = tuner.seed_names[o.id]
         cands.append(c)
     session = {"levers": [{"name": lv.name, "doc": lv.doc, "values": [T.label(x) for x in lv.values]} for lv in lever_list],
-               "skipped_levers": skipped, "candidates": cands, "decisions": res.decisions,
+               "skipped_levers": skipped, "seeds": [{"variant": n, "id": T.candidate_id(o)} for n, o in seeds],
+               "skipped_seeds": seed_skips, "candidates": cands, "decisions": res.decisions,
                "untried": [{"label": l, "lever": lv} for l, lv in res.untried], "stop_reason": res.stop_reason,
                "schedule": res.schedule, "winner": {"id": win, "overrides": res.incumbent}, "confirm": None}
     keep, conds = T.split_conditions(res.incumbent)

@@ -310,3 +310,82 @@ def test_resume_keeps_candidate_records_written_before_a_schema_key_was_added():
     assert t._still_measures(rec)
     changed = {**rec, "config": {**rec["config"], "SERVE_MAX_NUM_SEQS": "4"}}
     assert not t._still_measures(changed)
+
+
+def test_seeds_are_measured_after_base_and_the_best_one_starts_the_descent():
+    """Coordinate descent from BASE misses interactions (Qwen3.5, 2026-11-24: AWQ alone inside the
+    noise, AWQ with MTP the fast hand-made variant). Seeds put the hand-made variants in the search:
+    measured right after BASE, offered with it in one wave, the best beyond the noise is the start."""
+    seeds = (("hand-a", {"SERVE_MAX_NUM_SEQS": "2"}), ("hand-b", {"SERVE_MAX_NUM_SEQS": "4"}))
+    table = {**TABLE, "SERVE_MAX_NUM_SEQS=2": 1.2,
+             "SERVE_ENABLE_PREFIX_CACHING=false SERVE_MAX_NUM_SEQS=4": 1.8}
+
+    class Trial:
+        def __init__(self):
+            self.offered, self.ran, self.inner = [], [], table_trial(table)
+
+        def __call__(self, o, wants_gate):
+            self.ran.append(T.label(o))
+            return self.inner(o, wants_gate)
+
+        def prefetch(self, cands):
+            self.offered.append([T.label(c) for c in cands])
+    t = Trial()
+    res = T.search(CFG, LEVERS, t, T.Rule(), seeds=seeds)
+    # One wave: BASE and the seeds; the first lever's values wait for the seeds' outcome.
+    assert t.offered[0] == ["BASE", "SERVE_MAX_NUM_SEQS=2", "SERVE_MAX_NUM_SEQS=4"]
+    assert t.ran[:3] == ["BASE", "SERVE_MAX_NUM_SEQS=2", "SERVE_MAX_NUM_SEQS=4"]
+    assert "seeds: the descent starts from SERVE_MAX_NUM_SEQS=4" in res.decisions
+    # max_num_seqs=4 is the seed itself (measured once); prefix off on top of it wins beyond the noise.
+    assert t.ran.count("SERVE_MAX_NUM_SEQS=4") == 1
+    assert res.incumbent == {"SERVE_MAX_NUM_SEQS": "4", "SERVE_ENABLE_PREFIX_CACHING": "false"}
+    # Without seeds the same table stops at max_num_seqs=4 (prefix off is measured there too, so
+    # the seeds changed nothing here but the start): the seeds' records are what proves the margin.
+    assert T.search(CFG, LEVERS, table_trial(table), T.Rule()).incumbent == res.incumbent
+
+
+def test_a_seed_inside_the_noise_does_not_move_the_start_and_a_cut_lists_the_seeds():
+    seeds = (("hand-a", {"SERVE_MAX_NUM_SEQS": "2"}),)
+    table = {**TABLE, "SERVE_MAX_NUM_SEQS=2": 1.01, "SERVE_ENABLE_PREFIX_CACHING=false": 1.0}
+    res = T.search(CFG, LEVERS, table_trial(table), T.Rule(), seeds=seeds)
+    assert any(d.startswith("seed hand-a: goodput 1.01 vs 1 req/s") for d in res.decisions)
+    assert not any(d.startswith("seeds:") for d in res.decisions)
+    assert res.incumbent == {"SERVE_MAX_NUM_SEQS": "4"}  # the levers ran from BASE
+    cut = T.search(CFG, LEVERS, table_trial(table), T.Rule(), max_candidates=1, seeds=seeds)
+    assert [u[0] for u in cut.untried][:1] == ["seed hand-a"]
+
+
+def test_seed_overrides_are_the_hand_made_config_as_written():
+    base = load("qwen3.5-4b-bf16", ["WEIGHTS=dummy", "SPEC_ACCEPTANCE=0.98,0.82,0.70,0.54,0.45,0.38,0.32"])
+    seq8 = load("qwen3.5-4b-awq-seq8", ["WEIGHTS=dummy"])
+    o = T.seed_overrides(base.config, seq8.config)
+    assert o["SPEC_K"] == 7 and o["QUANT"] == "awq_w4a16" and o["SERVE_MAX_NUM_SEQS"] == "8"
+    assert o["SERVE_CUDAGRAPH_CAPTURE_SIZES"] == "8 16 24 32 40 48 56 64"  # its own sizes, not fixup's
+    assert o["SPEC_ACCEPTANCE"] == "0.98,0.82,0.70,0.54,0.45,0.38,0.32" and "BASE" not in o
+    mtp4 = load("qwen3.5-4b-awq-seq8-mtp4", ["WEIGHTS=dummy"])
+    assert T.seed_overrides(base.config, mtp4.config)["SPEC_ACCEPTANCE"] == "0.98,0.82,0.70,0.54"
+    # BASE + the seed's overrides is the hand-made variant itself: same identity, same server.
+    sets = [f"{k}={v}" for k, v in sorted(o.items())]
+    ident = lambda v: {k: x for k, x in v.identity.items() if k != "BASE"}
+    assert ident(load("qwen3.5-4b-bf16", ["WEIGHTS=dummy"] + sets)) == ident(seq8)
+    assert T.seed_overrides(base.config, base.config) == {}
+
+
+def test_pick_seeds_auto_and_explicit():
+    from scripts.kit.errors import KitError
+    from scripts.tune import parser, pick_seeds
+    a = parser().parse_args(["--base", "qwen3-4b-bf16", "--set", "WEIGHTS=dummy"])
+    base = load("qwen3-4b-bf16", a.set)
+    seeds, skipped = pick_seeds(a, base, "qwen3-4b-bf16-tuned", lambda o: True)
+    names = [n for n, _ in seeds]
+    # Same model, hand-made, one GPU: the tuned variant and TP/DP are left out (the latter with a reason).
+    assert "qwen3-4b-awq" in names and "qwen3-4b-bf16-tuned" not in names and "tiny" not in names
+    assert not any(n.startswith("qwen3.5") for n in names)
+    assert any(s.startswith("qwen3-4b-bf16-tp2: needs more than one GPU") for s in skipped)
+    _, skipped = pick_seeds(a, base, "x", lambda o: "QUANT" not in o)
+    assert any(s.startswith("qwen3-4b-awq: its weights are missing") for s in skipped)
+    a.seeds = "qwen3.5-4b-awq"
+    with pytest.raises(KitError, match="--seeds qwen3.5-4b-awq: another model"):
+        pick_seeds(a, base, "x", lambda o: True)
+    a.seeds = "none"
+    assert pick_seeds(a, base, "x", lambda o: True) == ([], [])

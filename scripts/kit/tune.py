@@ -169,12 +169,27 @@ def fixup(cfg: dict, overrides: dict) -> dict:
         o["SERVE_CUDAGRAPH_CAPTURE_SIZES"] = " ".join(map(str, sizes))
     if "SPEC_K" in o and "SPEC_SCHEDULE" in cfg and "SPEC_SCHEDULE" not in o:
         o["SPEC_SCHEDULE"] = ""
+    return cut_acceptance(cfg, o)
+
+
+def cut_acceptance(cfg: dict, overrides: dict) -> dict:
+    """Synthetic acceptance is per position: a candidate that sets K keeps the first K of the run's
+    rates (padded with the last one), so every K is measured against the same per-position curve."""
+    o = dict(overrides)
     if "SPEC_K" in o and cfg.get("SPEC_ACCEPTANCE") and "SPEC_ACCEPTANCE" not in o:
-        # Synthetic acceptance is per position: keep the first K rates, pad with the last one.
         rates = cfg["SPEC_ACCEPTANCE"].split(",")
         k = int(o["SPEC_K"])
         o["SPEC_ACCEPTANCE"] = ",".join((rates + [rates[-1]] * k)[:k]) if k else ""
     return o
+
+
+def seed_overrides(base_cfg: dict, seed_cfg: dict) -> dict:
+    """A hand-made variant as a candidate: the keys where its resolved config differs from BASE's
+    (run conditions aside), taken as they are; only the run's synthetic rates are cut to its K.
+    No fixup(): a seed is measured as its author wrote it, graph sizes included."""
+    o = {k: ("" if v is None else v) for k, v in seed_cfg.items()
+         if k not in CONDITION_KEYS and k != "BASE" and str(base_cfg.get(k)) != str(v)}
+    return cut_acceptance(base_cfg, o) if o else {}
 
 
 # -- scores and the rule ---------------------------------------------------------------------------
@@ -300,9 +315,16 @@ class BudgetExhausted(Exception):
     """Raised by a trial callback that may not start another candidate."""
 
 
-def search(cfg: dict, lever_list: list[Lever], trial, rule: Rule, max_candidates: int | None = None) -> SearchResult:
+def search(cfg: dict, lever_list: list[Lever], trial, rule: Rule, max_candidates: int | None = None,
+           seeds: tuple = ()) -> SearchResult:
     """Coordinate descent from BASE: for each lever in order, try its values on the incumbent;
     the best candidate that beats the incumbent (rule.beats) and passes the gate becomes it.
+
+    seeds: (name, overrides) of hand-made variants (seed_overrides). They are measured right after
+    BASE, under the same rule; the best that beats BASE beyond the noise is where the descent starts.
+    One lever at a time misses interactions (AWQ alone was inside the noise on Qwen3.5, AWQ with MTP
+    is what makes the hand-made variant fast); starting from the hand-made variants means the tuned
+    one is never worse than them beyond the noise, and the records say by how much it is better.
 
     trial(overrides, wants_gate) -> Outcome. wants_gate(score) says whether this candidate would
     win, so the caller runs the (slow) quality gate only then. trial may raise BudgetExhausted.
@@ -355,9 +377,14 @@ def search(cfg: dict, lever_list: list[Lever], trial, rule: Rule, max_candidates
     try:
         # BASE and the first lever's values do not depend on each other's outcome: one wave of cold
         # starts instead of two (a Qwen3.5 cold start is ~5 min on the H100).
+        # With seeds, the first lever's values wait: they apply to whichever seed wins.
+        seeds = [(n, o) for n, o in seeds if o and candidate_id(o) != "base"]
         first = lever_list[0] if lever_list and lever_list[0].name != "spec_schedule" else None
-        if first is not None:
+        if seeds:
+            offer([{}] + [o for _, o in seeds])
+        elif first is not None:
             offer([{}] + lever_cands(first, {}, candidate_id({})))
+        pending = [(f"seed {n}", "seeds") for n, _ in seeds]
         base = run({})
         if base.status != "ok":
             res.stop_reason = f"BASE itself failed ({base.status}: {base.note}); nothing to compare against"
@@ -365,6 +392,20 @@ def search(cfg: dict, lever_list: list[Lever], trial, rule: Rule, max_candidates
         state["inc"] = state["ref"] = base
         res.decisions.append(f"BASE measured: goodput {base.score['goodput_req_per_s']:g} req/s, "
                              f"TPOT c=1 {base.score['tpot_c1_ms']} ms")
+        best = None
+        for n, o in seeds:
+            out = run(o)
+            pending.pop(0)
+            if out.status != "ok":
+                res.decisions.append(f"seed {n}: rejected ({out.status}{': ' + out.note if out.note else ''})")
+                continue
+            ok, why = rule.beats(out.score, state["ref"].score)
+            if ok:
+                best, state["ref"] = out, out
+            res.decisions.append(f"seed {n}: {why}")
+        if best is not None:
+            state["inc"] = best
+            res.decisions.append(f"seeds: the descent starts from {label(best.overrides)}")
         by_k: dict = {}
         for i_lever, lv in enumerate(lever_list):
             inc = state["inc"]

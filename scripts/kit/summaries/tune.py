@@ -21,7 +21,8 @@ def _row(c: dict) -> dict:
     s = c["score"] or {}
     return {**{k: c.get(k) for k in COLS}, "goodput_req_per_s": s.get("goodput_req_per_s"),
             "goodput_band": s.get("goodput_band"), "tpot_c1_ms": s.get("tpot_c1_ms"),
-            "tpot_c1_band": s.get("tpot_c1_band"), "gate_passed": (c["gate"] or {}).get("passed")}
+            "tpot_c1_band": s.get("tpot_c1_band"), "gate_passed": (c["gate"] or {}).get("passed"),
+            **({"seed_of": c["seed_of"]} if c.get("seed_of") else {})}
 
 
 def summarize(variant, records: list) -> dict:
@@ -50,6 +51,8 @@ def candidate_table(cands: list) -> str:
         r = _row(c)
         gate = {True: "pass", False: "FAIL", None: "-"}[r["gate_passed"]]
         name = f"**{r['label']}** (winner)" if r["winner"] else r["label"]
+        if c.get("seed_of"):
+            name += " = hand-made " + ", ".join(f"`{n}`" for n in c["seed_of"])
         rows.append(f"| {name} | {r['status']}{': ' + c['note'] if c['note'] else ''} | "
                     f"{_f(r['goodput_req_per_s'])} ({_band(r['goodput_band'])}) | {_f(r['tpot_c1_ms'])} "
                     f"({_band(r['tpot_c1_band'])}) | {gate} | {'yes' if r['pareto'] else '-'} | "
@@ -73,6 +76,8 @@ def readme(name: str, payload: dict) -> str:
     untried = "\n".join(f"- {u['label']} ({u['lever']})" for u in s["untried"]) or "- nothing: the search finished"
     levers = "\n".join(f"- `{lv['name']}`: {lv['doc']}" for lv in s["levers"])
     skipped = "\n".join(f"- {x}" for x in s["skipped_levers"]) or "- none"
+    seeds = ", ".join(f"`{x['variant']}`" for x in s.get("seeds") or []) or "none"
+    seed_skips = "".join(f"\n- left out: {x}" for x in s.get("skipped_seeds") or [])
     sched = (f"\nPer-batch-size speculation the K measurements suggest: `{s['schedule']}` "
              f"(SPEC_SCHEDULE syntax START-END:K).\n" if s["schedule"] else "")
     return f"""# {name}
@@ -91,7 +96,9 @@ config.env is BASE={payload['base']} plus:
 {delta}
 
 ## How it was chosen
-Coordinate descent from BASE: each lever's values tried on the incumbent; a candidate replaces it only
+Hand-made variants of the same model measured first, right after BASE (seeds): {seeds}.{seed_skips}
+The best seed that beats BASE beyond the noise is where the search starts.
+Then coordinate descent: each lever's values tried on the incumbent; a candidate replaces it only
 when its gain exceeds {st['min_gain_pct']:g}% and its noise band (per-repeat tok/s spread of the probe) clears
 the incumbent's; a would-be winner must pass the {st['search_gate']} quality gate on its own server.
 Platform {st['platform']} ({st['device']}); probe arguments `{' '.join(st['probe_args'])}`.
@@ -238,4 +245,43 @@ def readme_table(docs: dict) -> str:
                                + "; ".join(dict.fromkeys(w.split(":")[0] for w in why)) + "."))
     if len(rows) == 2:
         return "No tuned variant has a latency record yet."
-    return "\n".join(rows + [""] + verdicts)
+    inside = seeds_table(docs, sorted(tuned))
+    return "\n".join(rows + [""] + verdicts + ([""] + inside if inside else []))
+
+
+def seeds_table(docs: dict, tuned: list) -> list[str]:
+    """Within each tune: the winner beside the hand-made variants it measured as seeds. Same host, same
+    session settings (GPU, workload, memory, SLO), so these compare even where the latest records do not."""
+    from scripts.kit.tune import Rule
+    out = []
+    for n in tuned:
+        t = docs[n]["results"].get("tune") or {}
+        if not t.get("latest"):
+            continue
+        cands = {c["id"]: c for c in t["candidates"]}
+        win = cands.get(t["winner"]["id"])
+        seeds = [c for c in t["candidates"] if c.get("seed_of")]
+        if not seeds or not win or win["goodput_req_per_s"] is None:
+            continue
+        if not out:
+            out = ["Inside each tune (one session's settings: GPU, workload, memory budget, SLO; the tune measured "
+                   "the hand-made variants as seeds):", "",
+                   "| tuned variant | candidate | goodput req/s (band) | TPOT c=1 ms | verdict for the winner | record |",
+                   "|---|---|---|---|---|---|"]
+        rule = Rule(t["settings"]["objective"], t["settings"]["min_gain_pct"])
+        as_score = lambda c: {"goodput_req_per_s": c["goodput_req_per_s"], "goodput_band": c["goodput_band"],
+                              "tpot_c1_ms": c["tpot_c1_ms"], "tpot_c1_band": c["tpot_c1_band"]}
+        out.append(f"| `{n}` | winner: {win['label']} | {_f(win['goodput_req_per_s'])} ({_band(win['goodput_band'])}) | "
+                   f"{_f(win['tpot_c1_ms'])} | - | `{win['latency_record']}` |")
+        for c in seeds:
+            who = ", ".join(f"`{x}`" for x in c["seed_of"])
+            if c["id"] == win["id"]:
+                verdict = "is the winner"
+            elif c["status"] != "ok":
+                verdict = f"seed {c['status']}"
+            else:
+                ok, why = rule.beats(as_score(win), as_score(c))
+                verdict = ("beats it: " if ok else "does not beat it: ") + why
+            out.append(f"| `{n}` | hand-made {who} | {_f(c['goodput_req_per_s'])} ({_band(c['goodput_band'])}) | "
+                       f"{_f(c['tpot_c1_ms'])} | {verdict} | `{c['latency_record'] or '-'}` |")
+    return out
