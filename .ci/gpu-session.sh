@@ -124,6 +124,9 @@ case "${1:-}" in
       --set SERVE_KV_CACHE_MEMORY_BYTES="$3" --set SERVE_GPU_MEMORY_UTILIZATION=0.2 --sample ;;
   tune)
     base=$2; secs=$3; shift 3
+    # 2026-11-24 `tune ... 400` passed --budget -80s; 2026-11-25 `tune ... 600` left 120 s, under one
+    # Qwen3 cold start, so the seed was never measured.
+    [ "$secs" -ge 900 ] || { echo "tune: SECONDS must be 900 or more (480 of them are kept for the last batch and the winner)" >&2; exit 2; }
     step timeout -s INT -k 120 "$secs" python3 -m scripts.tune --base "$base" --set WEIGHTS=dummy \
       --budget "$((secs - 480))s" --search-gate none --final-gate none --probe-args "$PROBE" "$@" ;;
   sweep)

@@ -481,8 +481,9 @@ def main(argv=None) -> int:
         print(f"  seed skipped: {why}", file=sys.stderr)
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     try:
+        recorded = tuple(c["overrides"] for c in tuner.cached.values() if c["status"] == "ok")
         res = T.search(base.config, lever_list, tuner, T.Rule(a.objective, a.min_gain_pct), a.budget_parsed.candidates,
-                       seeds=tuple(seeds))
+                       seeds=tuple(seeds), recorded=recorded)
     except KeyboardInterrupt:
         print("interrupted: finished candidates are recorded; run the same command to resume", file=sys.stderr)
         return 130

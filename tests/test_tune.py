@@ -335,7 +335,7 @@ def test_seeds_are_measured_after_base_and_the_best_one_starts_the_descent():
     # One wave: BASE and the seeds; the first lever's values wait for the seeds' outcome.
     assert t.offered[0] == ["BASE", "SERVE_MAX_NUM_SEQS=2", "SERVE_MAX_NUM_SEQS=4"]
     assert t.ran[:3] == ["BASE", "SERVE_MAX_NUM_SEQS=2", "SERVE_MAX_NUM_SEQS=4"]
-    assert "seeds: the descent starts from SERVE_MAX_NUM_SEQS=4" in res.decisions
+    assert "start: the descent starts from SERVE_MAX_NUM_SEQS=4" in res.decisions
     # max_num_seqs=4 is the seed itself (measured once); prefix off on top of it wins beyond the noise.
     assert t.ran.count("SERVE_MAX_NUM_SEQS=4") == 1
     assert res.incumbent == {"SERVE_MAX_NUM_SEQS": "4", "SERVE_ENABLE_PREFIX_CACHING": "false"}
@@ -349,10 +349,46 @@ def test_a_seed_inside_the_noise_does_not_move_the_start_and_a_cut_lists_the_see
     table = {**TABLE, "SERVE_MAX_NUM_SEQS=2": 1.01, "SERVE_ENABLE_PREFIX_CACHING=false": 1.0}
     res = T.search(CFG, LEVERS, table_trial(table), T.Rule(), seeds=seeds)
     assert any(d.startswith("seed hand-a: goodput 1.01 vs 1 req/s") for d in res.decisions)
-    assert not any(d.startswith("seeds:") for d in res.decisions)
+    assert not any(d.startswith("start:") for d in res.decisions)
     assert res.incumbent == {"SERVE_MAX_NUM_SEQS": "4"}  # the levers ran from BASE
     cut = T.search(CFG, LEVERS, table_trial(table), T.Rule(), max_candidates=1, seeds=seeds)
     assert [u[0] for u in cut.untried][:1] == ["seed hand-a"]
+
+
+def test_a_resumed_search_starts_from_its_best_record_not_from_a_lesser_seed():
+    """2026-11-25, Qwen3.5 at 20 GiB: the state dir held MTP K=4 on BASE at 12.11 req/s from the day
+    before; the resumed run's seed (8.75) beat BASE (8.40), the descent went on from the seed and the
+    budget ran out before the spec lever: it wrote the seed. Records are free: the best one starts."""
+    seeds = (("hand-a", {"SERVE_MAX_NUM_SEQS": "2"}),)
+    table = {**TABLE, "SERVE_MAX_NUM_SEQS=2": 1.2, "SERVE_ENABLE_PREFIX_CACHING=false SERVE_MAX_NUM_SEQS=2": 1.2}
+    on_record = {"SERVE_MAX_NUM_SEQS": "4"}  # 1.5 in TABLE: measured by an earlier run
+
+    ran = []
+
+    def budget_of_one(free):
+        """Answers `free` labels as if from records; the budget measures one other candidate."""
+        spent = []
+
+        def trial(o, wants_gate):
+            ran.append(T.label(o))
+            if T.label(o) not in free:
+                spent.append(o)
+                if len(spent) > 1:
+                    raise T.BudgetExhausted("time budget")
+            return table_trial(table)(o, wants_gate)
+        return trial
+    res = T.search(CFG, LEVERS, budget_of_one({"BASE", "SERVE_MAX_NUM_SEQS=4"}), T.Rule(), seeds=seeds,
+                   recorded=({}, on_record, seeds[0][1]))
+    assert ran[:3] == ["BASE", "SERVE_MAX_NUM_SEQS=2", "SERVE_MAX_NUM_SEQS=4"]  # each once
+    assert "start: the descent starts from SERVE_MAX_NUM_SEQS=4" in res.decisions
+    assert res.incumbent == on_record
+    # Without the records the same cut writes the seed: what happened on the GPU.
+    res = T.search(CFG, LEVERS, budget_of_one({"BASE"}), T.Rule(), seeds=seeds)
+    assert res.incumbent == {"SERVE_MAX_NUM_SEQS": "2"} and res.stop_reason == "time budget"
+    # A record inside the noise of the seed does not move the start.
+    close = {**table, "SERVE_MAX_NUM_SEQS=4": 1.21}
+    res = T.search(CFG, LEVERS, table_trial(close), T.Rule(), seeds=seeds, recorded=(on_record,))
+    assert "start: the descent starts from SERVE_MAX_NUM_SEQS=2" in res.decisions
 
 
 def test_seed_overrides_are_the_hand_made_config_as_written():
