@@ -391,6 +391,24 @@ def test_a_resumed_search_starts_from_its_best_record_not_from_a_lesser_seed():
     assert "start: the descent starts from SERVE_MAX_NUM_SEQS=2" in res.decisions
 
 
+def test_a_new_k_on_a_speculating_incumbent_gets_its_own_cut_of_the_run_rates():
+    # 2026-11-25 on the H100: from the K=4 incumbent, K=5 and K=3 kept its 4 rates and failed to start.
+    cfg = {"SPEC_K": 0, "SPEC_METHOD": "none", "SPEC_ACCEPTANCE": "0.9,0.8,0.7,0.6,0.5"}
+    inc = T.fixup(cfg, {"SPEC_METHOD": "mtp", "SPEC_K": 4})
+    assert inc["SPEC_ACCEPTANCE"] == "0.9,0.8,0.7,0.6"
+    lever = T.Lever("spec", ({"SPEC_METHOD": "mtp", "SPEC_K": 5}, {"SPEC_METHOD": "mtp", "SPEC_K": 3},
+                             {"SPEC_METHOD": "mtp", "SPEC_K": 0}), "")
+    seen = []
+
+    def trial(o, wants_gate):
+        seen.append(o.get("SPEC_ACCEPTANCE"))
+        g = 2.0 if o == inc else 1.0  # the recorded K=4 is the start
+        return T.Outcome(o, "ok", sc(g, g * 0.98, g * 1.02))
+    T.search(cfg, [lever], trial, T.Rule(), recorded=(inc,))
+    # K=5 uses all five run rates, BASE's own value, so the key drops out (None); it kept K=4's before.
+    assert seen == [None, "0.9,0.8,0.7,0.6", None, "0.9,0.8,0.7", ""]
+
+
 def test_seed_overrides_are_the_hand_made_config_as_written():
     base = load("qwen3.5-4b-bf16", ["WEIGHTS=dummy", "SPEC_ACCEPTANCE=0.98,0.82,0.70,0.54,0.45,0.38,0.32"])
     seq8 = load("qwen3.5-4b-awq-seq8", ["WEIGHTS=dummy"])

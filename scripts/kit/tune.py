@@ -176,7 +176,9 @@ def cut_acceptance(cfg: dict, overrides: dict) -> dict:
     """Synthetic acceptance is per position: a candidate that sets K keeps the first K of the run's
     rates (padded with the last one), so every K is measured against the same per-position curve."""
     o = dict(overrides)
-    if "SPEC_K" in o and cfg.get("SPEC_ACCEPTANCE") and "SPEC_ACCEPTANCE" not in o:
+    # Always from the run's rates: rates already in `o` came with an incumbent of another K (2026-11-25:
+    # K=5 and K=3 on the K=4 incumbent kept its 4 rates and failed to start).
+    if "SPEC_K" in o and cfg.get("SPEC_ACCEPTANCE"):
         rates = cfg["SPEC_ACCEPTANCE"].split(",")
         k = int(o["SPEC_K"])
         o["SPEC_ACCEPTANCE"] = ",".join((rates + [rates[-1]] * k)[:k]) if k else ""

@@ -237,12 +237,20 @@ def readme_table(docs: dict) -> str:
             if not hand:
                 verdicts.append(f"- `{t}`: no hand-made variant of {model} has a latency record.")
                 continue
+            gt = _goodput(fam[t])[0]
+            reasons = lambda why: "; ".join(dict.fromkeys(w.split(":")[0] for w in why))  # details: the columns
             h = hand[0]
             why = _why_not(fam[t], fam[h])
-            gt, gh = _goodput(fam[t])[0], _goodput(fam[h])[0]
-            verdicts.append(f"- `{t}` vs the best hand-made `{h}`: {_f(gt)} vs {_f(gh)} req/s; "
-                            + ("comparable." if not why else "not comparable: "  # details: the table's columns
-                               + "; ".join(dict.fromkeys(w.split(":")[0] for w in why)) + "."))
+            # The best record overall may be one that cannot be compared (another memory budget): the
+            # verdict is against the best comparable one, and names the other beside it.
+            h_cmp = next((n for n in hand if not _why_not(fam[t], fam[n])), None)
+            if why and h_cmp:
+                verdicts.append(f"- `{t}` vs the best comparable hand-made `{h_cmp}`: {_f(gt)} vs "
+                                f"{_f(_goodput(fam[h_cmp])[0])} req/s; comparable. The best hand-made overall, "
+                                f"`{h}` ({_f(_goodput(fam[h])[0])} req/s), is not comparable: {reasons(why)}.")
+                continue
+            verdicts.append(f"- `{t}` vs the best hand-made `{h}`: {_f(gt)} vs {_f(_goodput(fam[h])[0])} req/s; "
+                            + ("comparable." if not why else f"not comparable: {reasons(why)}."))
     if len(rows) == 2:
         return "No tuned variant has a latency record yet."
     inside = seeds_table(docs, sorted(tuned))
