@@ -66,6 +66,9 @@ step() { echo "=== $(date -u +%H:%M:%S) $*"; "$@"; local rc=$?; echo "=== rc=$rc
 # parallel's per-server logs: KIT_LOG_DIR=$OUT keeps them when the call's time limit cuts the mode short.
 LOGS=${KIT_LOG_DIR:-/tmp}
 LOCK=${KIT_PROBE_LOCK:-/tmp/kit-probe.lock}
+# Exported for every mode: probes time under it exclusively, servers hold it shared from spawn to ready
+# (scripts/kit/procs.py), so a neighbour's start-up never overlaps a timed run.
+export KIT_PROBE_LOCK=$LOCK
 # One workload for every mode, so their records compare. 16 requests: with 8, a c=8 repeat was one
 # wave under a second, and 8 of 13 such records had a third repeat 39-91% off its median.
 PROBE="--concurrency 1,8 --repeats 3 --requests 16 --output-min 64 --output-max 128 --prefix-requests 4"

@@ -379,20 +379,10 @@ def probe_lock(given: Path | None) -> Path | None:
 
 
 def exclusive(path: Path | None):
-    """An flock on `path` for the timed part (a no-op without one). flock, not a pid file: the kernel
-    drops it when the holder dies, so a killed probe never leaves the others waiting."""
-    import contextlib
-    if path is None:
-        return contextlib.nullcontext()
-
-    @contextlib.contextmanager
-    def held():
-        import fcntl
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "a") as f:  # closing the file releases the lock
-            fcntl.flock(f, fcntl.LOCK_EX)
-            yield
-    return held()
+    """The exclusive GPU lock for the timed part (a no-op without one); servers starting on the same
+    lock hold it shared (scripts/kit/procs.py), so timing waits for their start-ups to end."""
+    from scripts.kit.procs import flock
+    return flock(path, waiting=f"probe: waiting for the GPU lock {path} (another probe, or a server starting)")
 
 
 def main(argv=None) -> int:

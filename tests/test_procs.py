@@ -66,3 +66,47 @@ def test_busy_port_is_refused_before_starting(tmp_path):
         with pytest.raises(KitError, match=f"port {port} on 127.0.0.1 is already in use"):
             srv.start()
         assert srv.proc is None
+
+
+def test_a_starting_server_holds_the_gpu_lock_shared_until_ready(tmp_path, monkeypatch):
+    """KIT_PROBE_LOCK (set by .ci/gpu-session.sh): a probe times under it exclusively; a server holds
+    it shared from spawn to ready, so no probe times beside a neighbour's start-up (2026-11-25, H100:
+    a tune's seeds were timed while DFlash servers started), and a start waits for a timing probe."""
+    import fcntl
+    import threading
+    from scripts.kit.procs import flock
+    lock = tmp_path / "gpu.lock"
+    monkeypatch.setenv("KIT_PROBE_LOCK", str(lock))
+
+    def probe_could_time() -> bool:
+        with open(lock, "a") as f:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return True
+            except BlockingIOError:
+                return False
+
+    # 1. A probe is timing: the server is not spawned until it is done.
+    srv = standin(tmp_path, delay=0.2)
+    holding = flock(lock)
+    holding.__enter__()
+    t = threading.Thread(target=srv.start)
+    t.start()
+    t.join(timeout=2)
+    assert t.is_alive() and srv.proc is None
+    holding.__exit__(None, None, None)
+    t.join(timeout=30)
+    assert srv.proc is not None
+    # 2. While it starts, no probe may time; other start-ups may (shared); once ready, the lock is free.
+    assert not probe_could_time()
+    with flock(lock, shared=True):
+        pass
+    srv.wait_ready()
+    assert probe_could_time()
+    srv.stop()
+    # 3. A server stopped before it was ready lets go of the lock too.
+    slow = standin(tmp_path, delay=60, timeout=1)
+    with pytest.raises(KitError, match="not ready after 1 s"):
+        with slow:
+            pass
+    assert probe_could_time()

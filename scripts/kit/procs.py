@@ -53,6 +53,39 @@ def group_members(pgid: int) -> list[int]:
     return out
 
 
+# The host-wide GPU lock (.ci/gpu-session.sh sets it for every job it starts). A probe holds it
+# exclusively while it times; a server holds it shared from spawn to ready, so no probe times while a
+# neighbour compiles, autotunes or captures graphs (2026-11-25 on the H100: two seeds of a tune were
+# timed while DFlash servers started beside them), and no start-up autotunes under a probe's load.
+# Start-ups still overlap one another.
+GPU_LOCK_ENV = "KIT_PROBE_LOCK"
+
+
+def flock(path: Path | None, shared: bool = False, waiting: str = ""):
+    """A context holding an flock on `path`: exclusive, or shared (a no-op without a path). flock,
+    not a pid file: the kernel drops it when the holder dies, so a killed holder never blocks the
+    others. `waiting`, when set, is printed once if the lock is busy."""
+    import contextlib
+    import fcntl
+    import sys
+    if path is None:
+        return contextlib.nullcontext()
+
+    @contextlib.contextmanager
+    def held():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        mode = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
+        with open(path, "a") as f:  # closing the file releases the lock
+            try:
+                fcntl.flock(f, mode | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if waiting:
+                    print(waiting, file=sys.stderr, flush=True)
+                fcntl.flock(f, mode)
+            yield
+    return held()
+
+
 class ServerProcess:
     def __init__(self, argv: list[str], env: dict, host: str, port: int, ready_timeout_s: float = 600,
                  log_path: Path | None = None, cwd: Path | None = None, on_wait=None):
@@ -62,6 +95,7 @@ class ServerProcess:
         self.proc: subprocess.Popen | None = None
         self.ready_s: float | None = None
         self._log = None
+        self._start_lock = None  # the shared GPU lock, held from spawn to ready
 
     @property
     def url(self) -> str:
@@ -76,6 +110,12 @@ class ServerProcess:
         if self.log_path:
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
             self._log = open(self.log_path, "ab")
+        lock = os.environ.get(GPU_LOCK_ENV)
+        if lock:  # taken before t0: time spent waiting for a probe is not start-up time
+            self._start_lock = flock(Path(lock), shared=True,
+                                     waiting=f"server on port {self.port}: waiting for a probe to finish "
+                                             f"timing ({GPU_LOCK_ENV}={lock})")
+            self._start_lock.__enter__()
         self.t0 = time.monotonic()
         self.proc = subprocess.Popen(self.argv, env=full_env, cwd=self.cwd, start_new_session=True,
                                      stdout=self._log, stderr=subprocess.STDOUT if self._log else None)
@@ -92,6 +132,7 @@ class ServerProcess:
                 with urllib.request.urlopen(self.url + "/health", timeout=5) as r:
                     if r.status == 200:
                         self.ready_s = time.monotonic() - self.t0
+                        self._release_start_lock()
                         return self.ready_s
             except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
                 pass
@@ -105,12 +146,18 @@ class ServerProcess:
             # Poll interval, not a guess at readiness: /health decides.
             time.sleep(0.5)
 
+    def _release_start_lock(self) -> None:
+        if self._start_lock is not None:
+            lock, self._start_lock = self._start_lock, None
+            lock.__exit__(None, None, None)
+
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
     def stop(self, grace_s: float = 30) -> None:
         """SIGTERM the process group, wait, then SIGKILL; returns when the group is gone."""
         if self.proc is None:
+            self._release_start_lock()
             return
         pgid = self.proc.pid
         for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10)):
@@ -128,6 +175,7 @@ class ServerProcess:
                 continue
             break
         self.proc.wait(timeout=10)
+        self._release_start_lock()  # a server stopped before it was ready
         if self._log:
             self._log.close()
             self._log = None
