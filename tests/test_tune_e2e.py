@@ -135,3 +135,32 @@ def test_tune_jobs_measures_a_levers_values_side_by_side(kit):
     assert s1 < e2 and s2 < e1  # the two trials overlapped
     assert "[record] BASE: ok" in out and "[record] SERVE_MAX_NUM_SEQS=2: ok" in out  # read back from records
     assert "[trial] SERVE_MAX_NUM_SEQS=4" in out and cands["SERVE_MAX_NUM_SEQS=4"]["payload"]["candidate"]["status"] == "ok"
+
+
+def test_tune_seeds_a_hand_made_variant_and_a_rerun_starts_from_the_records(kit):
+    """--seeds auto on the real tiny variant: a hand-made variant of the same model (one directory,
+    no code) is measured right after BASE and named as a seed in the session record and the README.
+    The same command again answers everything from records (no server starts) and writes the same
+    winner: recorded candidates join the start."""
+    hand = kit / "experiments" / "tiny-seq2"
+    hand.mkdir()
+    (hand / "config.env").write_text("# hand-made: two sequences at a time\nBASE=tiny\nSERVE_MAX_NUM_SEQS=2\n")
+    argv = list(ARGS)
+    argv[argv.index("--values") + 1] = "max_num_seqs=4"
+    argv[argv.index("--budget") + 1] = "3"
+    argv[argv.index("--search-gate") + 1] = "none"
+    argv[argv.index("--final-gate") + 1] = "none"
+    env = {**os.environ, "PYTHONPATH": str(kit), "KIT_GIT_COMMIT": "e2e"}
+    runs = [subprocess.run([sys.executable, *argv, "--no-confirm"], cwd=kit, env=env, capture_output=True,
+                           text=True, timeout=1200) for _ in range(2)]
+    out1, out2 = (r.stdout + r.stderr for r in runs)
+    assert [r.returncode for r in runs] == [0, 0], (out1 + out2)[-3000:]
+    assert "seeds tiny-seq2" in out1 and "[trial] SERVE_MAX_NUM_SEQS=2" in out1, out1[-3000:]
+    assert out1.index("[trial] BASE") < out1.index("[trial] SERVE_MAX_NUM_SEQS=2") < out1.index("[trial] SERVE_MAX_NUM_SEQS=4")
+    assert "[trial]" not in out2 and "[record] SERVE_MAX_NUM_SEQS=4: ok" in out2, out2[-3000:]
+    s1, s2 = (r["payload"]["session"] for r in recs(kit / "results" / NAME, "tune"))
+    assert s1["seeds"] == s2["seeds"] and [x["variant"] for x in s1["seeds"]] == ["tiny-seq2"]
+    seeded = [c for c in s1["candidates"] if c.get("seed_of")]
+    assert [(c["label"], c["seed_of"]) for c in seeded] == [("SERVE_MAX_NUM_SEQS=2", ["tiny-seq2"])]
+    assert s2["winner"] == s1["winner"]
+    assert "`tiny-seq2`" in (kit / "experiments" / NAME / "README.md").read_text()
