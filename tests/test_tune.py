@@ -163,6 +163,12 @@ def test_levers_qwen35_on_gpu_offer_mtp_and_schedule():
     spec = next(lv for lv in ls if lv.name == "spec")
     assert {"SPEC_METHOD": "none", "SPEC_K": 0} in spec.values and {"SPEC_METHOD": "mtp", "SPEC_K": 7} in spec.values
     assert "spec_schedule" in [lv.name for lv in ls] and "compilation" in [lv.name for lv in ls]
+    # KV dtype: only the one the variant does not serve ("auto" again would be the same server).
+    kv = next(lv for lv in ls if lv.name == "kv_cache_dtype")
+    assert kv.values == ({"SERVE_KV_CACHE_DTYPE": "fp8_e4m3"},)
+    fp8 = load("qwen3.5-4b-awq-seq8-mtp4-fp8kv")
+    ls, _ = T.levers(fp8.config, "gpu", lambda o: True, None, (1, 8))
+    assert next(lv for lv in ls if lv.name == "kv_cache_dtype").values == ({"SERVE_KV_CACHE_DTYPE": "auto"},)
 
 
 def test_values_spec_gives_depths_in_order_and_refuses_non_depths():

@@ -137,7 +137,11 @@ def levers(cfg: dict, platform: str, weights_ok, arch: dict | None = None,
     out.append(Lever("max_num_batched_tokens",
                      tuple({"SERVE_MAX_NUM_BATCHED_TOKENS": str(n)} for n in tok), f"--max-num-batched-tokens in {tok}"))
     if gpu:
-        out.append(Lever("kv_cache_dtype", ({"SERVE_KV_CACHE_DTYPE": "auto"}, {"SERVE_KV_CACHE_DTYPE": "fp8_e4m3"}),
+        # Only the dtype the variant does not already serve: "auto" on a variant that leaves the key
+        # unset is the same server under another id, a cold start for nothing (2026-11-25's Qwen3.5
+        # tune listed it as a candidate).
+        cur = cfg.get("SERVE_KV_CACHE_DTYPE") or "auto"
+        out.append(Lever("kv_cache_dtype", tuple({"SERVE_KV_CACHE_DTYPE": d} for d in ("auto", "fp8_e4m3") if d != cur),
                          "KV cache bf16 or FP8 (e4m3)"))
     else:
         skipped.append("kv_cache_dtype: FP8 KV is a GPU lever")
