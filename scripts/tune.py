@@ -66,6 +66,16 @@ def _sha(obj) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()
 
 
+def settings_hashes(settings: dict) -> tuple[str, str]:
+    """(the hash records are matched by, the pre-2026-11-25 one, still accepted). The run's synthetic
+    rates stay out of the first: a candidate that speculates is checked against its record's own
+    rates (Tuner._rates_match), and one that does not measured the same under any rates. So a tune
+    can add a seed that needs rates (Qwen3 + DFlash's 15) without measuring BASE and the weight
+    folders again."""
+    rateless = {**settings, "conditions": [c for c in settings.get("conditions", []) if not c.startswith("SPEC_ACCEPTANCE=")]}
+    return _sha(rateless), _sha(settings)
+
+
 def gate_mode(text: str) -> list[str]:
     """'sample' / 'full' / 'limit:N' -> evaluate.py flags; 'none' -> []."""
     if text in ("sample", "full"):
@@ -90,7 +100,7 @@ def newest(root: Path, variant: str, kind: str, sha: str, before: set) -> tuple[
 class Tuner:
     def __init__(self, a, base, name: str, platform: str, settings: dict):
         self.a, self.base, self.name, self.platform, self.settings = a, base, name, platform, settings
-        self.settings_sha = _sha(settings)
+        self.settings_sha, self.legacy_sha = settings_hashes(settings)
         self.state = a.state_dir or RESULTS / name / "tune"
         self.logs = RESULTS / name / "logs"
         self.t0 = time.time()
@@ -108,13 +118,24 @@ class Tuner:
         except KitError:
             return False
 
+    def _rates_match(self, rec: dict) -> bool:
+        """A speculating candidate's record answers only if it ran at this run's rates cut to its K
+        (what every candidate of this run gets), so records at other rates never join the contest."""
+        c = rec["config"]
+        k = int(c.get("SPEC_K") or 0)
+        if c.get("SPEC_METHOD") in (None, "none") or not k:
+            return True
+        want = T.cut_acceptance(self.base.config, {"SPEC_K": k}).get("SPEC_ACCEPTANCE") or ""
+        return str(c.get("SPEC_ACCEPTANCE") or "") == want
+
     def _load_cached(self) -> dict:
         """{candidate id: candidate payload} of earlier trials under the same base config and settings."""
         out = {}
         for _, rec in records(self.base.name, "tune", self.state):
             p = rec["payload"]
-            if p["scope"] == "candidate" and p["settings_sha256"] == self.settings_sha \
-                    and (p["base_config_sha256"] == self.base.config_sha256 or self._still_measures(rec)):
+            if p["scope"] == "candidate" and p["settings_sha256"] in (self.settings_sha, self.legacy_sha) \
+                    and (p["base_config_sha256"] == self.base.config_sha256 or self._still_measures(rec)) \
+                    and self._rates_match(rec):
                 out[p["candidate"]["id"]] = p["candidate"]
                 self.walls.append(p["candidate"]["wall_s"])
                 if p["candidate"].get("ready_s"):

@@ -318,6 +318,38 @@ def test_resume_keeps_candidate_records_written_before_a_schema_key_was_added():
     assert not t._still_measures(changed)
 
 
+def test_run_rates_added_later_keep_the_records_of_candidates_that_do_not_speculate():
+    """Qwen3's tune ran without rates. Seeding it with the DFlash variant needs its 15 rates as a run
+    condition; that must not throw away BASE and the AWQ candidates (none of them speculates), while
+    a speculating record answers only under its own rates."""
+    import json
+    from scripts.kit.paths import RESULTS
+    from scripts.tune import Tuner, parser, settings_hashes
+    state = RESULTS / "qwen3-4b-bf16-tuned/tune"
+    old = json.loads(next(state.glob("qwen3-4b-bf16/*-tune.json")).read_text())["payload"]["settings"]
+    rates = "SPEC_ACCEPTANCE=" + ",".join(["0.9"] * 15)
+    a = parser().parse_args(["--base", "qwen3-4b-bf16", "--state-dir", str(state)]
+                            + [x for c in old["conditions"] + [rates] for x in ("--set", c)])
+    t = Tuner.__new__(Tuner)
+    t.a, t.base, t.walls, t.readies = a, load("qwen3-4b-bf16", a.set), [], []
+    t.settings_sha, t.legacy_sha = settings_hashes({**old, "conditions": sorted(old["conditions"] + [rates])})
+    t.state = state
+    labels = sorted(c["label"] for c in t._load_cached().values())
+    assert labels == sorted(["BASE", "QUANT=awq_w4a16", "QUANT=awq_w4a16 QUANT_GROUP_SIZE=64",
+                             "QUANT=awq_w4a16 QUANT_GROUP_SIZE=128", "QUANT=awq_w4a16 SERVE_MAX_NUM_SEQS=8"])
+    # Qwen3.5's records ran at rates A: K=4 on BASE answers at A, not at other rates.
+    state35 = RESULTS / "qwen3.5-4b-bf16-tuned/tune-3"
+    k4 = next(json.loads(p.read_text()) for p in state35.glob("qwen3.5-4b-bf16/*-tune.json")
+              if json.loads(p.read_text())["payload"]["candidate"]["label"].endswith("SPEC_K=4 SPEC_METHOD=mtp")
+              and "QUANT" not in json.loads(p.read_text())["payload"]["candidate"]["label"])
+    for conds, answers in ((k4["payload"]["settings"]["conditions"], True),
+                           ([c if not c.startswith("SPEC_") else "SPEC_ACCEPTANCE=0.9,0.8,0.7,0.6,0.5,0.4,0.3"
+                             for c in k4["payload"]["settings"]["conditions"]], False)):
+        a = parser().parse_args(["--base", "qwen3.5-4b-bf16"] + [x for c in conds for x in ("--set", c)])
+        t.a, t.base = a, load("qwen3.5-4b-bf16", a.set)
+        assert t._rates_match(k4) is answers
+
+
 def test_seeds_are_measured_after_base_and_the_best_one_starts_the_descent():
     """Coordinate descent from BASE misses interactions (Qwen3.5, 2026-11-24: AWQ alone inside the
     noise, AWQ with MTP the fast hand-made variant). Seeds put the hand-made variants in the search:
