@@ -423,6 +423,12 @@ def test_a_resumed_search_starts_from_its_best_record_not_from_a_lesser_seed():
     # Without the records the same cut writes the seed: what happened on the GPU.
     res = T.search(CFG, LEVERS, budget_of_one({"BASE"}), T.Rule(), seeds=seeds)
     assert res.incumbent == {"SERVE_MAX_NUM_SEQS": "2"} and res.stop_reason == "time budget"
+    # Records read for the start are not counted by a candidate budget (they cost nothing): with a
+    # budget of 2 (BASE and the seed) and two records, the start still moves to the best record.
+    res = T.search(CFG, LEVERS, table_trial({**table, "SERVE_ENABLE_PREFIX_CACHING=false": 1.0}), T.Rule(),
+                   max_candidates=2, seeds=seeds,
+                   recorded=(on_record, {"SERVE_ENABLE_PREFIX_CACHING": "false"}))
+    assert res.incumbent == on_record and res.stop_reason.startswith("candidate budget (2)")
     # A record inside the noise of the seed does not move the start.
     close = {**table, "SERVE_MAX_NUM_SEQS=4": 1.21}
     res = T.search(CFG, LEVERS, table_trial(close), T.Rule(), seeds=seeds, recorded=(on_record,))

@@ -37,7 +37,8 @@ _UNITS = {"s": 1, "m": 60, "h": 3600}
 
 @dataclass(frozen=True)
 class Budget:
-    """candidates: most candidates the search may hold (resumed + new), BASE included.
+    """candidates: most candidates the search may hold on its path (resumed + new), BASE and seeds
+    included; records read only to choose the start are not counted.
     seconds: wall clock of this invocation (a resumed search gets its own)."""
     candidates: int | None = None
     seconds: float | None = None
@@ -347,12 +348,16 @@ def search(cfg: dict, lever_list: list[Lever], trial, rule: Rule, max_candidates
     seen: dict[str, Outcome] = {}
     state = {"inc": None, "ref": None}  # incumbent, and what a candidate must beat (best so far in a lever)
 
-    def run(overrides: dict) -> Outcome:
+    held: set[str] = set()  # what the candidate budget counts: the path's candidates, not records read for the start
+
+    def run(overrides: dict, free: bool = False) -> Outcome:
         cid = candidate_id(overrides)
         if cid in seen:
             return seen[cid]
-        if max_candidates is not None and len(seen) >= max_candidates:
-            raise BudgetExhausted(f"candidate budget ({max_candidates}) reached")
+        if not free:
+            if max_candidates is not None and len(held) >= max_candidates:
+                raise BudgetExhausted(f"candidate budget ({max_candidates}) reached")
+            held.add(cid)
         ref = state["ref"]
         out = trial(overrides, (lambda s: rule.beats(s, ref.score)[0]) if ref else (lambda s: False))
         seen[cid] = out
@@ -378,7 +383,7 @@ def search(cfg: dict, lever_list: list[Lever], trial, rule: Rule, max_candidates
         if prefetch is None:
             return
         # Offered candidates are spent budget too: the search will run them.
-        room = None if max_candidates is None else max(max_candidates - len(offered | set(seen)), 0)
+        room = None if max_candidates is None else max(max_candidates - len(offered | held), 0)
         todo = [c for c in cands if candidate_id(c) not in seen and candidate_id(c) not in offered]
         todo = todo if room is None else todo[:room]
         offered.update(candidate_id(c) for c in todo)
@@ -418,8 +423,8 @@ def search(cfg: dict, lever_list: list[Lever], trial, rule: Rule, max_candidates
             if ok:
                 best, state["ref"] = out, out
             res.decisions.append(f"seed {n}: {why}")
-        for o in recorded:  # answered from their records: no budget spent
-            out = run(o)
+        for o in recorded:  # answered from their records: no budget spent, none counted
+            out = run(o, free=True)
             if out.status != "ok":
                 continue
             ok, why = rule.beats(out.score, state["ref"].score)
