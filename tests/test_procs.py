@@ -104,7 +104,11 @@ def test_a_starting_server_holds_the_gpu_lock_shared_until_ready(tmp_path, monke
     srv.wait_ready()
     assert probe_could_time()
     srv.stop()
-    # 3. A server stopped before it was ready lets go of the lock too.
+    # 3. A server that could not be spawned, or was stopped before it was ready, lets go of it too.
+    missing = ServerProcess([str(tmp_path / "no-such-server")], {}, "127.0.0.1", free_port())
+    with pytest.raises(FileNotFoundError):
+        missing.start()
+    assert probe_could_time()
     slow = standin(tmp_path, delay=60, timeout=1)
     with pytest.raises(KitError, match="not ready after 1 s"):
         with slow:

@@ -117,8 +117,12 @@ class ServerProcess:
                                              f"timing ({GPU_LOCK_ENV}={lock})")
             self._start_lock.__enter__()
         self.t0 = time.monotonic()
-        self.proc = subprocess.Popen(self.argv, env=full_env, cwd=self.cwd, start_new_session=True,
-                                     stdout=self._log, stderr=subprocess.STDOUT if self._log else None)
+        try:
+            self.proc = subprocess.Popen(self.argv, env=full_env, cwd=self.cwd, start_new_session=True,
+                                         stdout=self._log, stderr=subprocess.STDOUT if self._log else None)
+        except BaseException:
+            self._release_start_lock()  # nothing started: nothing to hold the GPU for
+            raise
         return self
 
     def wait_ready(self) -> float:
