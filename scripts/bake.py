@@ -39,7 +39,7 @@ from scripts.kit import bytecode, cachekey, weights
 from scripts.kit.device import host_platform
 from scripts.kit.errors import KitError, run_main
 from scripts.kit.paths import RESULTS, ROOT
-from scripts.kit.procs import GPU_LOCK_ENV, ServerProcess, flock
+from scripts.kit.procs import ServerProcess, flock, gpu_lock_path
 from scripts.kit.record import make_record, utc_now, write_record
 from scripts.kit.schema import validate_record
 from scripts.kit.variant import load
@@ -200,8 +200,7 @@ def run_server(v, argv, env, log: Path, cap: int | None, platform: str) -> dict:
         watcher.poll(srv.ready_s)
         print(f"ready after {srv.ready_s:.1f} s; sending warm-up requests", file=sys.stderr)
         # The warm-up compiles shapes on the GPU as a start-up does: it holds the GPU lock shared too.
-        lock = os.environ.get(GPU_LOCK_ENV)
-        with flock(Path(lock) if lock else None, shared=True):
+        with flock(gpu_lock_path(), shared=True):
             at = first_token_at(srv.url, v.name)
             first = round(at - srv.t0, 2) if at else None
             max_len, seqs = server_limits(srv.url, v, platform, cap)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import signal
 import sys
 import threading
@@ -374,8 +373,8 @@ def probe_lock(given: Path | None) -> Path | None:
     """The lock a probe times under: $KIT_PROBE_LOCK wins over --lock. A batch's own lock (sweep,
     tune --jobs) keeps its probes apart, but not from a tune, a sweep or a `parallel` run beside it
     on the same GPU; the host-wide one does both."""
-    host = os.environ.get("KIT_PROBE_LOCK")
-    return Path(host) if host else given
+    from scripts.kit.procs import gpu_lock_path
+    return gpu_lock_path() or given
 
 
 def exclusive(path: Path | None):

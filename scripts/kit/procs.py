@@ -61,6 +61,12 @@ def group_members(pgid: int) -> list[int]:
 GPU_LOCK_ENV = "KIT_PROBE_LOCK"
 
 
+def gpu_lock_path() -> Path | None:
+    """The host-wide GPU lock file, when one is set."""
+    lock = os.environ.get(GPU_LOCK_ENV)
+    return Path(lock) if lock else None
+
+
 def flock(path: Path | None, shared: bool = False, waiting: str = ""):
     """A context holding an flock on `path`: exclusive, or shared (a no-op without a path). flock,
     not a pid file: the kernel drops it when the holder dies, so a killed holder never blocks the
@@ -110,9 +116,9 @@ class ServerProcess:
         if self.log_path:
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
             self._log = open(self.log_path, "ab")
-        lock = os.environ.get(GPU_LOCK_ENV)
+        lock = gpu_lock_path()
         if lock:  # taken before t0: time spent waiting for a probe is not start-up time
-            self._start_lock = flock(Path(lock), shared=True,
+            self._start_lock = flock(lock, shared=True,
                                      waiting=f"server on port {self.port}: waiting for a probe to finish "
                                              f"timing ({GPU_LOCK_ENV}={lock})")
             self._start_lock.__enter__()

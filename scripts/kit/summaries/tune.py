@@ -138,8 +138,9 @@ Generated into measurements.json by `make report`; tune_pareto.png plots every c
 
 ## Caveats
 Candidate scores come from one probe run each (repeats inside it); the noise band is the spread of
-those repeats, not of server restarts. Restarts spread wider: on the H100 (2026-11-25) one Qwen3.5
-config's TPOT at c=1 was 1.88-2.58 ms over six server starts, each run's own band a few percent.
+those repeats, not of server restarts. Restarts can differ by more: on the H100, every c=1 repeat of
+three 2026-11-25 runs of one Qwen3.5 config was slower than every repeat of its 2026-11-23 run
+(results/gpu-sessions/20261125T0808Z/README.md).
 Candidates measured on one host are compared only with each other.
 """
 
