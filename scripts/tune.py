@@ -136,7 +136,9 @@ class Tuner:
             if p["scope"] == "candidate" and p["settings_sha256"] in (self.settings_sha, self.legacy_sha) \
                     and (p["base_config_sha256"] == self.base.config_sha256 or self._still_measures(rec)) \
                     and self._rates_match(rec):
-                out[p["candidate"]["id"]] = p["candidate"]
+                # Keyed as the search names it: a record whose overrides repeat a BASE value (the
+                # 2026-11-25 DFlash seed's rates) answers for the same server under the canonical id.
+                out[T.candidate_id(T.canonical(self.base.config, p["candidate"]["overrides"]))] = p["candidate"]
                 self.walls.append(p["candidate"]["wall_s"])
                 if p["candidate"].get("ready_s"):
                     self.readies.append(p["candidate"]["ready_s"])
@@ -211,16 +213,19 @@ class Tuner:
         self.check_time()
         return self.trial(overrides, wants_gate)
 
-    def prefetch(self, cands: list[dict]) -> None:
+    def prefetch(self, cands: list[dict], fill: list[dict] = ()) -> None:
         """--jobs: measure a lever's uncached candidates side by side, N at a time (the search then
         answers them from their records). The gate is left to the search: a would-be winner that
-        needs one is served again with it."""
+        needs one is served again with it. `fill` (later levers' values on the same incumbent) takes
+        the last wave's empty slots: the same cold-start time measures them too (2026-11-25 the Qwen3
+        tune's waves held 1 and 2 of --jobs slots, one cold start each)."""
         if self.a.jobs < 2:
             return
         todo, keys = [], set()
-        for c in cands:
-            if T.candidate_id(c) in self.cached:
-                continue
+
+        def add(c) -> None:
+            if T.candidate_id(c) in self.cached or any(T.candidate_id(c) == T.candidate_id(x) for x in todo):
+                return
             try:
                 key = compile_key(load(self.base.name, self.a.set + T.as_sets(c)))
             except KitError:
@@ -228,6 +233,14 @@ class Tuner:
             if key not in keys:  # two cold compiles into one cache dir at once: keep one
                 keys.add(key)
                 todo.append(c)
+        for c in cands:
+            add(c)
+        if not todo:
+            return
+        for c in fill:
+            if len(todo) % self.a.jobs == 0:
+                break
+            add(c)
         for b0 in range(0, len(todo), self.a.jobs):
             group = todo[b0:b0 + self.a.jobs]
             if len(group) < 2:

@@ -248,7 +248,7 @@ def test_search_offers_each_lever_to_prefetch_within_the_budget_and_keeps_its_pa
         def __call__(self, o, wants_gate):
             return self.inner(o, wants_gate)
 
-        def prefetch(self, cands):
+        def prefetch(self, cands, fill=()):
             self.offered.append([T.label(c) for c in cands])
 
     plain = T.search(CFG, levers, table_trial(table), T.Rule())
@@ -365,7 +365,7 @@ def test_seeds_are_measured_after_base_and_the_best_one_starts_the_descent():
             self.ran.append(T.label(o))
             return self.inner(o, wants_gate)
 
-        def prefetch(self, cands):
+        def prefetch(self, cands, fill=()):
             self.offered.append([T.label(c) for c in cands])
     t = Trial()
     res = T.search(CFG, LEVERS, t, T.Rule(), seeds=seeds)
@@ -458,7 +458,8 @@ def test_seed_overrides_are_the_hand_made_config_as_written():
     o = T.seed_overrides(base.config, seq8.config)
     assert o["SPEC_K"] == 7 and o["QUANT"] == "awq_w4a16" and o["SERVE_MAX_NUM_SEQS"] == "8"
     assert o["SERVE_CUDAGRAPH_CAPTURE_SIZES"] == "8 16 24 32 40 48 56 64"  # its own sizes, not fixup's
-    assert o["SPEC_ACCEPTANCE"] == "0.98,0.82,0.70,0.54,0.45,0.38,0.32" and "BASE" not in o
+    # K=7 takes all seven run rates, BASE's own value: canonical overrides leave the key out.
+    assert "SPEC_ACCEPTANCE" not in o and "BASE" not in o
     mtp4 = load("qwen3.5-4b-awq-seq8-mtp4", ["WEIGHTS=dummy"])
     assert T.seed_overrides(base.config, mtp4.config)["SPEC_ACCEPTANCE"] == "0.98,0.82,0.70,0.54"
     # BASE + the seed's overrides is the hand-made variant itself: same identity, same server.
@@ -486,3 +487,84 @@ def test_pick_seeds_auto_and_explicit():
         pick_seeds(a, base, "x", lambda o: True)
     a.seeds = "none"
     assert pick_seeds(a, base, "x", lambda o: True) == ([], [])
+
+
+def test_a_seed_that_repeats_a_base_value_is_one_candidate_not_two():
+    """2026-11-25 on the H100: the DFlash seed (K=15) carried the run's 15 rates, BASE's own value,
+    so the weights lever's g32 value (the seed's own weights) came back under another id as a new
+    candidate. Overrides are canonical: a key at BASE's value is dropped everywhere."""
+    rates = ",".join(["0.9"] * 15)
+    cfg = {**CFG, "QUANT": "none", "SPEC_ACCEPTANCE": rates}
+    seed = {"QUANT": "awq_w4a16", "SPEC_METHOD": "dflash", "SPEC_K": 15, "SPEC_ACCEPTANCE": rates}
+    weights = T.Lever("weights", ({"QUANT": "none"}, {"QUANT": "awq_w4a16"}, {"QUANT": "awq_w4a16", "QUANT_GROUP_SIZE": 128}), "")
+    ran = []
+
+    def trial(o, wants_gate):
+        ran.append(T.label(o))
+        g = {"BASE": 1.0}.get(T.label(o), 2.0 if "SPEC_METHOD" in o else 1.0)
+        return T.Outcome(o, "ok", sc(g, g * 0.98, g * 1.02))
+    res = T.search(cfg, [weights], trial, T.Rule(), seeds=(("hand", seed),))
+    assert ran == ["BASE", "QUANT=awq_w4a16 SPEC_K=15 SPEC_METHOD=dflash",
+                   "SPEC_K=15 SPEC_METHOD=dflash", "QUANT=awq_w4a16 QUANT_GROUP_SIZE=128 SPEC_K=15 SPEC_METHOD=dflash"]
+    assert res.incumbent == {"QUANT": "awq_w4a16", "SPEC_METHOD": "dflash", "SPEC_K": 15}
+    # seed_overrides gives the canonical form too: the real DFlash variant against the run's rates.
+    base = load("qwen3-4b-bf16", ["WEIGHTS=dummy", f"SPEC_ACCEPTANCE={rates}"])
+    o = T.seed_overrides(base.config, load("qwen3-4b-awq-dflash", ["WEIGHTS=dummy"]).config)
+    assert "SPEC_ACCEPTANCE" not in o and o["SPEC_K"] == 15
+
+
+def test_the_committed_dflash_seed_record_answers_for_the_canonical_candidate():
+    """The DFlash seed measured on 2026-11-25 was recorded with the rates in its overrides; a re-run
+    names it without them, and must find that record, not cold-start it again."""
+    import json
+    from scripts.kit.paths import RESULTS
+    from scripts.tune import Tuner, parser, settings_hashes
+    state = RESULTS / "qwen3-4b-bf16-tuned/tune"
+    rec = json.loads((state / "qwen3-4b-bf16/20261125T104238Z-tune.json").read_text())["payload"]
+    assert "SPEC_ACCEPTANCE" in rec["candidate"]["overrides"]
+    a = parser().parse_args(["--base", "qwen3-4b-bf16", "--state-dir", str(state)]
+                            + [x for c in rec["settings"]["conditions"] for x in ("--set", c)])
+    t = Tuner.__new__(Tuner)
+    t.a, t.base, t.walls, t.readies, t.state = a, load("qwen3-4b-bf16", a.set), [], [], state
+    t.settings_sha, t.legacy_sha = settings_hashes(rec["settings"])
+    o = T.seed_overrides(t.base.config, load("qwen3-4b-awq-dflash", ["WEIGHTS=dummy"]).config)
+    got = t._load_cached()[T.candidate_id(o)]
+    assert got["status"] == "ok" and got["score"]["goodput_req_per_s"] == rec["candidate"]["score"]["goodput_req_per_s"]
+
+
+def test_a_wave_with_empty_slots_takes_the_next_levers_values_on_the_same_incumbent(tmp_path):
+    """--jobs 5 and a lever of 3 values: 2 slots would idle through a cold start. The search hands
+    later levers' values on the incumbent as `ahead`; Tuner.prefetch fills the wave with them."""
+    levers = [T.Lever("max_num_seqs", ({"SERVE_MAX_NUM_SEQS": "4"}, {"SERVE_MAX_NUM_SEQS": "2"}), ""),
+              T.Lever("prefix_caching", ({"SERVE_ENABLE_PREFIX_CACHING": "false"},), ""),
+              T.Lever("max_num_batched_tokens", ({"SERVE_MAX_NUM_BATCHED_TOKENS": "4096"},), "")]
+    calls = []
+
+    class Trial:
+        def __call__(self, o, wants_gate):
+            return table_trial({**TABLE, "SERVE_MAX_NUM_SEQS=2": 1.0, "SERVE_ENABLE_PREFIX_CACHING=false": 1.0,
+                                "SERVE_MAX_NUM_BATCHED_TOKENS=4096": 1.0,
+                                "SERVE_MAX_NUM_BATCHED_TOKENS=4096 SERVE_MAX_NUM_SEQS=4": 1.5})(o, wants_gate)
+
+        def prefetch(self, cands, fill=()):
+            calls.append(([T.label(c) for c in cands], [T.label(c) for c in fill]))
+    T.search(CFG, levers, Trial(), T.Rule())
+    # The first wave (BASE + the first lever) does not know the incumbent of the later levers yet.
+    assert calls[0] == (["BASE", "SERVE_MAX_NUM_SEQS=4", "SERVE_MAX_NUM_SEQS=2"], [])
+    # max seqs 4 won: prefix off on it is offered with batched tokens on it as fill.
+    assert calls[1] == (["SERVE_ENABLE_PREFIX_CACHING=false SERVE_MAX_NUM_SEQS=4"],
+                        ["SERVE_MAX_NUM_BATCHED_TOKENS=4096 SERVE_MAX_NUM_SEQS=4"])
+    # Tuner.prefetch: the lever's values first, then fill up to --jobs, never past it.
+    from types import SimpleNamespace
+    from scripts.tune import Tuner
+    t = Tuner.__new__(Tuner)
+    t.a = SimpleNamespace(jobs=3, set=[], budget_parsed=T.Budget(), confirm=False)
+    t.base, t.cached, t.logs = load("tiny"), {}, tmp_path
+    ran = []
+    t.trial = lambda c, wants_gate, batch=None: ran.append((T.label(c), batch[1]))
+    mk = lambda n: {"SERVE_MAX_NUM_SEQS": str(n)}
+    t.prefetch([mk(2), mk(4)], [mk(4), mk(16), mk(32)])
+    assert sorted(ran) == [("SERVE_MAX_NUM_SEQS=16", 3), ("SERVE_MAX_NUM_SEQS=2", 3), ("SERVE_MAX_NUM_SEQS=4", 3)]
+    ran.clear()
+    t.prefetch([mk(2), mk(4), mk(8)], [mk(16)])  # a full wave takes no fill
+    assert len(ran) == 3 and ("SERVE_MAX_NUM_SEQS=16", 3) not in ran

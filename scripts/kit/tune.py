@@ -128,7 +128,7 @@ def levers(cfg: dict, platform: str, weights_ok, arch: dict | None = None,
         # Values are computed from the spec lever's per-level measurements (schedule_from_levels).
         out.append(Lever("spec_schedule", (), "per-batch-size K (num_speculative_tokens_per_batch_size)"))
     else:
-        skipped.append("spec: no method applies (no MTP head in the architecture, no draft model)")
+        skipped.append("spec: BASE has no MTP head and no draft model (a seed's drafter is measured as that seed)")
     hi = max(concurrency)
     seqs = [n for n in MAX_SEQS if n >= min(concurrency) and n <= max(2 * hi, 8)]
     out.append(Lever("max_num_seqs", tuple({"SERVE_MAX_NUM_SEQS": str(n)} for n in seqs),
@@ -190,13 +190,20 @@ def cut_acceptance(cfg: dict, overrides: dict) -> dict:
     return o
 
 
+def canonical(cfg: dict, overrides: dict) -> dict:
+    """The overrides that change `cfg`. A key set to cfg's own value is the same server, so it must not
+    make another candidate id: 2026-11-25 the DFlash seed carried the run's 15 rates (BASE's own value,
+    since K=15), and the weights lever offered the seed's own config again under another id."""
+    return {k: v for k, v in overrides.items() if str(cfg.get(k)) != str(v)}
+
+
 def seed_overrides(base_cfg: dict, seed_cfg: dict) -> dict:
     """A hand-made variant as a candidate: the keys where its resolved config differs from BASE's
     (run conditions aside), taken as they are; only the run's synthetic rates are cut to its K.
     No fixup(): a seed is measured as its author wrote it, graph sizes included."""
     o = {k: ("" if v is None else v) for k, v in seed_cfg.items()
          if k not in CONDITION_KEYS and k != "BASE" and str(base_cfg.get(k)) != str(v)}
-    return cut_acceptance(base_cfg, o) if o else {}
+    return canonical(base_cfg, cut_acceptance(base_cfg, o)) if o else {}
 
 
 # -- scores and the rule ---------------------------------------------------------------------------
@@ -367,9 +374,7 @@ def search(cfg: dict, lever_list: list[Lever], trial, rule: Rule, max_candidates
     def lever_cands(lv: Lever, inc_overrides: dict, inc_id: str) -> list[dict]:
         cands = []
         for val in lv.values:
-            merged = fixup(cfg, {**inc_overrides, **val})
-            # Drop overrides equal to BASE's own values: the candidate is the same config.
-            merged = {k: v for k, v in merged.items() if str(cfg.get(k)) != str(v)}
+            merged = canonical(cfg, fixup(cfg, {**inc_overrides, **val}))
             if candidate_id(merged) != inc_id and merged not in cands:
                 cands.append(merged)
         return cands
@@ -378,7 +383,7 @@ def search(cfg: dict, lever_list: list[Lever], trial, rule: Rule, max_candidates
     # them back in its own order, so the path is the same either way. Each is offered once.
     offered: set[str] = set()
 
-    def offer(cands: list[dict]) -> None:
+    def offer(cands: list[dict], ahead: list[dict] = ()) -> None:
         prefetch = getattr(trial, "prefetch", None)
         if prefetch is None:
             return
@@ -387,8 +392,14 @@ def search(cfg: dict, lever_list: list[Lever], trial, rule: Rule, max_candidates
         todo = [c for c in cands if candidate_id(c) not in seen and candidate_id(c) not in offered]
         todo = todo if room is None else todo[:room]
         offered.update(candidate_id(c) for c in todo)
+        # ahead: later levers' values on today's incumbent, to fill a wave's empty slots. They are
+        # answered from their records if the incumbent holds, and stay records otherwise; not counted
+        # as offered (they may never be run by the search), nor beyond a candidate budget's room.
+        ids = {candidate_id(c) for c in todo}
+        ahead = [c for c in ahead if candidate_id(c) not in seen.keys() | offered | ids]
+        ahead = ahead if room is None else ahead[:max(room - len(todo), 0)]
         if todo:
-            prefetch(todo)
+            prefetch(todo, ahead)
 
     pending: list[tuple[str, str]] = []
     i_lever = -1
@@ -396,9 +407,11 @@ def search(cfg: dict, lever_list: list[Lever], trial, rule: Rule, max_candidates
         # BASE and the first lever's values do not depend on each other's outcome: one wave of cold
         # starts instead of two (a Qwen3.5 cold start is ~5 min on the H100).
         # With seeds, the first lever's values wait: they apply to whichever seed wins.
-        seeds = [(n, o) for n, o in seeds if o and candidate_id(o) != "base"]
+        seeds = [(n, canonical(cfg, o)) for n, o in seeds]
+        seeds = [(n, o) for n, o in seeds if o]
         seed_ids = {candidate_id(o) for _, o in seeds}
-        recorded = [o for o in recorded if o and candidate_id(o) not in seed_ids | {"base"}]
+        recorded = [canonical(cfg, o) for o in recorded]
+        recorded = [o for o in recorded if o and candidate_id(o) not in seed_ids]
         first = lever_list[0] if lever_list and lever_list[0].name != "spec_schedule" else None
         if seeds or recorded:  # the start is not known yet: the first lever waits for it
             offer([{}] + [o for _, o in seeds])
@@ -449,7 +462,8 @@ def search(cfg: dict, lever_list: list[Lever], trial, rule: Rule, max_candidates
                            "SPEC_METHOD": {**cfg, **inc.overrides}["SPEC_METHOD"]},)
             cands = lever_cands(Lever(lv.name, tuple(values), lv.doc), inc.overrides, inc.id)
             pending = [(label(c), lv.name) for c in cands]
-            offer(cands)
+            offer(cands, [c for nxt in lever_list[i_lever + 1:] if nxt.name != "spec_schedule"
+                          for c in lever_cands(nxt, inc.overrides, inc.id)])
             best, why_best = None, ""
             for c in cands:
                 out = run(c)
