@@ -114,3 +114,21 @@ def test_a_starting_server_holds_the_gpu_lock_shared_until_ready(tmp_path, monke
         with slow:
             pass
     assert probe_could_time()
+
+
+def test_a_failed_start_names_the_engines_exception_not_the_api_servers_wrapper(tmp_path):
+    """2026-11-25 on the H100: the log's last 25 lines were the API server's traceback ending in
+    'Engine core initialization failed'; the cause was 40 lines above. The replay is that server's
+    own log (committed), printed by a process that then exits 1, as vLLM did."""
+    from scripts.kit.paths import ROOT
+    real = ROOT / "results/gpu-sessions/20261125T1033Z/logs/qwen3.5-4b-bf16/serve-20261125T105052-8202.log"
+    srv = ServerProcess([sys.executable, "-c", f"import sys; sys.stdout.write(open({str(real)!r}).read()); sys.exit(1)"],
+                        {}, "127.0.0.1", free_port(), ready_timeout_s=30, log_path=tmp_path / "log.txt")
+    with pytest.raises(KitError, match=r"cause \(line \d+ of the log\): ValueError: max_num_seqs \(1024\) exceeds "
+                                       r"available Mamba cache blocks \(248\)"):
+        with srv:
+            pass
+    # The fd-limit warning quotes an OSError on every start; it is not a cause.
+    (tmp_path / "w.txt").write_text("WARNING x: fd limit errors like `OSError: [Errno 24] Too many open files`\n")
+    srv.log_path = tmp_path / "w.txt"
+    assert srv.root_cause() is None

@@ -11,6 +11,7 @@ ever killed by name and nothing sleeps a fixed time hoping the server is up.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -197,7 +198,27 @@ class ServerProcess:
 
     def _log_hint(self) -> str:
         t = self.tail(25)
-        return f"; last lines of {self.log_path}:\n{t}" if t else ""
+        cause = self.root_cause()
+        return (f"; cause (line {cause[0]} of the log): {cause[1]}" if cause else "") + \
+            (f"; last lines of {self.log_path}:\n{t}" if t else "")
+
+    # vLLM's engine process logs the exception that stopped it; the API server's own traceback, which
+    # is what the log ends with, only says "Engine core initialization failed" (2026-11-25: the cause,
+    # "max_num_seqs (1024) exceeds available Mamba cache blocks (248)", was 40 lines above the tail).
+    CAUSE = re.compile(r"\b((?:[A-Z]\w*(?:Error|Exception))|torch\.OutOfMemoryError): (.+)")
+
+    def root_cause(self) -> tuple[int, str] | None:
+        """(line number, 'Error: message') of the last exception message in the log other than the
+        API server's generic wrapper, or None. Warnings are skipped: vLLM's fd-limit warning quotes
+        "OSError: [Errno 24]" on every start."""
+        if not self.log_path or not self.log_path.exists():
+            return None
+        found = None
+        for i, line in enumerate(self.log_path.read_text(errors="replace").splitlines(), 1):
+            m = self.CAUSE.search(line)
+            if m and "WARNING" not in line and "Engine core initialization failed" not in m.group(2):
+                found = i, f"{m.group(1)}: {m.group(2).strip()}"
+        return found
 
     def __enter__(self):
         self.start()
