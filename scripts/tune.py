@@ -108,6 +108,7 @@ class Tuner:
         self.readies: list[float] = []  # cold start-to-ready of the candidates that started
         self.winner_sets: list[str] = []  # run conditions the winner carried (confirm serves it with them)
         self.cached = self._load_cached()
+        self.measured: list[str] = []  # ids trialed by this run, in order (filled slots included)
 
     # -- records ----------------------------------------------------------------------------
     def _still_measures(self, rec: dict) -> bool:
@@ -317,6 +318,7 @@ class Tuner:
                                            f"{cand['score']['tpot_c1_ms']} ms" if cand["score"] else "")
               + (f" ({cand['note']})" if cand["note"] else ""), file=sys.stderr)
         self.cached[cid] = cand
+        self.measured.append(cid)
         return T.Outcome(overrides, cand["status"], cand["score"], cand["gate"], cand["note"])
 
     # -- the winner as its own variant --------------------------------------------------------
@@ -523,14 +525,22 @@ def main(argv=None) -> int:
         return 130
     from scripts.kit.summaries import tune as S
     win = T.candidate_id(res.incumbent)
-    front = T.pareto([(o.id, o.score["goodput_req_per_s"], o.score["tpot_c1_ms"]) for o in res.outcomes
-                      if o.status == "ok" and o.score["tpot_c1_ms"] is not None])
+    # Candidates that filled a wave's empty slots but that the search never reached (the incumbent
+    # moved) are reported too: their time was spent, and every measured candidate is evidence.
+    on_path = [o.id for o in res.outcomes]
+    off_path = [i for i in dict.fromkeys(tuner.measured) if i not in on_path and i in tuner.cached]
+    shown = [(i, tuner.cached[i]) for i in on_path + off_path]
+    front = T.pareto([(i, c["score"]["goodput_req_per_s"], c["score"]["tpot_c1_ms"]) for i, c in shown
+                      if c["status"] == "ok" and c["score"]["tpot_c1_ms"] is not None])
     cands = []
-    for o in res.outcomes:
-        c = dict(tuner.cached[o.id])
-        c.update(pareto=o.id in front, winner=o.id == win)
-        if o.id in tuner.seed_names:
-            c["seed_of"] = tuner.seed_names[o.id]
+    for i, c in shown:
+        # The search's (canonical) id: an older record may carry the id of a spelling since canonicalized.
+        c = {**c, "id": i}
+        c.update(pareto=i in front, winner=i == win)
+        if i in off_path:
+            c["off_path"] = True
+        if i in tuner.seed_names:
+            c["seed_of"] = tuner.seed_names[i]
         cands.append(c)
     session = {"levers": [{"name": lv.name, "doc": lv.doc, "values": [T.label(x) for x in lv.values]} for lv in lever_list],
                "skipped_levers": skipped, "seeds": [{"variant": n, "id": T.candidate_id(o)} for n, o in seeds],

@@ -22,7 +22,8 @@ def _row(c: dict) -> dict:
     return {**{k: c.get(k) for k in COLS}, "goodput_req_per_s": s.get("goodput_req_per_s"),
             "goodput_band": s.get("goodput_band"), "tpot_c1_ms": s.get("tpot_c1_ms"),
             "tpot_c1_band": s.get("tpot_c1_band"), "gate_passed": (c["gate"] or {}).get("passed"),
-            **({"seed_of": c["seed_of"]} if c.get("seed_of") else {})}
+            **({"seed_of": c["seed_of"]} if c.get("seed_of") else {}),
+            **({"off_path": True} if c.get("off_path") else {})}
 
 
 def summarize(variant, records: list) -> dict:
@@ -53,6 +54,8 @@ def candidate_table(cands: list) -> str:
         name = f"**{r['label']}** (winner)" if r["winner"] else r["label"]
         if c.get("seed_of"):
             name += " = hand-made " + ", ".join(f"`{n}`" for n in c["seed_of"])
+        if c.get("off_path"):
+            name += " (filled a --jobs slot; off the search's path)"
         rows.append(f"| {name} | {r['status']}{': ' + c['note'] if c['note'] else ''} | "
                     f"{_f(r['goodput_req_per_s'])} ({_band(r['goodput_band'])}) | {_f(r['tpot_c1_ms'])} "
                     f"({_band(r['tpot_c1_band'])}) | {gate} | {'yes' if r['pareto'] else '-'} | "
