@@ -466,6 +466,26 @@ def pick_seeds(a, base, name: str, weights_ok) -> tuple[list[tuple[str, dict]], 
     return out, skipped
 
 
+def session_candidates(on_path: list[str], measured: list[str], cached: dict, win: str, seed_names: dict) -> list[dict]:
+    """The session record's candidates: the search's path in order, then the candidates this run
+    measured to fill a --jobs wave that the search never reached (the incumbent moved): their time was
+    spent, and every measured candidate is evidence. Pareto over all of them; ids canonical (an older
+    record may carry the id of a spelling since canonicalized)."""
+    off_path = [i for i in dict.fromkeys(measured) if i not in on_path and i in cached]
+    shown = [(i, cached[i]) for i in on_path + off_path]
+    front = T.pareto([(i, c["score"]["goodput_req_per_s"], c["score"]["tpot_c1_ms"]) for i, c in shown
+                      if c["status"] == "ok" and c["score"]["tpot_c1_ms"] is not None])
+    out = []
+    for i, c in shown:
+        c = {**c, "id": i, "pareto": i in front, "winner": i == win}
+        if i in off_path:
+            c["off_path"] = True
+        if i in seed_names:
+            c["seed_of"] = seed_names[i]
+        out.append(c)
+    return out
+
+
 def main(argv=None) -> int:
     a = parser().parse_args(argv)
     try:
@@ -525,23 +545,7 @@ def main(argv=None) -> int:
         return 130
     from scripts.kit.summaries import tune as S
     win = T.candidate_id(res.incumbent)
-    # Candidates that filled a wave's empty slots but that the search never reached (the incumbent
-    # moved) are reported too: their time was spent, and every measured candidate is evidence.
-    on_path = [o.id for o in res.outcomes]
-    off_path = [i for i in dict.fromkeys(tuner.measured) if i not in on_path and i in tuner.cached]
-    shown = [(i, tuner.cached[i]) for i in on_path + off_path]
-    front = T.pareto([(i, c["score"]["goodput_req_per_s"], c["score"]["tpot_c1_ms"]) for i, c in shown
-                      if c["status"] == "ok" and c["score"]["tpot_c1_ms"] is not None])
-    cands = []
-    for i, c in shown:
-        # The search's (canonical) id: an older record may carry the id of a spelling since canonicalized.
-        c = {**c, "id": i}
-        c.update(pareto=i in front, winner=i == win)
-        if i in off_path:
-            c["off_path"] = True
-        if i in tuner.seed_names:
-            c["seed_of"] = tuner.seed_names[i]
-        cands.append(c)
+    cands = session_candidates([o.id for o in res.outcomes], tuner.measured, tuner.cached, win, tuner.seed_names)
     session = {"levers": [{"name": lv.name, "doc": lv.doc, "values": [T.label(x) for x in lv.values]} for lv in lever_list],
                "skipped_levers": skipped, "seeds": [{"variant": n, "id": T.candidate_id(o)} for n, o in seeds],
                "skipped_seeds": seed_skips, "candidates": cands, "decisions": res.decisions,

@@ -576,3 +576,24 @@ def test_a_wave_with_empty_slots_takes_the_next_levers_values_on_the_same_incumb
     ran.clear()
     t.prefetch([mk(2), mk(4), mk(8)], [mk(16)])  # a full wave takes no fill
     assert len(ran) == 3 and ("SERVE_MAX_NUM_SEQS=16", 3) not in ran
+
+
+def test_the_session_lists_filled_candidates_the_search_did_not_reach():
+    """2026-11-25: a wave's two filled slots (16 sequences, FP8 KV on the g32 seed) were measured, then
+    the incumbent moved to BF16; they are still evidence. An older record's id is replaced by the
+    canonical one the search uses, so the winner and the seeds are found by it."""
+    from scripts.tune import session_candidates
+
+    def cand(cid, g, t):
+        return {"id": cid, "label": cid, "status": "ok", "note": "", "gate": None, "latency_record": None,
+                "score": sc(g, g, g, tpot=t)}
+    cached = {"seedcanon": cand("seed-old-id", 17.6, 0.65), "bf16": cand("bf16", 23.7, 0.80),
+              "fill1": cand("fill1", 18.1, 0.74), "fill2": cand("fill2", 17.6, 0.78), "other": cand("other", 1, 1)}
+    out = session_candidates(["seedcanon", "bf16"], ["bf16", "fill1", "fill2", "fill1"], cached, "bf16",
+                             {"seedcanon": ["hand-dflash"]})
+    assert [c["id"] for c in out] == ["seedcanon", "bf16", "fill1", "fill2"]  # "other": not measured here
+    assert [c.get("off_path", False) for c in out] == [False, False, True, True]
+    assert [c["winner"] for c in out] == [False, True, False, False] and out[0]["seed_of"] == ["hand-dflash"]
+    # Pareto over all measured: fill1 sits between the seed and the winner; fill2 is dominated by fill1.
+    assert {c["id"] for c in out if c["pareto"]} == {"seedcanon", "bf16", "fill1"}
+    assert "off the search's path" in S.candidate_table(out)
