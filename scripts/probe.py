@@ -222,6 +222,7 @@ def validity(payload: dict, v, gpu_name: str | None, repeats: int) -> dict:
     warnings += L.preemption_warnings(payload["levels"])
     if payload["prefix_run"] and payload["prefix_run"]["failed"]:
         errors.append(f"prefix-cache run: {payload['prefix_run']['failed']} requests failed")
+    warnings += L.prefix_warnings(payload["prefix_run"], v.config.get("SERVE_ENABLE_PREFIX_CACHING"))
     c1 = next((lv for lv in payload["levels"] if lv["concurrency"] == 1), payload["levels"][0])
     spec = c1.get("spec_decode")
     # Under speculation a step may emit several tokens: divide by the measured acceptance length,

@@ -342,3 +342,18 @@ def test_repeat_warnings_name_outliers_and_a_level_still_warming():
     assert sum("rose every repeat" in x for x in w) == 1 and "concurrency 8: tok/s rose" in " ".join(w)
     assert sum("from the median" in x for x in w) == 4
     assert not any("concurrency 1" in x for x in w)
+
+
+def test_prefix_caching_on_with_no_hit_is_warned():
+    """The two FP8-KV Qwen3.5 records (committed) asked for prefix caching and hit 0 of 8704 tokens;
+    their BF16-KV twin hit. The warning fires only where the lever was asked for and nothing hit."""
+    import json
+    from scripts.kit.paths import RESULTS
+    fp8 = json.loads((RESULTS / "qwen3.5-4b-awq-seq8-mtp4-fp8kv/20261125T104616Z-latency.json").read_text())
+    twin = json.loads((RESULTS / "qwen3.5-4b-awq-seq8-mtp4/20261125T104617Z-latency.json").read_text())
+    assert fp8["config"]["SERVE_ENABLE_PREFIX_CACHING"] in ("true", True)
+    [w] = L.prefix_warnings(fp8["payload"]["prefix_run"], fp8["config"]["SERVE_ENABLE_PREFIX_CACHING"])
+    assert "0 of 8704 queried tokens hit" in w
+    assert L.prefix_warnings(twin["payload"]["prefix_run"], twin["config"]["SERVE_ENABLE_PREFIX_CACHING"]) == []
+    assert L.prefix_warnings(fp8["payload"]["prefix_run"], "false") == []  # not asked for: nothing to say
+    assert L.prefix_warnings(None, "true") == []  # no prefix run

@@ -531,6 +531,18 @@ def preemptions(total: dict) -> int | None:
     return int(total[PREEMPTIONS]) if PREEMPTIONS in total else None
 
 
+def prefix_warnings(prefix_run: dict | None, enabled) -> list[str]:
+    """Prefix caching asked for (SERVE_ENABLE_PREFIX_CACHING=true) but the shared-prefix run hit
+    nothing: the lever did not act on this server. 2026-11-25 on the H100: both FP8-KV Qwen3.5
+    records (vLLM 0.26, Mamba 'align' mode) queried 8704 prefix tokens and hit 0, their BF16-KV twin
+    25%; nothing said so."""
+    pc = (prefix_run or {}).get("prefix_cache") or {}
+    if str(enabled).lower() != "true" or not pc.get("queries_tokens") or pc.get("hits_tokens"):
+        return []
+    return [f"prefix-cache run: prefix caching is on but 0 of {pc['queries_tokens']} queried tokens hit: "
+            "the cache did not serve this server's shared prefixes"]
+
+
 def preemption_warnings(levels: list[dict]) -> list[str]:
     return [f"concurrency {lv['concurrency']}: {lv['preemptions']} preemption(s) while timing: requests were "
             "evicted for KV space and recomputed, so this level measures the KV budget "
