@@ -222,11 +222,13 @@ class Tuner:
         tune's waves held 1 and 2 of --jobs slots, one cold start each)."""
         if self.a.jobs < 2:
             return
-        todo, keys = [], set()
+        todo, keys, ids = [], set(), set()
 
         def add(c) -> None:
-            if T.candidate_id(c) in self.cached or any(T.candidate_id(c) == T.candidate_id(x) for x in todo):
+            cid = T.candidate_id(c)
+            if cid in self.cached or cid in ids:
                 return
+            ids.add(cid)
             try:
                 key = compile_key(load(self.base.name, self.a.set + T.as_sets(c)))
             except KitError:

@@ -503,7 +503,9 @@ def test_a_seed_that_repeats_a_base_value_is_one_candidate_not_two():
     candidate. Overrides are canonical: a key at BASE's value is dropped everywhere."""
     rates = ",".join(["0.9"] * 15)
     cfg = {**CFG, "QUANT": "none", "SPEC_ACCEPTANCE": rates}
-    seed = {"QUANT": "awq_w4a16", "SPEC_METHOD": "dflash", "SPEC_K": 15, "SPEC_ACCEPTANCE": rates}
+    # As pick_seeds builds it: the hand-made config against BASE, the run's rates cut to its K=15.
+    seed = T.seed_overrides(cfg, {**cfg, "QUANT": "awq_w4a16", "SPEC_METHOD": "dflash", "SPEC_K": 15, "SPEC_ACCEPTANCE": ""})
+    assert seed == {"QUANT": "awq_w4a16", "SPEC_METHOD": "dflash", "SPEC_K": 15}
     weights = T.Lever("weights", ({"QUANT": "none"}, {"QUANT": "awq_w4a16"}, {"QUANT": "awq_w4a16", "QUANT_GROUP_SIZE": 128}), "")
     ran = []
 

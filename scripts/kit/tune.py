@@ -407,10 +407,9 @@ def search(cfg: dict, lever_list: list[Lever], trial, rule: Rule, max_candidates
         # BASE and the first lever's values do not depend on each other's outcome: one wave of cold
         # starts instead of two (a Qwen3.5 cold start is ~5 min on the H100).
         # With seeds, the first lever's values wait: they apply to whichever seed wins.
-        seeds = [(n, canonical(cfg, o)) for n, o in seeds]
-        seeds = [(n, o) for n, o in seeds if o]
+        seeds = [(n, o) for n, o in seeds if o]  # canonical already (seed_overrides)
         seed_ids = {candidate_id(o) for _, o in seeds}
-        recorded = [canonical(cfg, o) for o in recorded]
+        recorded = [canonical(cfg, o) for o in recorded]  # a record may carry a spelling since canonicalized
         recorded = [o for o in recorded if o and candidate_id(o) not in seed_ids]
         first = lever_list[0] if lever_list and lever_list[0].name != "spec_schedule" else None
         if seeds or recorded:  # the start is not known yet: the first lever waits for it

@@ -251,10 +251,10 @@ def _comparable_record(t: dict, hand: str) -> tuple[str, str, float | None] | No
         cur = json.loads((ROOT / t["latest"]).read_text())
     except (OSError, KeyError, ValueError):
         return None
+    from scripts.kit.tune import score
     for p, r in reversed(records(hand, "latency")):
         if r["payload"]["validity"]["valid"] and not comparability(cur, r) + _rates_differ(cur, r):
-            g = max((lv.get("goodput_req_per_s") or 0 for lv in r["payload"]["levels"]), default=None)
-            return hand, str(p.relative_to(ROOT)), g
+            return hand, str(p.relative_to(ROOT)), score(r["payload"])["goodput_req_per_s"]  # the tune's own measure
     return None
 
 
@@ -294,16 +294,17 @@ def readme_table(docs: dict) -> str:
             best = max((x for x in (_comparable_record(fam[t], n) for n in hand) if x), default=None,
                        key=lambda x: x[2] or 0)
             h = hand[0]
+            why_h = _why_not(fam[t], fam[h])
             if best is None:
                 verdicts.append(f"- `{t}` ({_f(gt)} req/s): no hand-made record is comparable; the best hand-made "
-                                f"`{h}` ({_f(_goodput(fam[h])[0])} req/s): {reasons(_why_not(fam[t], fam[h]))}.")
+                                f"`{h}` ({_f(_goodput(fam[h])[0])} req/s): {reasons(why_h)}.")
                 continue
             n, path, gh = best
             verdicts.append(f"- `{t}` vs the best comparable hand-made record, `{n}` (`{path}`): {_f(gt)} vs "
                             f"{_f(gh)} req/s, {'more' if (gt or 0) > (gh or 0) else 'not more'}.")
-            if h != n and _why_not(fam[t], fam[h]):
+            if h != n and why_h:
                 verdicts.append(f"  The best hand-made latest record, `{h}` ({_f(_goodput(fam[h])[0])} req/s), "
-                                f"is not comparable: {reasons(_why_not(fam[t], fam[h]))}.")
+                                f"is not comparable: {reasons(why_h)}.")
     if len(rows) == 2:
         return "No tuned variant has a latency record yet."
     inside = seeds_table(docs, sorted(tuned))
