@@ -12,7 +12,9 @@
 #   bash .ci/gpu-session.sh parallel SECONDS KV_BYTES SPEC [SPEC ...]      SPEC = VARIANT[/KEY=VAL...]
 #       cold-starts every SPEC at once on the one GPU (each with a fixed KV cache of KV_BYTES, so no
 #       server's memory profile sees another's), then probes them ONE AT A TIME once all are up (or
-#       2/3 of SECONDS has passed): start-up overlaps, timed requests never do. Ports from KIT_PORT_BASE
+#       2/3 of SECONDS has passed): start-up overlaps, timed requests never do. SECONDS includes the
+#       probes' waits for the lock: beside a sweep, give it the sweep's time too (2026-11-25 a 500 s
+#       parallel ran out mid-probe behind a sweep's starts). Ports from KIT_PORT_BASE
 #       (default 8100). Ready times in these
 #       serve_smoke records are under that contention; cold-start figures come from `catalog`/bake.
 #   bash .ci/gpu-session.sh shim VARIANT NAME [--set K=V ...]

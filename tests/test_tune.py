@@ -599,3 +599,24 @@ def test_the_session_lists_filled_candidates_the_search_did_not_reach():
     # Pareto over all measured: fill1 sits between the seed and the winner; fill2 is dominated by fill1.
     assert {c["id"] for c in out if c["pareto"]} == {"seedcanon", "bf16", "fill1"}
     assert "off the search's path" in S.candidate_table(out)
+
+
+def test_hand_vs_tuned_verdict_is_given_at_every_acceptance_level_the_tuned_variant_was_measured_at():
+    """2026-11-25: qwen3.5-4b-bf16-tuned (MTP K=4) won at the tune's rates and lost to plain BF16 at the
+    pessimistic ones; a verdict on the latest record alone showed only one of the two. Records of an
+    older config.env of the variant (an earlier tune's winner) do not count."""
+    from scripts.kit.record import records
+    from scripts.kit.variant import load
+    for t in ("qwen3.5-4b-bf16-tuned", "qwen3-4b-bf16-tuned"):
+        v = load(t)
+        valid = [r for _, r in records(t, "latency") if r["payload"]["validity"]["valid"]]
+        want = {S._rates(r) for r in valid if v.describes(r)}
+        assert len(want) >= 2 and any(not v.describes(r) for r in valid)  # both were once other winners
+        levels = S.acceptance_levels(t)
+        assert {S._rates(r) for _, r in levels} == want and len(levels) == len(want)
+        lines = S.verdicts(t, [n for n in ("qwen3.5-4b-bf16", "qwen3.5-4b-awq-seq8", "qwen3-4b-awq-dflash", "qwen3-4b-bf16")
+                               if n.startswith(t.split("-4b")[0] + "-")])
+        assert len(lines) == len(want)
+        for (path, r), line in zip(levels, lines):
+            assert f"at acceptance {S._rates(r)} (`{path}`)" in line
+            assert line.endswith((", more.", ", not more.")) or "no hand-made record is comparable" in line
