@@ -39,6 +39,9 @@ LOG_MARKERS = {
     "kv_cache_tokens": re.compile(r"KV cache size: ([\d,]+) tokens"),
     "graph_capture": re.compile(r"Graph capturing finished in (\S+ secs?)"),
     "weights_load": re.compile(r"Model loading took (.+)$"),
+    # The W4A16 GEMM vLLM chose. On an H100, vLLM 0.26 takes Machete for group 64 and 128 and Marlin for
+    # group 32 (Machete's groups: -1, 64, 128), so a group-size lever also switches kernels.
+    "linear_kernel": re.compile(r"Using (\w+LinearKernel) for"),
 }
 
 

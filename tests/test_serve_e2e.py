@@ -93,3 +93,16 @@ def test_then_runs_jobs_against_one_server_and_records_smoke(tmp_path, monkeypat
     assert rc == 0 and out.read_text() == "200"
     recs = list(tmp_path.glob("tiny/*-serve_smoke.json"))
     assert len(recs) == 1 and json.loads(recs[0].read_text())["payload"]["endpoints"]["POST /v1/completions"]["status"] == 200
+
+
+def test_log_markers_name_the_w4a16_kernel_vllm_chose_on_committed_h100_logs():
+    """Group 32 ran on Marlin and group 64/128 on Machete (vLLM 0.26, H100): the serve record says
+    which, so a group-size comparison is also read as a kernel comparison."""
+    from scripts.serve import log_markers
+    logs = ROOT / "results/gpu-sessions/20261125T1103Z/logs/qwen3-4b-bf16-tuned"
+    kernel = {gid: log_markers((logs / f"tune-{gid}-20261125T110325.server.log").read_text(errors="replace")).get("linear_kernel")
+              for gid in ("dba806007a", "91f9142fb1", "9f8d756ca1", "1b44750124")}
+    assert kernel == {"dba806007a": "MarlinLinearKernel",   # g32
+                      "91f9142fb1": "MacheteLinearKernel",  # g64
+                      "9f8d756ca1": "MacheteLinearKernel",  # g128
+                      "1b44750124": None}                   # BF16: no W4A16 layer
