@@ -10,9 +10,11 @@
 #                       --target /tmp/quant, put before /tmp/site only for `scripts.quantize`)
 #   whl-prof/           py-spy, for `gpu-session.sh startprof` (--target /tmp/prof)
 # Then, on the device, back to back (it is released after 30 s idle): three calls carrying one chunk
-# each into /tmp/pl/, the third also carrying w.tar.xz and install_payload.sh and running
-#   bash .gpu/install_payload.sh /tmp/pl && tar -xJf .gpu/w.tar.xz && KIT_GIT_COMMIT=... bash .ci/gpu-session.sh ...
-# The wheel folders go in a later call (64 MiB a call: p01 + whl-eval is over it).
+# each into /tmp/pl/, the third also carrying install_payload.sh and running
+#   bash .gpu/install_payload.sh /tmp/pl
+# and a fourth carrying w.tar.xz and running tar -xJf .gpu/w.tar.xz && KIT_GIT_COMMIT=... bash .ci/gpu-session.sh ...
+# The 64 MiB a call counts the tree too (9.3 MB on 2026-11-25, growing with the committed session logs):
+# p02 + w.tar.xz + the tree went over it that day. The wheel folders go in later calls (p01 + whl-eval is over it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 shared=${SHARED:-../shared}
