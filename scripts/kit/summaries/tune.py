@@ -209,35 +209,11 @@ def _goodput(lat: dict) -> tuple[float | None, str | None]:
 
 
 def _why_not(a: dict, b: dict) -> list[str]:
-    """Why two latency summaries' latest records may not be compared: the probe's own rule
-    (scripts/kit/latency.py comparability: GPU, vLLM, workload, weights, memory budget, validity)."""
-    import json
+    """Why two latency records may not be set side by side: the probe's own rule (scripts/kit/latency.py
+    comparability: GPU, vLLM, workload, weights, memory budget, validity), and for two speculating
+    records their synthetic rates."""
     from scripts.kit.latency import comparability
-    from scripts.kit.paths import ROOT
-    recs = []
-    for s in (a, b):
-        try:
-            recs.append(json.loads((ROOT / s["latest"]).read_text()))
-        except (OSError, KeyError, ValueError) as e:
-            return [f"record unreadable: {e}"]
-    return comparability(*recs) + _rates_differ(*recs)
-
-
-def _rates_differ(a: dict, b: dict) -> list[str]:
-    """Two speculating records at different synthetic rates measure the rates, not the variants
-    (2026-11-25: the DFlash variant's latest record was at its pessimistic curve, and the README set
-    it against a tuned variant at the optimistic one as 'comparable'). Compared over the positions
-    both use."""
-    def rates(r):
-        c = r.get("config") or {}
-        if c.get("SPEC_METHOD") in (None, "none") or not int(c.get("SPEC_K") or 0) or not c.get("SPEC_ACCEPTANCE"):
-            return None
-        return [float(x) for x in str(c["SPEC_ACCEPTANCE"]).split(",")][:int(c["SPEC_K"])]
-    ra, rb = rates(a), rates(b)
-    if ra is None or rb is None:
-        return []
-    n = min(len(ra), len(rb))
-    return [] if ra[:n] == rb[:n] else [f"synthetic acceptance differs: {ra[:n]} vs {rb[:n]}"]
+    return comparability(a, b) + _rates_differ(a, b)
 
 
 def _rates(r: dict) -> str:
@@ -246,6 +222,21 @@ def _rates(r: dict) -> str:
     if c.get("SPEC_METHOD") in (None, "none") or not int(c.get("SPEC_K") or 0):
         return ""
     return str(c.get("SPEC_ACCEPTANCE") or "")
+
+
+def _rates_differ(a: dict, b: dict) -> list[str]:
+    """Two speculating records at different synthetic rates measure the rates, not the variants
+    (2026-11-25: the DFlash variant's latest record was at its pessimistic curve, and the README set
+    it against a tuned variant at the optimistic one as 'comparable'). Compared over the positions
+    both use."""
+    def rates(r):
+        s = _rates(r)
+        return [float(x) for x in s.split(",")][:int(r["config"]["SPEC_K"])] if s else None
+    ra, rb = rates(a), rates(b)
+    if ra is None or rb is None:
+        return []
+    n = min(len(ra), len(rb))
+    return [] if ra[:n] == rb[:n] else [f"synthetic acceptance differs: {ra[:n]} vs {rb[:n]}"]
 
 
 def acceptance_levels(t: str) -> list[tuple[str, dict]]:
@@ -266,14 +257,13 @@ def acceptance_levels(t: str) -> list[tuple[str, dict]]:
 def _comparable_record(cur: dict, hand: str) -> tuple[str, str, float | None] | None:
     """(variant, record path, goodput at the SLO) of `hand`'s newest valid latency record that may be
     set beside the record `cur`, or None."""
-    from scripts.kit.latency import comparability
     from scripts.kit.paths import ROOT
     from scripts.kit.record import records
     from scripts.kit.tune import score
     from scripts.kit.variant import load
     v = load(hand)
     for p, r in reversed(records(hand, "latency")):
-        if r["payload"]["validity"]["valid"] and v.describes(r) and not comparability(cur, r) + _rates_differ(cur, r):
+        if r["payload"]["validity"]["valid"] and v.describes(r) and not _why_not(cur, r):
             return hand, str(p.relative_to(ROOT)), score(r["payload"])["goodput_req_per_s"]  # the tune's own measure
     return None
 
@@ -311,7 +301,7 @@ def readme_table(docs: dict) -> str:
              and written_by_tune((EXPERIMENTS / n / "config.env").read_text())}
     rows = ["| model | variant | made by | conditions | device | goodput req/s at SLO (c) | TPOT p50 c=1 (ms) | "
             "latest latency record |", "|---|---|---|---|---|---|---|---|"]
-    verdicts_ = []
+    notes = []
     for model in sorted({docs[n]["model"]["starting_weights"] for n in tuned}):
         fam = {n: d["results"].get("latency") or {} for n, d in docs.items() if d["model"]["starting_weights"] == model}
         fam = {n: s for n, s in fam.items() if s.get("latest")}
@@ -325,20 +315,13 @@ def readme_table(docs: dict) -> str:
         hand = [n for n in order if n not in tuned]
         for t in (n for n in order if n in tuned):
             if not hand:
-                verdicts_.append(f"- `{t}`: no hand-made variant of {model} has a latency record.")
+                notes.append(f"- `{t}`: no hand-made variant of {model} has a latency record.")
                 continue
-            lines = verdicts(t, hand)
-            verdicts_ += lines
-            h = hand[0]  # the best hand-made latest record: say why it is not the comparator, if it is not
-            why_h = _why_not(fam[t], fam[h])
-            if why_h and f"`{h}` (`" not in "".join(lines):
-                reasons = "; ".join(dict.fromkeys(w.split(":")[0] for w in why_h))  # details: the columns
-                verdicts_.append(f"  The best hand-made latest record, `{h}` ({_f(_goodput(fam[h])[0])} req/s), "
-                                 f"is not comparable with `{t}`'s latest: {reasons}.")
+            notes += verdicts(t, hand)
     if len(rows) == 2:
         return "No tuned variant has a latency record yet."
     inside = seeds_table(docs, sorted(tuned))
-    return "\n".join(rows + [""] + verdicts_ + ([""] + inside if inside else []))
+    return "\n".join(rows + [""] + notes + ([""] + inside if inside else []))
 
 
 def seeds_table(docs: dict, tuned: list) -> list[str]:
