@@ -51,6 +51,16 @@
 #       issue 6: bake --no-bytecode, then four warm starts: SERVER_MAIN=vllm, kit main, bytecode compiled +
 #       SERVER_MAIN=vllm, both cuts (run it before anything compiles the payload's bytecode)
 #   bash .ci/gpu-session.sh chain MODE ARGS.. ++ MODE ARGS..   modes one after the other (detach NAME chain ...)
+#   bash .ci/gpu-session.sh up NAME PORT KV_BYTES VARIANT [--set K=V ...]
+#       make serve of VARIANT (dummy weights, fixed KV) in its own session until `down NAME`; pid in /tmp/kit-up/
+#   bash .ci/gpu-session.sh down NAME...   INT to those servers (the kit stops its server group), wait for them
+#   bash .ci/gpu-session.sh ready SECONDS PORT...   poll each port's /health until 200 or SECONDS pass
+#   bash .ci/gpu-session.sh cmp PORT_A PORT_B A B [--set-a K=V] [--set-b K=V] ...
+#       issue 18: make compare of two running servers (started by `up` with the same variant and --set)
+#   bash .ci/gpu-session.sh study
+#       issue 18: comparisons of each BF16 baseline vs its best variant, first with the other model's pair
+#       resident beside them (4 servers), then alone (2): the ratio's interval, and how much idle
+#       neighbours move each side's level, in one session. Run detached (~18 min).
 #   bash .ci/gpu-session.sh stop NAME    INT to a detached job's session, wait for it to end (150 s at most)
 #   bash .ci/gpu-session.sh collect SECONDS
 #       wait until every detached job has ended or SECONDS pass, then put /tmp/kit's results/ and
@@ -74,6 +84,8 @@ export KIT_PROBE_LOCK=$LOCK
 # One workload for every mode, so their records compare. 16 requests: with 8, a c=8 repeat was one
 # wave under a second, and 8 of 13 such records had a third repeat 39-91% off its median.
 PROBE="--concurrency 1,8 --repeats 3 --requests 16 --output-min 64 --output-max 128 --prefix-requests 4"
+# make compare's share of it: the same levels and request shapes, no prefix run (a comparison times decode).
+CMP="--concurrency 1,8 --requests 16 --output-min 64 --output-max 128 --prefix-tokens 0 --warmup-waves 1 --rounds 5"
 case "${1:-}" in
   spine)  # the dry-run lines stay in the log: they are what the parser was given
     nvidia-smi --query-gpu=name,driver_version,compute_cap,memory.total --format=csv
@@ -157,6 +169,42 @@ case "${1:-}" in
     step python3 -c 'import os, sys; from scripts.kit import bytecode; print(bytecode.ensure(sys.executable, dict(os.environ)))'
     step python3 -m scripts.bake $S --verify --set SERVER_MAIN=vllm
     step python3 -m scripts.bake $S --verify ;;
+  up)  # NAME PORT KV VARIANT [--set ...]: setsid, so it outlives the mode; INT reaches scripts.serve's own cleanup
+    name=$2; port=$3; kv=$4; v=$5; shift 5; mkdir -p /tmp/kit-up
+    setsid python3 -m scripts.serve --variant "$v" --set WEIGHTS=dummy --set PORT="$port" \
+      --set SERVE_KV_CACHE_MEMORY_BYTES="$kv" --set SERVE_GPU_MEMORY_UTILIZATION=0.2 "$@" \
+      > "$LOGS/up-$name.log" 2>&1 < /dev/null & echo $! > "/tmp/kit-up/$name.pid"; echo "up $name: $v on $port (pid $!)" ;;
+  down)
+    shift; for name in "$@"; do pid=$(cat "/tmp/kit-up/$name.pid") || continue; kill -INT "$pid" 2>/dev/null; done
+    for name in "$@"; do pid=$(cat "/tmp/kit-up/$name.pid") || continue
+      for _ in $(seq 1 120); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
+      kill -0 "$pid" 2>/dev/null && { echo "down $name: still running after 120 s, TERM"; kill -TERM "$pid"; }
+      rm -f "/tmp/kit-up/$name.pid"; echo "down $name"; done ;;
+  ready)
+    end=$((SECONDS + $2)); shift 2
+    for port in "$@"; do
+      until python3 -c 'import sys, urllib.request as u; u.urlopen(sys.argv[1], timeout=5)' "http://127.0.0.1:$port/health" 2>/dev/null; do
+        [ $SECONDS -lt $end ] || { echo "ready: port $port not healthy in time" >&2; exit 1; }; sleep 2; done
+      echo "ready: $port"; done ;;
+  cmp)
+    pa=$2; pb=$3; a=$4; b=$5; shift 5
+    step python3 -m scripts.compare --a "$a" --b "$b" --url-a "http://127.0.0.1:$pa" --url-b "http://127.0.0.1:$pb" \
+      --set WEIGHTS=dummy $CMP "$@" ;;
+  study)
+    kv=6442450944; R35="SPEC_ACCEPTANCE=0.98,0.82,0.70,0.54"
+    R3="SPEC_ACCEPTANCE=0.95,0.88,0.80,0.70,0.60,0.50,0.40,0.30,0.20,0.12,0.06,0.03,0.02,0.01,0.01"
+    up3() { bash "$0" up q3a 8102 $kv qwen3-4b-bf16; bash "$0" up q3b 8103 $kv qwen3-4b-bf16-tuned --set "$R3"; }
+    # The --set of cmp's sides repeat up's, so each record's config and argv are the servers'.
+    M="--set SERVE_KV_CACHE_MEMORY_BYTES=$kv --set SERVE_GPU_MEMORY_UTILIZATION=0.2"
+    bash "$0" up q35a 8100 $kv qwen3.5-4b-bf16; bash "$0" up q35b 8101 $kv qwen3.5-4b-bf16-tuned --set "$R35"; up3
+    bash "$0" ready 900 8100 8101 8102 8103 || { bash "$0" down q35a q35b q3a q3b; exit 1; }
+    bash "$0" cmp 8100 8101 qwen3.5-4b-bf16 qwen3.5-4b-bf16-tuned $M --set-a PORT=8100 --set-b PORT=8101 --set-b "$R35"
+    bash "$0" cmp 8102 8103 qwen3-4b-bf16 qwen3-4b-bf16-tuned $M --set-a PORT=8102 --set-b PORT=8103 --set-b "$R3"
+    bash "$0" down q3a q3b
+    bash "$0" cmp 8100 8101 qwen3.5-4b-bf16 qwen3.5-4b-bf16-tuned $M --set-a PORT=8100 --set-b PORT=8101 --set-b "$R35"
+    bash "$0" down q35a q35b; up3; bash "$0" ready 600 8102 8103
+    bash "$0" cmp 8102 8103 qwen3-4b-bf16 qwen3-4b-bf16-tuned $M --set-a PORT=8102 --set-b PORT=8103 --set-b "$R3"
+    bash "$0" down q3a q3b ;;
   chain)  # MODE ARGS.. ++ MODE ARGS..: one after the other in one (detached) job, so their GPU memory
     # never adds up; a failed step does not stop the next
     shift; cmd=()

@@ -40,7 +40,7 @@ from scripts.kit.device import host_platform
 from scripts.kit.errors import KitError, run_main
 from scripts.kit.paths import RESULTS, ROOT
 from scripts.kit.procs import ServerProcess, flock, gpu_lock_path
-from scripts.kit.record import make_record, utc_now, write_record
+from scripts.kit.record import log_ref, make_record, utc_now, write_record
 from scripts.kit.schema import validate_record
 from scripts.kit.variant import load
 from scripts.kit.paths import rel as _rel
@@ -252,11 +252,11 @@ def bake(v, platform: str, argv, env, cap: int | None, compile_bytecode: bool = 
                   "artifact_count": manifest["artifact_count"], "total_bytes": manifest["total_bytes"],
                   "by_category": cachekey.by_category(snap), "triton_cache_dir": triton,
                   "triton_in_cache_root": bool(triton) and Path(triton).resolve().is_relative_to(root.resolve())},
-        "argv": argv, "log": _rel(log),
+        "argv": argv, "log": log_ref(log),
     }
     if code is not None:
         payload["bytecode"] = code
-    rec = make_record("bake", v, payload, started=started)
+    rec = make_record("bake", v, payload, started=started, server_argv=argv, server_env=env)
     validate_record(rec, "new bake record")  # before the manifest: a bad record must not leave a "baked" cache
     path = cachekey.write_manifest(v, manifest)
     rec_path = write_record(rec, RESULTS)
@@ -316,9 +316,10 @@ def verify(v, platform: str, argv, env, cap: int | None, expect: str, force_aot:
         "speedup_ready_x": ratio(cold["ready_s"], warm["ready_s"]),
         "speedup_first_token_x": ratio(cold["first_token_s"], warm["first_token_s"]),
         "new_artifacts": len(new), "new_artifact_sample": new[:20], "phases": run["phases"],
-        "force_aot_load": force_aot, "shim_name": env.get("KIT_DEVICE_NAME"), "argv": argv, "log": _rel(log),
+        "force_aot_load": force_aot, "shim_name": env.get("KIT_DEVICE_NAME"), "argv": argv, "log": log_ref(log),
     }
-    rec_path = write_record(make_record("startup", v, payload, started=started), RESULTS)
+    rec_path = write_record(make_record("startup", v, payload, started=started, server_argv=argv, server_env=env),
+                            RESULTS)
     print(f"{verdict}\ncold {cold['ready_s']} s -> warm {warm['ready_s']} s to ready ({payload['speedup_ready_x']}x); "
           f"first token {cold['first_token_s']} s -> {warm['first_token_s']} s\nrecord: {_rel(rec_path)}", file=sys.stderr)
     if not passed:

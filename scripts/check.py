@@ -5,7 +5,10 @@
      measurements.json;
   3. every JSON under results/ and experiments/ validates (records against run_record + payload
      schema, measurements.json against measurements.schema.json); errors name file and JSON path;
-  4. derived files (measurements.json, README tables) are fresh.
+  4. every summary figure a record keeps raw samples for equals what the samples give (latency
+     levels, comparison ratios);
+  5. derived files (measurements.json, README tables) are fresh.
+  Also (scripts/kit/ledger.py): records match results/ledger.tsv, corrections validate, git_commit is real.
 Exit 1 with one line per problem.
 """
 from __future__ import annotations
@@ -14,9 +17,11 @@ import argparse
 import json
 import sys
 
+from scripts.kit import ledger
 from scripts.kit.errors import KitError, run_main
 from scripts.kit.paths import EXPERIMENTS, RESULTS, ROOT
 from scripts.kit.record import load_record
+from scripts.kit.summaries.recompute import record_mismatches
 from scripts.kit.schema import all_schema_files, validate_measurements
 from scripts.kit.summaries.sweep import K_SWEEP_FILE
 from scripts.kit.variant import discover, load
@@ -39,7 +44,10 @@ def problems() -> list[str]:
         for need in ("README.md", "measurements.json"):
             if not (EXPERIMENTS / name / need).is_file():
                 out.append(f"experiments/{name}/{need}: missing")
+    out += ledger.problems()
     for f in sorted(RESULTS.rglob("*.json")):
+        if f.parent == RESULTS / ledger.CORRECTIONS:  # not run records; ledger.problems() checks them
+            continue
         if "logs" in f.relative_to(RESULTS).parts or f.name.startswith("."):
             continue
         if f == RESULTS / K_SWEEP_FILE:  # derived from records; report --check below keeps it current
@@ -47,7 +55,8 @@ def problems() -> list[str]:
         try:
             rec = json.loads(f.read_text())
             if "schema_version" in rec and "kind" in rec:
-                load_record(f)
+                loaded = load_record(f)
+                out += [f"{f.relative_to(ROOT)}: {m}" for m in record_mismatches(loaded)]
             else:
                 out.append(f"{f.relative_to(ROOT)}: not a run record (no schema_version/kind)")
         except (KitError, json.JSONDecodeError) as e:
@@ -57,6 +66,7 @@ def problems() -> list[str]:
             validate_measurements(json.loads(f.read_text()), str(f.relative_to(ROOT)))
         except (KitError, json.JSONDecodeError) as e:
             out.append(str(e))
+    out += __import__("scripts.kit.prose", fromlist=["problems"]).problems()  # cited paths exist, cited figures agree
     if not out:
         from scripts.report import main as report_main
         try:

@@ -279,7 +279,7 @@ def run_gate(v, name: str, gate: dict, tap: FinishTap, tokenizer: Path, mode: st
             "task_versions": {t: str(res["versions"].get(t)) for t in ran},
             "items": {t: res["n-samples"][t]["effective"] for t in ran},
             "lm_eval": {t: {k: val for k, val in res["results"][t].items() if isinstance(val, (int, float))}
-                        for t in ran}, "log": _rel(log)}
+                        for t in ran}, "log": R.log_ref(log)}
 
 
 # -- baseline ----------------------------------------------------------------------------------
@@ -340,7 +340,7 @@ def main(argv=None) -> int:
     out_root = a.results_dir or R.RESULTS
     log_dir = out_root / v.name / "logs" / f"quality-{stamp}"
     with contextlib.ExitStack() as stack:
-        url = a.url
+        url, srv = a.url, None
         if not url:
             platform = host_platform()
             srv = stack.enter_context(ServerProcess(v.to_argv(platform), v.to_env(platform), v["HOST"], v["PORT"],
@@ -369,7 +369,9 @@ def main(argv=None) -> int:
                "sample_file": _rel(sample_path) if sample_path else None, "sample_sha256": sample_sha,
                "limit": a.limit, "data_dir": data_dir, "baseline": v["BASELINE"], "passed": passed,
                "gates": out}
-    path = R.write_record(R.make_record("quality", v, _finite(payload), started=started), root=out_root)
+    path = R.write_record(R.make_record("quality", v, _finite(payload), started=started,
+                                        server_argv=srv.argv if srv else None, server_env=srv.env if srv else None),
+                          root=out_root)
     for name, r in out.items():
         rec = "-" if r["recovery_pct"] is None else f"{r['recovery_pct']:.1f}%"
         cut = "-" if r["cutoff_rate"] is None else f"{r['cutoff_rate']:.1%}"

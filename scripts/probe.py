@@ -29,7 +29,7 @@ from urllib.parse import urlsplit
 
 from scripts.kit import latency as L
 from scripts.kit import weights
-from scripts.kit.device import device_provenance, gpu_compute_processes, host_platform
+from scripts.kit.device import conditions, device_provenance, gpu_compute_processes, host_platform
 from scripts.kit.errors import KitError, run_main
 from scripts.kit.paths import EXPERIMENTS, RESULTS, ROOT, atomic_write, rel as _rel
 from scripts.kit.procs import ServerProcess
@@ -131,10 +131,16 @@ def run_pass(srv: Server, model: str, reqs: list, concurrency: int, timeout_s: f
     return results, dt
 
 
-def measured_pass(srv, model, reqs, c, a, bar, where):
+def measured_pass(srv, model, reqs, c, a, bar, where, conds: list | None = None):
+    """One timed pass with /metrics read around it; `conds` gets the GPU's and host's state read just
+    before and just after it (clocks, power, throttling, neighbours, load: what can move a level)."""
     before = srv.metrics()
+    cond = {"before": conditions()}
     results, dt = run_pass(srv, model, reqs, c, a.request_timeout_s, bar, where)
+    cond["after"] = conditions()
     after = srv.metrics()
+    if conds is not None:
+        conds.append(cond)
     delta = L.metrics_delta(before, after) if before is not None and after is not None else None
     return results, dt, delta
 
@@ -160,12 +166,12 @@ def probe(srv: Server, model: str, w: L.Workload, a, bar) -> dict:
             bar.set_description(f"c={c} warm-up {wave + 1}/{a.warmup_waves}")
             run_pass(srv, model, L.level_requests(w, c, wave, warmup=True), c, a.request_timeout_s, bar,
                      f"warm-up c={c}")
-        reps, pooled, deltas = [], [], []
+        reps, pooled, deltas, conds = [], [], [], []
         for i in range(a.repeats):
             bar.set_description(f"c={c} repeat {i + 1}/{a.repeats}")
             reset()
             results, dt, delta = measured_pass(srv, model, L.level_requests(w, c, i), c, a, bar,
-                                               f"concurrency {c} repeat {i + 1}")
+                                               f"concurrency {c} repeat {i + 1}", conds)
             reps.append({"duration_s": dt, "results": results, "metrics_delta": _delta_json(delta)})
             pooled += results
             if delta is not None:
@@ -175,6 +181,7 @@ def probe(srv: Server, model: str, w: L.Workload, a, bar) -> dict:
         lv["prefix_cache"] = L.prefix_cache(total)
         lv["spec_decode"] = L.spec_decode(total)
         lv["preemptions"] = L.preemptions(total)
+        lv["conditions"] = conds
         levels.append(lv)
     prefix_run = None
     if w.prefix_tokens and w.prefix_requests:
@@ -229,9 +236,9 @@ def validity(payload: dict, v, gpu_name: str | None, repeats: int) -> dict:
     # or by 1+K (the most a step can emit) when the server exposes no counters.
     tokens_per_step = spec["acceptance_length"] if spec else (1 + v["SPEC_K"])
     rf = L.roofline(weights_config(v), v.config, gpu_name, c1["tpot_ms"]["p50"] if c1["concurrency"] == 1 else None,
-                    tokens_per_step)
+                    tokens_per_step, L.spec_arch_config(v.config, ROOT), L.context_tokens(payload["workload"]))
     if rf["status"] != "skipped":
-        below = L.floor_violations(payload["levels"], rf["floor_tpot_ms"])
+        below = L.floor_violations(payload["levels"], rf["weights_floor_tpot_ms"])
         errors += below
         rf["status"] = "violated" if below else "ok"
     if repeats < 3:
@@ -288,23 +295,17 @@ def slo_arg(text: str) -> L.SLO:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="make eval-latency", description=__doc__.split("\n\n")[0],
-                                epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_variant_args(p)
-    p.add_argument("--url", help="probe a server that is already running (e.g. http://127.0.0.1:8000) instead of starting one")
-    p.add_argument("--baseline", help="variant to compute speedups against (default: the variant's BASELINE key)")
+def add_workload_args(p: argparse.ArgumentParser) -> None:
+    """The workload flags (one per Workload field) and the run flags a timed pass needs; shared with
+    scripts/compare.py so both draw the same requests from the same flags."""
     p.add_argument("--concurrency", type=csv_ints, default=L.CONCURRENCY, metavar="N,N,...",
                    help=f"concurrency levels (default: {','.join(map(str, L.CONCURRENCY))})")
     p.add_argument("--warmup-waves", type=int, default=L.WARMUP_WAVES,
                    help=f"untimed waves before a level's repeats, each with the repeats' request shapes "
                         f"(default: {L.WARMUP_WAVES})")
-    p.add_argument("--repeats", type=int, default=L.REPEATS, help=f"timed passes per level (default: {L.REPEATS})")
     slo = L.SLO()
     p.add_argument("--slo", type=slo_arg, default=slo, metavar="ttft=MS,tpot=MS",
                    help=f"p99 bounds (default: ttft={slo.ttft_p99_ms:g},tpot={slo.tpot_p99_ms:g}, MLPerf interactive)")
-    p.add_argument("--max-spread-pct", type=float, default=L.MAX_SPREAD_PCT,
-                   help=f"flag a repeat this far from its level's median tok/s (default: {L.MAX_SPREAD_PCT:g})")
     p.add_argument("--request-timeout-s", type=float, default=L.REQUEST_TIMEOUT_S,
                    help=f"longest silence on one stream before it counts as failed (default: {L.REQUEST_TIMEOUT_S:g})")
     g = p.add_argument_group("workload (hashed into the record; only equal workloads are compared)")
@@ -313,6 +314,28 @@ def parser() -> argparse.ArgumentParser:
         shown = ",".join(map(str, f.default)) if isinstance(f.default, tuple) else f.default
         g.add_argument("--" + f.name.replace("_", "-"), type=kind, default=f.default,
                        help=f"{f.metadata['help']} (default: {shown})")
+
+
+def workload(a) -> L.Workload:
+    """The Workload of parsed flags, checked: a bad mix or length range is named before any server starts."""
+    w = L.Workload(**{f.name: getattr(a, f.name) for f in L.workload_fields()})
+    if len(w.class_weights) != len(w.input_lens):
+        raise KitError(f"--class-weights has {len(w.class_weights)} values for {len(w.input_lens)} --input-lens")
+    if not 1 <= w.output_min <= w.output_max:
+        raise KitError(f"--output-min {w.output_min} / --output-max {w.output_max}: need 1 <= min <= max")
+    return w
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="make eval-latency", description=__doc__.split("\n\n")[0],
+                                epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_variant_args(p)
+    p.add_argument("--url", help="probe a server that is already running (e.g. http://127.0.0.1:8000) instead of starting one")
+    p.add_argument("--baseline", help="variant to compute speedups against (default: the variant's BASELINE key)")
+    p.add_argument("--repeats", type=int, default=L.REPEATS, help=f"timed passes per level (default: {L.REPEATS})")
+    p.add_argument("--max-spread-pct", type=float, default=L.MAX_SPREAD_PCT,
+                   help=f"flag a repeat this far from its level's median tok/s (default: {L.MAX_SPREAD_PCT:g})")
+    add_workload_args(p)
     p.add_argument("--results-dir", type=Path, default=RESULTS, help="where records go (default: results/)")
     p.add_argument("--plot", type=Path, help="PNG to regenerate (default: experiments/<variant>/latency.png)")
     p.add_argument("--lock", type=Path, metavar="FILE",
@@ -387,11 +410,7 @@ def exclusive(path: Path | None):
 
 def main(argv=None) -> int:
     a = parser().parse_args(argv)
-    w = L.Workload(**{f.name: getattr(a, f.name) for f in L.workload_fields()})
-    if len(w.class_weights) != len(w.input_lens):
-        raise KitError(f"--class-weights has {len(w.class_weights)} values for {len(w.input_lens)} --input-lens")
-    if not 1 <= w.output_min <= w.output_max:
-        raise KitError(f"--output-min {w.output_min} / --output-max {w.output_max}: need 1 <= min <= max")
+    w = workload(a)
     if a.repeats < 1:
         raise KitError(f"--repeats {a.repeats}: need at least 1")
     barrier = parse_barrier(a.barrier)
@@ -453,7 +472,7 @@ def main(argv=None) -> int:
     payload["max_concurrency_meeting_slo"] = L.max_concurrency_meeting_slo(payload["levels"])
     payload["roofline"], payload["validity"] = validity(payload, v, gpu_name, a.repeats)
     rec = make_record("latency", v, {**payload, "baseline": {"variant": None, "comparable": False, "reasons": []}},
-                      started=started)
+                      started=started, server_argv=proc.argv if proc else None, server_env=proc.env if proc else None)
     rec["payload"]["baseline"] = L.find_baseline(rec, a.baseline or v["BASELINE"], a.results_dir)
     path = write_record(rec, a.results_dir)
     print(report_text(rec["payload"]), file=sys.stderr)

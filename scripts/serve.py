@@ -185,7 +185,8 @@ def after_ready(a, v, srv, cmd, ready, log, started) -> int:
         endpoints = smoke(srv, v.name)
         payload = {"ready_s": round(ready, 2), "argv": cmd, "endpoints": endpoints,
                    "log_markers": log_markers(log.read_text(errors="replace"))}
-        path = write_record(make_record("serve_smoke", v, payload, started=started))
+        path = write_record(make_record("serve_smoke", v, payload, started=started, server_argv=srv.argv,
+                                        server_env=srv.env))
         print(f"record: {path}", file=sys.stderr)
         for k, e in endpoints.items():
             print(f"  {k}: {e['status']} {e['latency_ms']} ms {e.get('sample', '')!r}", file=sys.stderr)

@@ -45,7 +45,7 @@ from scripts.kit.device import host_platform
 from scripts.kit.errors import KitError, run_main
 from scripts.kit.paths import RESULTS, ROOT, atomic_write
 from scripts.kit.procs import run_logged
-from scripts.kit.record import make_record, records, write_record
+from scripts.kit.record import load_record, log_ref, make_record, records, write_record
 from scripts.kit.summaries import sweep as S
 from scripts.kit.variant import load
 from scripts.serve import add_variant_args
@@ -152,7 +152,7 @@ def run_point(a, v, key: str, value: str, sets: list[str], into: Path, log: Path
     from scripts.probe import leave
     leave(barrier, str(port))
     new = [(p, r) for p, r in records(v.name, "latency", into) if p not in before]
-    point = {"value": value, "sets": sets, "wall_s": round(time.time() - t0, 1), "log": _rel(log)}
+    point = {"value": value, "sets": sets, "wall_s": round(time.time() - t0, 1), "log": log_ref(log)}
     if not new:
         tail = log.read_text(errors="replace").strip().splitlines()[-3:]
         return {**point, "status": "failed", "reason": f"exit {rc}, no latency record: " + " | ".join(tail)[-400:]}
@@ -241,7 +241,9 @@ def main(argv=None) -> int:
     payload = {"key": key, "values": values, "sets": a.set, "rates": rates, "probe_args": shlex.split(a.probe_args),
                "jobs": a.jobs, "points": points, "plot": _rel(png)}
     # The record first: a host without matplotlib (the GPU machine's vLLM site) still keeps the sweep.
-    path = write_record(make_record("sweep", v, payload, started=started), root=a.results_dir)
+    # Its facts and, if assembled on another host (--resume), its device are its points' records'.
+    sources = [load_record(ROOT / pt["record"]) for pt in points if pt.get("record")]
+    path = write_record(make_record("sweep", v, payload, started=started, sources=sources), root=a.results_dir)
     print(f"record: {_rel(path)}", file=sys.stderr)
     try:
         data = S.plot_png(v.name, key, points)

@@ -53,7 +53,7 @@ from scripts.kit.device import device_provenance, host_platform
 from scripts.kit.errors import KitError, run_main
 from scripts.kit.paths import EXPERIMENTS, RESULTS, ROOT, WEIGHTS
 from scripts.kit.procs import ServerProcess, free_port, run_logged
-from scripts.kit.record import make_record, records, write_record
+from scripts.kit.record import load_record, make_record, records, write_record
 from scripts.kit.variant import CONDITION_KEYS, NAME_RE, load
 from scripts.kit.paths import rel as _rel
 
@@ -132,6 +132,7 @@ class Tuner:
     def _load_cached(self) -> dict:
         """{candidate id: candidate payload} of earlier trials under the same base config and settings."""
         out = {}
+        self.recs = {}  # candidate id -> its record (trial adds its own): the session record's facts are theirs
         for _, rec in records(self.base.name, "tune", self.state):
             p = rec["payload"]
             if p["scope"] == "candidate" and p["settings_sha256"] in (self.settings_sha, self.legacy_sha) \
@@ -139,7 +140,8 @@ class Tuner:
                     and self._rates_match(rec):
                 # Keyed as the search names it: a record whose overrides repeat a BASE value (the
                 # 2026-11-25 DFlash seed's rates) answers for the same server under the canonical id.
-                out[T.candidate_id(T.canonical(self.base.config, p["candidate"]["overrides"]))] = p["candidate"]
+                cid = T.candidate_id(T.canonical(self.base.config, p["candidate"]["overrides"]))
+                out[cid], self.recs[cid] = p["candidate"], rec
                 self.walls.append(p["candidate"]["wall_s"])
                 if p["candidate"].get("ready_s"):
                     self.readies.append(p["candidate"]["ready_s"])
@@ -275,6 +277,7 @@ class Tuner:
             v = load(self.base.name, sets + [f"PORT={port}"])
         except KitError as e:
             v, cand["note"] = load(self.base.name, self.a.set + [f"PORT={port}"]), f"invalid config: {e}"
+        srv = None  # no server for an invalid config: its record falls back to the config's facts
         if not cand["note"]:
             cache = WEIGHTS / "cache" / "_tune" / self.base.name / compile_key(v)
             cand["cache_dir"] = _rel(cache)
@@ -314,8 +317,10 @@ class Tuner:
         self.walls.append(cand["wall_s"])
         if cand.get("ready_s"):
             self.readies.append(cand["ready_s"])
-        rec = make_record("tune", v, {**self.common(), "scope": "candidate", "candidate": cand}, started=started)
+        rec = make_record("tune", v, {**self.common(), "scope": "candidate", "candidate": cand}, started=started,
+                          server_argv=srv.argv if srv else None, server_env=srv.env if srv else None)
         write_record(rec, self.state)
+        self.recs[cid] = rec
         print(f"    -> {cand['status']}" + (f": goodput {cand['score']['goodput_req_per_s']:g} req/s, TPOT c=1 "
                                            f"{cand['score']['tpot_c1_ms']} ms" if cand["score"] else "")
               + (f" ({cand['note']})" if cand["note"] else ""), file=sys.stderr)
@@ -561,12 +566,20 @@ def main(argv=None) -> int:
     v = load(name)  # the writer's output must load; an error here is a bug in the writer
     payload = {**tuner.common(), "scope": "session", "session": session}
     readme = EXPERIMENTS / name / "README.md"
+
+    def sources() -> list[dict]:
+        """The records this session summarizes: its candidates' and, once done, the re-measurement's.
+        The written variant `v` carries none of the run's conditions (WEIGHTS=dummy, the rates), so
+        its config cannot say what ran: all 21 session records before 2026-11 said weights "real"."""
+        out = [tuner.recs[c["id"]] for c in cands if c["id"] in tuner.recs]
+        conf = (session["confirm"] or {}).get("latency_record")
+        return out + ([load_record(ROOT / conf)] if conf else [])
     readme.write_text(S.readme(name, payload))
     if a.confirm:
         # On record before the re-measurement, so a cut one still leaves a session record that matches
         # the variant files just written (2026-11-23 a cut confirm left config.env ahead of every record).
         # The record written after it supersedes this one.
-        write_record(make_record("tune", v, payload, started=tuner.t0))
+        write_record(make_record("tune", v, payload, started=tuner.t0, sources=sources()))
     try:
         if a.confirm:
             session["confirm"] = tuner.confirm(v, tuner.cached[win].get("cache_dir"))
@@ -574,7 +587,7 @@ def main(argv=None) -> int:
         print("interrupted during the re-measurement: run the same command to redo it (the search's "
               "outcome is on record, not yet re-measured)", file=sys.stderr)
         return 130
-    path = write_record(make_record("tune", v, payload, started=tuner.t0))
+    path = write_record(make_record("tune", v, payload, started=tuner.t0, sources=sources()))
     readme.write_text(S.readme(name, payload))
     from scripts.report import main as report_main
     report_main([])

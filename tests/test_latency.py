@@ -357,3 +357,116 @@ def test_prefix_caching_on_with_no_hit_is_warned():
     assert L.prefix_warnings(twin["payload"]["prefix_run"], twin["config"]["SERVE_ENABLE_PREFIX_CACHING"]) == []
     assert L.prefix_warnings(fp8["payload"]["prefix_run"], "false") == []  # not asked for: nothing to say
     assert L.prefix_warnings(None, "true") == []  # no prefix run
+
+
+# -- the v2 bytes model (issue #18 item 6) --------------------------------------------------------
+def test_step_bytes_mtp_counts_k_draft_passes_with_the_lm_head():
+    q35 = _cfg("qwen3.5-4b.json")
+    v = {**load("qwen3.5-4b-bf16").config, "SPEC_METHOD": "mtp", "SPEC_K": 4, "SPEC_SCHEDULE": ""}
+    b = L.step_bytes(q35, v, context_tokens=1000)
+    lm_head = 248320 * 2560 * 2
+    assert lm_head > 1.27e9
+    assert b["target_weights"] == L.weight_bytes_per_step(q35)
+    assert b["draft_weights"] >= 4 * lm_head  # every one of the K passes reads the 16-bit lm_head
+    assert b["draft_weights"] < 4 * (lm_head + 0.4e9)  # ... plus one decoder layer and its fc, not more
+    assert b["total"] == b["target_weights"] + b["draft_weights"] + b["kv_state"]
+    assert b["model"].startswith("v2")
+    # Quantizing the target leaves the 16-bit draft alone; K from a schedule's batch-1 range wins.
+    awq = L.step_bytes(q35, {**v, "QUANT": "awq_w4a16"}, context_tokens=1000)
+    assert awq["draft_weights"] == b["draft_weights"] and awq["target_weights"] < b["target_weights"]
+    sched = L.step_bytes(q35, {**v, "SPEC_SCHEDULE": "1-1:2,2-8:4"}, context_tokens=1000)
+    assert sched["draft_weights"] == b["draft_weights"] // 2
+
+
+def test_step_bytes_dflash_counts_the_draft_model():
+    q3 = _cfg("qwen3-4b.json")
+    v = load("qwen3-4b-awq-dflash").config
+    draft = L.spec_arch_config(v)
+    assert draft is not None and draft["num_hidden_layers"] == 5
+    b = L.step_bytes(q3, v, draft, context_tokens=0)
+    d = draft
+    layer = (d["hidden_size"] * 32 * 128 * 2 + 2 * d["hidden_size"] * 8 * 128) + 3 * d["hidden_size"] * d["intermediate_size"]
+    assert b["draft_weights"] >= 2 * (5 * layer + d["vocab_size"] * d["hidden_size"])  # 5 layers + lm_head, 16-bit
+    assert b["draft_weights"] == pytest.approx(1.85e9, rel=0.02)
+    assert L.step_bytes(q3, v, None, 0)["draft_weights"] == 0  # no draft config: nothing invented
+    assert L.step_bytes(q3, v, draft, 1000)["kv_state"] > L.step_bytes(q3, {**v, "SPEC_METHOD": "none"}, None, 1000)["kv_state"]
+
+
+def test_step_bytes_fp8_kv_halves_the_kv_cache():
+    q3, q35 = _cfg("qwen3-4b.json"), _cfg("qwen3.5-4b.json")
+    v = load("qwen3-4b-bf16").config
+    auto = L.step_bytes(q3, v, context_tokens=2000)["kv_state"]
+    assert auto == 36 * 2 * 8 * 128 * 2 * 2000
+    assert L.step_bytes(q3, {**v, "SERVE_KV_CACHE_DTYPE": "fp8_e4m3"}, context_tokens=2000)["kv_state"] == auto // 2
+    # Qwen3.5: the Gated DeltaNet state (fp32, context-independent) stays; the attention K/V halves.
+    v35 = {**load("qwen3.5-4b-awq-seq8-mtp4").config, "SERVE_KV_CACHE_DTYPE": "auto"}
+    kv = lambda dt, n: L.step_bytes(q35, {**v35, "SERVE_KV_CACHE_DTYPE": dt}, context_tokens=n)["kv_state"]
+    state = 24 * (32 * 128 * 128 * 4 + (2 * 16 * 128 + 32 * 128) * 3 * 2)
+    assert kv("auto", 0) == kv("fp8_e4m3", 0) == state
+    assert kv("auto", 1000) - state == 2 * (kv("fp8_e4m3", 1000) - state) > 0
+
+
+def test_step_bytes_without_speculation_is_target_plus_kv():
+    q35 = _cfg("qwen3.5-4b.json")
+    v = load("qwen3.5-4b-bf16").config
+    assert v["SPEC_METHOD"] == "none"
+    b = L.step_bytes(q35, v, context_tokens=1085)
+    assert b["draft_weights"] == 0 and b["kv_state"] > 0
+    assert b["total"] == b["target_weights"] + b["kv_state"]
+    assert L.context_tokens({"input_lens": [128, 1024, 4096], "class_weights": [0.5, 0.35, 0.15],
+                             "output_min": 64, "output_max": 128}) == pytest.approx(1036.8 + 48)
+
+
+def test_roofline_v2_reports_total_but_judges_validity_on_target_weights():
+    q35 = _cfg("qwen3.5-4b.json")
+    v = load("qwen3.5-4b-awq-seq8-mtp4").config
+    rf = L.roofline(q35, v, "NVIDIA H100 80GB HBM3", 5.0, 2.27, None, 1085)
+    assert rf["bytes_model"].startswith("v2") and rf["bytes_per_step"]["total"] > 2 * rf["weight_bytes_per_step"]
+    assert rf["weight_bytes_per_step"] == rf["bytes_per_step"]["target_weights"]
+    assert rf["floor_tpot_ms"] == pytest.approx(rf["bytes_per_step"]["total"] / 3.0e12 * 1e3 / 2.27, rel=1e-3)
+    assert rf["weights_floor_tpot_ms"] == pytest.approx(rf["weight_bytes_per_step"] / 3.0e12 * 1e3 / 2.27, rel=1e-3)
+    assert rf["roofline_pct_c1"] == pytest.approx(100 * rf["floor_tpot_ms"] / 5.0, abs=0.01)
+    # A TPOT between the two floors is below the v2 floor but not impossible: still ok.
+    between = (rf["floor_tpot_ms"] + rf["weights_floor_tpot_ms"]) / 2
+    assert L.roofline(q35, v, "NVIDIA H100 80GB HBM3", between, 2.27, None, 1085)["status"] == "ok"
+    assert L.roofline(q35, v, "NVIDIA H100 80GB HBM3", rf["weights_floor_tpot_ms"] * 0.9, 2.27, None, 1085)["status"] == "violated"
+    lv = {"concurrency": 1, "tpot_ms": {"p50": between}}
+    assert L.floor_violations([lv], rf["weights_floor_tpot_ms"]) == []
+
+
+def test_probe_validity_checks_the_target_weights_floor(monkeypatch):
+    """validity() passes the draft config and context and judges levels on weights_floor_tpot_ms."""
+    seen = {}
+    real = L.roofline
+
+    def spy(*a, **k):
+        seen["args"] = a
+        return real(*a, **k)
+    monkeypatch.setattr(L, "roofline", spy)
+    monkeypatch.setattr(probe, "weights_config", lambda v: _cfg("qwen3-4b.json"))
+    v = load("qwen3-4b-awq-dflash")
+    rf0 = real(_cfg("qwen3-4b.json"), v.config, "NVIDIA H100 80GB HBM3", None, 3.5, L.spec_arch_config(v.config), 1085)
+    between = (rf0["floor_tpot_ms"] + rf0["weights_floor_tpot_ms"]) / 2
+    lvl = {"concurrency": 1, "failed": 0, "tpot_ms": {"p50": between}, "spec_decode": {"acceptance_length": 3.5},
+           "output_tok_per_s": {"median": 1.0, "spread_pct": 0}, "repeats": [], "unstable_repeats": [], "preemptions": None}
+    payload = {"levels": [lvl], "prefix_run": None, "notes": [], "server": {},
+               "workload": {"input_lens": [128, 1024, 4096], "class_weights": [0.5, 0.35, 0.15],
+                            "output_min": 64, "output_max": 128}}
+    rf, val = probe.validity(payload, v, "NVIDIA H100 80GB HBM3", 3)
+    assert seen["args"][5] is not None and seen["args"][5]["num_hidden_layers"] == 5
+    assert rf["bytes_per_step"]["context_tokens"] == pytest.approx(1084.8)
+    assert rf["status"] == "ok" and not any("bandwidth floor" in e for e in val["errors"])
+
+
+def test_summary_recomputes_the_roofline_of_v1_records():
+    """Committed records hold the v1 (target-only) figure; the table shows v2 for all of them."""
+    from scripts.kit.paths import RESULTS
+    rec = json.loads((RESULTS / "qwen3.5-4b-awq-seq8-mtp4-fp8kv/20261125T104616Z-latency.json").read_text())
+    assert "bytes_model" not in rec["payload"]["roofline"]
+    rf = L.record_roofline(rec)
+    assert rf["bytes_model"].startswith("v2") and rf["weight_bytes_per_step"] == rec["payload"]["roofline"]["weight_bytes_per_step"]
+    assert rf["roofline_pct_c1"] > 2 * rec["payload"]["roofline"]["roofline_pct_c1"]
+    s = S.summarize(load("qwen3.5-4b-awq-seq8-mtp4-fp8kv"), [("r.json", rec)])
+    assert s["roofline_pct_c1"] == rf["roofline_pct_c1"] and s["roofline_bytes_model"].startswith("v2")
+    table = S.readme_table({"x": {"results": {"latency": s}}})
+    assert "roofline c=1 (v2 bytes)" in table and "lm_head" in table

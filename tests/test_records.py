@@ -75,3 +75,134 @@ def test_git_state_prefers_the_commit_the_caller_names(monkeypatch):
     monkeypatch.delenv("KIT_GIT_COMMIT")
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     assert git_state()[0] == head
+
+
+# -- provenance from facts (issue #18 item 3) ------------------------------------------------
+from scripts.kit.paths import GOLDEN  # noqa: E402
+from scripts.kit.record import facts_from_argv, facts_from_records, log_ref  # noqa: E402
+
+GOLDENS = sorted((GOLDEN / "argv").glob("*.txt"))
+
+
+def read_golden(path) -> tuple[list[str], dict]:
+    """(argv, env) of a tests/golden/argv file: `[env]` KEY=VALUE lines, then `[argv]` one arg a line."""
+    argv, env, part = [], {}, None
+    for line in path.read_text().splitlines():
+        if line.startswith("#") or not line:
+            continue
+        if line in ("[env]", "[argv]"):
+            part = line
+        elif part == "[env]":
+            k, _, val = line.partition("=")
+            env[k] = val
+        else:
+            argv.append(line)
+    return argv, env
+
+
+def pair(argv: list[str], flag: str) -> str | None:
+    return next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a == flag), None)
+
+
+@pytest.mark.parametrize("path", GOLDENS, ids=lambda p: p.stem)
+def test_facts_from_golden_argv(path):
+    """Every golden: dummy iff it passes --load-format dummy, acceptance from its --speculative-config,
+    and both agree with the variant it pins (the goldens are the configs' real server commands)."""
+    argv, env = read_golden(path)
+    facts = facts_from_argv(argv, env)
+    assert facts["weights"] == ("dummy" if pair(argv, "--load-format") == "dummy" else "real")
+    sc = pair(argv, "--speculative-config")
+    assert facts["acceptance"] == ("none" if sc is None else
+                                   "synthetic" if json.loads(sc).get("rejection_sample_method") == "synthetic" else "real")
+    v = load(path.name.rsplit(".", 2)[0])  # <variant>.<platform>.txt
+    assert (facts["weights"], facts["acceptance"]) == (v["WEIGHTS"], v.acceptance)
+    assert facts["shimmed_name"] is None
+
+
+def test_goldens_cover_speculation_and_plain():
+    """The golden parametrization above is not vacuous: both kinds of server command are pinned."""
+    seen = {facts_from_argv(*read_golden(p))["acceptance"] for p in GOLDENS}
+    assert {"none", "real"} <= seen
+
+
+def test_facts_follow_the_argv_not_the_config():
+    """What the server was given decides: the dummy and synthetic spellings vLLM accepts, the shim name."""
+    argv, env = read_golden(GOLDEN / "argv" / "qwen3.5-4b-awq-seq8-mtp4.gpu.txt")
+    assert facts_from_argv(argv, env) == {"weights": "real", "acceptance": "real", "shimmed_name": None}
+    assert facts_from_argv(argv + ["--load-format", "dummy"], env)["weights"] == "dummy"
+    assert facts_from_argv(argv + ["--load-format=dummy"], env)["weights"] == "dummy"
+    assert facts_from_argv(argv + ["--load-format", "safetensors"], env)["weights"] == "real"
+    i = argv.index("--speculative-config") + 1
+    synth = argv[:i] + [json.dumps({**json.loads(argv[i]), "rejection_sample_method": "synthetic",
+                                    "synthetic_acceptance_rates": [0.9]})] + argv[i + 1:]
+    assert facts_from_argv(synth, env)["acceptance"] == "synthetic"
+    assert facts_from_argv(argv, {**env, "KIT_DEVICE_NAME": "NVIDIA H100 PCIe"})["shimmed_name"] == "NVIDIA H100 PCIe"
+    # The kit's own command for the run conditions says so too (Variant.to_argv is the only writer).
+    v = load("qwen3.5-4b-awq-seq8-mtp4", ["WEIGHTS=dummy", "SPEC_ACCEPTANCE=0.98,0.82,0.70,0.54"])
+    facts = facts_from_argv(v.to_argv("gpu"), v.to_env("gpu"))
+    assert (facts["weights"], facts["acceptance"]) == ("dummy", "synthetic")
+
+
+GPU = {"kind": "gpu", "name": "NVIDIA H100 80GB HBM3", "count": 1, "driver": "580", "compute_capability": "9.0",
+       "memory_mib": 81559, "shimmed_name": None}
+
+
+def test_record_facts_come_from_the_server_that_ran(tree, monkeypatch):
+    """A config that says real/none, a server that ran dummy + synthetic with a shim name: the record
+    says what ran (the 2026-11 records said what the config asked for)."""
+    import scripts.kit.record as R
+    monkeypatch.setattr(R, "device_provenance", lambda: dict(GPU))
+    monkeypatch.delenv("KIT_DEVICE_NAME", raising=False)
+    tree("a", "MODEL=org/m\n")
+    argv = ["python", "-m", "vllm", "--load-format", "dummy",
+            "--speculative-config", '{"method":"mtp","rejection_sample_method":"synthetic"}']
+    prov = make_record("serve_smoke", load("a"), PAYLOAD, server_argv=argv,
+                       server_env={"KIT_DEVICE_NAME": "NVIDIA H100 PCIe"})["provenance"]
+    assert (prov["weights"], prov["acceptance"], prov["device"]["shimmed_name"]) == \
+        ("dummy", "synthetic", "NVIDIA H100 PCIe")
+    plain = make_record("serve_smoke", load("a"), PAYLOAD, server_argv=["python", "-m", "vllm"])["provenance"]
+    assert (plain["weights"], plain["acceptance"], plain["device"]["shimmed_name"]) == ("real", "none", None)
+
+
+def candidate(tree, weights: str, acceptance: str = "none") -> dict:
+    argv = ["python", "-m", "vllm"] + (["--load-format", "dummy"] if weights == "dummy" else []) + \
+        ({"none": [], "real": ["--speculative-config", '{"method":"mtp"}'],
+          "synthetic": ["--speculative-config", '{"method":"mtp","rejection_sample_method":"synthetic"}']}[acceptance])
+    return make_record("tune", load("a"), {"scope": "candidate"}, server_argv=argv)
+
+
+def test_tune_session_merges_its_candidates(tree):
+    """A session record starts no server: all candidates alike -> their value; differing -> mixed."""
+    tree("a", "MODEL=org/m\n")
+    both = [candidate(tree, "dummy", "none"), candidate(tree, "real", "synthetic")]
+    prov = make_record("tune", load("a"), {"scope": "session"}, sources=both)["provenance"]
+    assert (prov["weights"], prov["acceptance"]) == ("mixed", "mixed")
+    same = [candidate(tree, "dummy", "synthetic"), candidate(tree, "dummy", "synthetic")]
+    prov = make_record("tune", load("a"), {"scope": "session"}, sources=same)["provenance"]
+    assert (prov["weights"], prov["acceptance"]) == ("dummy", "synthetic")
+
+
+def test_session_written_elsewhere_takes_its_points_device():
+    """sweep --resume on a CPU host over points that ran on the H100: the record's device and
+    versions are the points' (2026-11-23 one said CPU / vLLM 0.32); on the same host, its own."""
+    cpu = {"kind": "cpu", "name": "AMD EPYC", "count": 2}
+    pts = [{"provenance": {"weights": "dummy", "acceptance": a, "device": dict(GPU), "versions": {"vllm": "0.26.0"}}}
+           for a in ("none", "synthetic")]
+    cpu_pt = {"provenance": {"weights": "dummy", "acceptance": "none", "device": cpu, "versions": {"vllm": "0.32.0"}}}
+    got = facts_from_records(pts + [cpu_pt], cpu)
+    assert got["device"]["name"] == GPU["name"] and got["versions"] == {"vllm": "0.26.0"}
+    assert got["acceptance"] == "mixed" and got["weights"] == "dummy"
+    assert "device" not in facts_from_records(pts, dict(GPU))
+
+
+def test_quantize_from_a_random_source_is_dummy(tree):
+    """No server ran: the payload's own fact decides (random_source -> the weights were random)."""
+    tree("a", "MODEL=org/m\n")
+    assert make_record("quantize", load("a"), {"random_source": True})["provenance"]["weights"] == "dummy"
+    assert make_record("quantize", load("a"), {"random_source": False})["provenance"]["weights"] == "real"
+
+
+def test_log_ref_keeps_only_existing_files(tmp_path):
+    from scripts.kit.paths import ROOT
+    assert log_ref(tmp_path / "missing.log") is None and log_ref(None) is None
+    assert log_ref(ROOT / "pyproject.toml") == "pyproject.toml"

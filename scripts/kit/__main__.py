@@ -4,6 +4,7 @@
     python -m scripts.kit show VARIANT [--set K=V]  # resolved config, each value's source
     python -m scripts.kit golden [--check]          # tests/golden/argv/*.txt from every variant
     python -m scripts.kit new NAME [--base VARIANT] # copy experiments/_template
+    python -m scripts.kit ledger                    # add new records' lines to results/ledger.tsv
 """
 from __future__ import annotations
 
@@ -66,6 +67,7 @@ def main(argv=None) -> int:
     n = sub.add_parser("new", help="new variant from experiments/_template")
     n.add_argument("name")
     n.add_argument("--base", default=None)
+    sub.add_parser("ledger", help="add records missing from results/ledger.tsv (existing lines never change)")
     a = p.parse_args(argv)
     if a.cmd == "list":
         print("\n".join(discover()))
@@ -88,6 +90,12 @@ def main(argv=None) -> int:
         cfg = dst / "config.env"
         cfg.write_text(cfg.read_text().replace("# BASE=", f"BASE={a.base}" if a.base else "# BASE="))
         print(f"created {dst.relative_to(ROOT)}: edit config.env and README.md, then `make golden report`")
+    elif a.cmd == "ledger":
+        from .ledger import update
+        added = update()
+        for line in added:
+            print(line)
+        print(f"ledger: {len(added)} record(s) added", file=sys.stderr)
     return 0
 
 

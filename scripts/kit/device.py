@@ -8,6 +8,7 @@ import os
 import platform as _platform
 import shutil
 import subprocess
+import time
 
 
 @functools.cache
@@ -41,6 +42,90 @@ def gpu_compute_processes() -> int | None:
     except (OSError, subprocess.TimeoutExpired):
         return None
     return len([x for x in out.stdout.split() if x.strip().isdigit()]) if out.returncode == 0 else None
+
+
+# What the level shifts could come from (issue 18: the same config moved 18-52% between sessions):
+# clocks, power, temperature and throttle reasons, read before and after every timed pass.
+# nvidia-smi names, not pynvml: no extra package on the GPU host. Drivers since 535 call the
+# throttle reasons "clocks_event_reasons"; older ones only "clocks_throttle_reasons".
+GPU_STATE_FIELDS = ("clocks.sm", "clocks.mem", "power.draw", "temperature.gpu", "utilization.gpu", "pstate",
+                    "clocks_event_reasons.active")
+GPU_STATE_KEYS = ("sm_clock_mhz", "mem_clock_mhz", "power_w", "temperature_c", "utilization_pct", "pstate",
+                  "throttle_reasons")
+# Bits of clocks_event_reasons that mean the GPU slowed itself (idle and app-clock settings are not
+# slowdowns): SW power cap, HW slowdown, SW thermal, HW thermal, HW power brake.
+THROTTLE_BITS = {0x4: "sw_power_cap", 0x8: "hw_slowdown", 0x20: "sw_thermal", 0x40: "hw_thermal",
+                 0x80: "hw_power_brake"}
+
+
+def _num(x: str):
+    try:
+        return float(x)
+    except ValueError:
+        return None
+
+
+def parse_gpu_state(line: str) -> dict:
+    """One nvidia-smi CSV line (GPU_STATE_FIELDS order, nounits) -> the state dict of a record."""
+    parts = [p.strip() for p in line.split(",")]
+    out = dict(zip(GPU_STATE_KEYS, parts + [None] * (len(GPU_STATE_KEYS) - len(parts))))
+    for k in ("sm_clock_mhz", "mem_clock_mhz", "power_w", "temperature_c", "utilization_pct"):
+        out[k] = _num(out[k]) if out[k] is not None else None
+    raw = out["throttle_reasons"]
+    try:
+        bits = int(raw, 16) if raw else None
+    except ValueError:
+        bits = None
+    out["throttle_reasons"] = raw
+    out["slowdowns"] = sorted(n for b, n in THROTTLE_BITS.items() if bits is not None and bits & b)
+    return out
+
+
+def gpu_state() -> dict | None:
+    """Clocks, power, temperature, throttle reasons of GPU 0 now, GPU processes and host load; None
+    without nvidia-smi (a CPU host records only the host part through host_load)."""
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return None
+    out = None
+    for fields in (GPU_STATE_FIELDS, GPU_STATE_FIELDS[:-1] + ("clocks_throttle_reasons.active",)):
+        try:
+            r = subprocess.run([smi, "--id=0", "--query-gpu=" + ",".join(fields), "--format=csv,noheader,nounits"],
+                               capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        if r.returncode == 0 and r.stdout.strip():
+            out = parse_gpu_state(r.stdout.strip().splitlines()[0])
+            break
+    if out is None:
+        return None
+    out["gpu_processes"] = gpu_compute_processes()
+    return out
+
+
+def host_load() -> dict:
+    """Host CPU load now: the speculating decode path is host-bound, so a busy host can move it."""
+    try:
+        load1 = round(os.getloadavg()[0], 2)
+    except OSError:
+        load1 = None
+    return {"loadavg_1m": load1, "cpus": os.cpu_count() or 1}
+
+
+def conditions() -> dict:
+    """What a timed pass ran under, read now: the GPU's state (None on a CPU host) and the host's load."""
+    return {"t": round(time.time(), 3), "gpu": gpu_state(), "host": host_load()}
+
+
+@functools.cache
+def host_facts() -> dict:
+    """A stable id of this machine (records from different machines are never compared): sha256 of
+    /etc/machine-id, else of the hostname; the boot id tells two boots of one machine apart."""
+    import hashlib
+    read = lambda p: (open(p).read().strip() if os.path.exists(p) else "")
+    mid = read("/etc/machine-id") or _platform.node()
+    return {"id": hashlib.sha256(mid.encode()).hexdigest()[:16], "boot_id": read("/proc/sys/kernel/random/boot_id") or None,
+            "hostname": _platform.node(), **host_load()}
 
 
 def host_platform() -> str:

