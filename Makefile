@@ -12,7 +12,7 @@ SET ?=
 PY := $(if $(wildcard .venv/bin/python),.venv/bin/python,python3)
 QPY := $(if $(wildcard .venv-quant/bin/python),.venv-quant/bin/python,python3)
 V := --variant $(VARIANT) $(foreach s,$(SET),--set $(s))
-.PHONY: help install download serve eval-latency compare sweep eval-quality eval-quality-full quantize bake verify-cache build build-import verify-image k8s tune check-schemas test golden report new
+.PHONY: help install download serve eval-latency compare variance sweep eval-quality eval-quality-full quantize bake verify-cache build build-import verify-image k8s tune check-schemas test golden report new
 
 help: ## list targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
@@ -26,6 +26,8 @@ eval-latency: ## latency probe of VARIANT (URL= to probe a running server)
 	$(PY) -m scripts.probe $(V) $(if $(URL),--url $(URL)) $(if $(BASELINE),--baseline $(BASELINE))
 compare: ## is B faster than A? both served on one GPU, timed interleaved: A=VARIANT B=VARIANT [ROUNDS=5] [SET_A= SET_B=]
 	$(PY) -m scripts.compare --a $(A) --b $(B) $(foreach s,$(SET),--set $(s)) $(foreach s,$(SET_A),--set-a $(s)) $(foreach s,$(SET_B),--set-b $(s)) $(if $(ROUNDS),--rounds $(ROUNDS))
+variance: ## how much levels moved within one session, and with what: RECORDS="results/.../x-comparison.json ..."
+	$(PY) -m scripts.variance $(RECORDS)
 sweep: ## one lever over values, served and probed per value: OVER=SPEC_K=0,1,2,4 [RATES=0.98,0.82,...] [JOBS=N] [RESUME=1]
 	$(PY) -m scripts.sweep $(V) --over $(OVER) $(if $(RATES),--rates $(RATES)) $(if $(JOBS),--jobs $(JOBS)) $(if $(RESUME),--resume)
 eval-quality: ## quality gates on the served VARIANT, the gates file's fixed sample (10% by default)

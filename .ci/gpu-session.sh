@@ -58,9 +58,9 @@
 #   bash .ci/gpu-session.sh cmp PORT_A PORT_B A B [--set-a K=V] [--set-b K=V] ...
 #       issue 18: make compare of two running servers (started by `up` with the same variant and --set)
 #   bash .ci/gpu-session.sh study
-#       issue 18: comparisons of each BF16 baseline vs its best variant, first with the other model's pair
-#       resident beside them (4 servers), then alone (2): the ratio's interval, and how much idle
-#       neighbours move each side's level, in one session. Run detached (~18 min).
+#       issue 18: comparisons of each BF16 baseline vs its best variant, alone (2 servers), and the Qwen3.5
+#       pair again beside one idle neighbour: the ratio's interval, and how much an idle neighbour moves
+#       each side's level, in one session. Run detached (~15 min).
 #   bash .ci/gpu-session.sh stop NAME    INT to a detached job's session, wait for it to end (150 s at most)
 #   bash .ci/gpu-session.sh collect SECONDS
 #       wait until every detached job has ended or SECONDS pass, then put /tmp/kit's results/ and
@@ -191,20 +191,25 @@ case "${1:-}" in
     step python3 -m scripts.compare --a "$a" --b "$b" --url-a "http://127.0.0.1:$pa" --url-b "http://127.0.0.1:$pb" \
       --set WEIGHTS=dummy $CMP "$@" ;;
   study)
-    kv=6442450944; R35="SPEC_ACCEPTANCE=0.98,0.82,0.70,0.54"
+    # Qwen3.5-4B at a 6 GiB KV failed to start on 2026-11-25 (max_num_seqs 1024 > 372 Mamba cache blocks;
+    # it needs ~17 GiB), and 20 GiB pairs of Qwen3.5 beside a Qwen3 pair do not fit 80 GB: so the Qwen3
+    # pair is compared first, alone; then the Qwen3.5 pair alone, then beside one idle Qwen3 server.
+    kv3=6442450944; kv35=21474836480; R35="SPEC_ACCEPTANCE=0.98,0.82,0.70,0.54"
     R3="SPEC_ACCEPTANCE=0.95,0.88,0.80,0.70,0.60,0.50,0.40,0.30,0.20,0.12,0.06,0.03,0.02,0.01,0.01"
-    up3() { bash "$0" up q3a 8102 $kv qwen3-4b-bf16; bash "$0" up q3b 8103 $kv qwen3-4b-bf16-tuned --set "$R3"; }
     # The --set of cmp's sides repeat up's, so each record's config and argv are the servers'.
-    M="--set SERVE_KV_CACHE_MEMORY_BYTES=$kv --set SERVE_GPU_MEMORY_UTILIZATION=0.2"
-    bash "$0" up q35a 8100 $kv qwen3.5-4b-bf16; bash "$0" up q35b 8101 $kv qwen3.5-4b-bf16-tuned --set "$R35"; up3
-    bash "$0" ready 900 8100 8101 8102 8103 || { bash "$0" down q35a q35b q3a q3b; exit 1; }
-    bash "$0" cmp 8100 8101 qwen3.5-4b-bf16 qwen3.5-4b-bf16-tuned $M --set-a PORT=8100 --set-b PORT=8101 --set-b "$R35"
-    bash "$0" cmp 8102 8103 qwen3-4b-bf16 qwen3-4b-bf16-tuned $M --set-a PORT=8102 --set-b PORT=8103 --set-b "$R3"
-    bash "$0" down q3a q3b
-    bash "$0" cmp 8100 8101 qwen3.5-4b-bf16 qwen3.5-4b-bf16-tuned $M --set-a PORT=8100 --set-b PORT=8101 --set-b "$R35"
-    bash "$0" down q35a q35b; up3; bash "$0" ready 600 8102 8103
-    bash "$0" cmp 8102 8103 qwen3-4b-bf16 qwen3-4b-bf16-tuned $M --set-a PORT=8102 --set-b PORT=8103 --set-b "$R3"
-    bash "$0" down q3a q3b ;;
+    m() { echo "--set SERVE_KV_CACHE_MEMORY_BYTES=$1 --set SERVE_GPU_MEMORY_UTILIZATION=0.2"; }
+    cmp3() { bash "$0" cmp 8102 8103 qwen3-4b-bf16 qwen3-4b-bf16-tuned $(m $kv3) --set-a PORT=8102 --set-b PORT=8103 --set-b "$R3"; }
+    cmp35() { bash "$0" cmp 8100 8101 qwen3.5-4b-bf16 qwen3.5-4b-bf16-tuned $(m $kv35) --set-a PORT=8100 --set-b PORT=8101 --set-b "$R35"; }
+    if ! bash "$0" ready 5 8102 8103 2>/dev/null; then
+      bash "$0" up q3a 8102 $kv3 qwen3-4b-bf16; bash "$0" up q3b 8103 $kv3 qwen3-4b-bf16-tuned --set "$R3"
+      bash "$0" ready 900 8102 8103 || { bash "$0" down q3a q3b; exit 1; }
+    fi
+    cmp3; bash "$0" down q3a q3b
+    bash "$0" up q35a 8100 $kv35 qwen3.5-4b-bf16; bash "$0" up q35b 8101 $kv35 qwen3.5-4b-bf16-tuned --set "$R35"
+    bash "$0" ready 900 8100 8101 || { bash "$0" down q35a q35b; exit 1; }
+    cmp35
+    bash "$0" up q3n 8104 1073741824 qwen3-4b-bf16; bash "$0" ready 400 8104 && cmp35
+    bash "$0" down q3n q35a q35b ;;
   chain)  # MODE ARGS.. ++ MODE ARGS..: one after the other in one (detached) job, so their GPU memory
     # never adds up; a failed step does not stop the next
     shift; cmd=()

@@ -32,7 +32,7 @@ from scripts.kit.device import host_platform
 from scripts.kit.errors import KitError, run_main
 from scripts.kit.paths import RESULTS, rel as _rel
 from scripts.kit.procs import ServerProcess, free_port
-from scripts.kit.record import make_record, write_record
+from scripts.kit.record import facts_from_argv, make_record, write_record
 from scripts.kit.variant import load
 
 
@@ -123,7 +123,11 @@ def main(argv=None) -> int:
         print("interrupted: no record written", file=sys.stderr)
         return 130
     payload = build_payload(sides, w, a, passes)
-    rec = make_record("comparison", vb, payload, started=started)
+    rec = make_record("comparison", vb, payload, started=started, server_argv=sides["b"].argv)
+    # A and B may differ in what ran (BF16 vs synthetic-acceptance speculation): say so.
+    facts = [facts_from_argv(s.argv, {}) for s in sides.values()]
+    for k in ("weights", "acceptance"):
+        rec["provenance"][k] = facts[0][k] if facts[0][k] == facts[1][k] else "mixed"
     path = write_record(rec, a.results_dir)
     print(report_text(payload), file=sys.stderr)
     print(f"record: {_rel(path)}", file=sys.stderr)
@@ -166,11 +170,11 @@ def build_payload(sides: dict, w: L.Workload, a, passes: list[dict]) -> dict:
                "slo": {"ttft_p99_ms": a.slo.ttft_p99_ms, "tpot_p99_ms": a.slo.tpot_p99_ms},
                "rounds": a.rounds, "order": C.round_order(a.rounds), "warmup_waves": a.warmup_waves,
                "sides": {k: s.describe() for k, s in sides.items()},
-               "bootstrap": {"iterations": C.BOOTSTRAP_ITERATIONS, "seed": C.BOOTSTRAP_SEED,
+               "bootstrap": {"iterations": C.BOOTSTRAP_ITERATIONS, "seed": C.BOOTSTRAP_SEED, "margin": C.MARGIN,
                              "method": "rounds resampled in pairs (a round's A and B passes together), then requests "
                                        "within each pass; 2.5th-97.5th percentile of the B-vs-A ratio"},
                "passes": passes}
-    payload["metrics"] = C.metric_rows(passes, a.slo, a.rounds)
+    payload["metrics"] = C.metric_rows(passes, a.slo, a.rounds, margin=C.MARGIN)
     payload["conditions"] = C.conditions_summary(passes)
     own = sum(int(s.v.config.get("SERVE_TENSOR_PARALLEL_SIZE") or 1) * int(s.v.config.get("SERVE_DATA_PARALLEL_SIZE") or 1)
               for s in sides.values())

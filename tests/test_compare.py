@@ -94,3 +94,43 @@ def test_latency_record_summaries_are_recomputed_from_samples():
     tampered["levels"][0]["samples"]["output_tokens"][0] = 11
     assert any("output_tok_per_s" in m for m in L.sample_mismatches(tampered))
     del w
+
+
+def test_verdict_needs_the_interval_off_one_and_the_margin():
+    assert C.verdict(1.016, 1.004, 1.028, 0.02) == "no difference"  # the A/A run's chance call
+    assert C.verdict(1.016, 1.004, 1.028, 0.0) == "b better"
+    assert C.verdict(1.30, 1.20, 1.40, 0.02) == "b better"
+    assert C.verdict(0.70, 0.60, 0.80, 0.02) == "a better"
+    assert C.verdict(1.30, 0.90, 1.70, 0.02) == "no difference"
+
+
+REAL = ("results/qwen3-4b-bf16/20261125T180011Z-comparison.json",
+        "results/qwen3-4b-bf16-tuned/20261125T175735Z-comparison.json")
+
+
+def test_h100_comparison_records_recompute_exactly():
+    from scripts.kit.record import load_record
+    for f in REAL:
+        assert record_mismatches(load_record(f)) == [], f
+
+
+def test_variance_study_of_the_h100_session_separates_noise_from_speculation(tmp_path):
+    from scripts import variance
+    assert variance.main([*REAL, "--results-dir", str(tmp_path)]) == 0
+    (rec,) = [r for _, r in records(kind="variance", root=tmp_path)]
+    e = {(x["variant"], x["side"], x["concurrency"], x["record"]): x for x in rec["payload"]["entries"]}
+    bf16 = e[("qwen3-4b-bf16", "a", 1, REAL[0])]["tpot_p50_ms"]
+    dflash = e[("qwen3-4b-bf16-tuned", "b", 1, REAL[1])]["tpot_p50_ms"]
+    assert bf16["n"] == 5 and bf16["range_pct"] < 1 < dflash["range_pct"]
+    assert rec["payload"]["a_a"][0]["record"] == REAL[0]
+    assert rec["provenance"]["device"]["name"].startswith("NVIDIA H100")
+
+
+def test_variance_refuses_records_of_two_machines(tmp_path):
+    from scripts import variance
+    other = json.loads(open(REAL[1]).read())
+    other["provenance"]["device"]["name"] = "NVIDIA H200"
+    f = tmp_path / "other-comparison.json"
+    f.write_text(json.dumps(other))
+    with pytest.raises(KitError, match="one session"):
+        variance.main([REAL[0], str(f), "--results-dir", str(tmp_path)])

@@ -110,6 +110,14 @@ def test_unknown_file_not_a_number_and_orphan_marker_fail(tmp_path):
     assert got[2].startswith(f"README.md:3: a citation of {CITE}#/payload/ratio follows no number")
 
 
+def test_range_dash_is_not_a_sign(tmp_path):
+    data = {CITE: {"payload": {"lo": 525.78, "hi": 901.62, "neg": -0.5}}}
+    root = tree(tmp_path, f"526<!-- {CITE}#/payload/lo -->-902<!-- {CITE}#/payload/hi --> tok/s, "
+                          f"-0.5<!-- {CITE}#/payload/neg --> and (-0.5<!-- {CITE}#/payload/neg -->)\n", data)
+    assert prose.problems(root) == []
+    assert [f for _, f, _, _ in prose.cited_figures((root / "README.md").read_text())] == ["526", "902", "-0.5", "-0.5"]
+
+
 def test_marker_syntax_inside_inline_code_is_not_a_citation(tmp_path):
     root = tree(tmp_path, "write `2.418<!-- results/v/x.json#/payload/a -->` to cite\n")
     assert prose.problems(root) == []

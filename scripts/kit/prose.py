@@ -39,7 +39,8 @@ _COMMENT = re.compile(r"<!--.*?-->", re.S)
 _CODE = re.compile(r"(`+)(.+?)(?<!`)\1(?!`)", re.S)
 _LINK = re.compile(r"\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
 _MARK = re.compile(r"<!--\s*([^\s#]+\.json)#(\S*)\s*-->")
-_NUM = re.compile(r"(?<![\w.])[-+]?(?:\d+(?:\.\d+)?|\.\d+)$")
+# A sign only after a space, a bracket or the like: in "526<!-- a -->-902" the dash is a range's.
+_NUM = re.compile(r"(?:(?:(?<=[\s(\[=:,;])|^)[-+])?(?<![\w.])(?:\d+(?:\.\d+)?|\.\d+)$")
 _TRAIL = re.compile(r"(?::\d+(?:-\d+)?)?(?:#.*)?$")
 
 

@@ -18,7 +18,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from .device import device_provenance
+from .device import device_provenance, host_facts
 from .errors import KitError
 from .ledger import CORRECTIONS, append as ledger_append, apply_corrections
 from .paths import RESULTS, ROOT, rel
@@ -171,6 +171,8 @@ def provenance(variant, command: list[str] | None = None, started: float | None 
         "weights": variant["WEIGHTS"],
         "acceptance": variant.acceptance,
         "wall_s": round(time.time() - started, 3) if started else None,
+        # Which machine: records from two machines are never one comparison (issue 18).
+        "host": host_facts(),
     }
     if server_argv is not None:
         facts = facts_from_argv(server_argv, {**os.environ, **(server_env or {})})
