@@ -1,7 +1,7 @@
 """Prose that cannot go stale (`make check-schemas`, issue 18 item 7).
 
 The generated tables follow from records by construction; the prose around them does not. Two rules
-make it checkable, in README.md, experiments/*/README.md and docs/**/*.md:
+make it checkable, in README.md, experiments/*/README.md, docs/**/*.md and the session READMEs under results/:
 
   1. A cited path exists. Every token in `backticks` or in a markdown link target that starts with
      one of PREFIXES names a file or folder of the tree (glob characters must match at least one;
@@ -29,7 +29,7 @@ from urllib.parse import unquote
 
 from .paths import ROOT
 
-DOCS = ("README.md", "experiments/*/README.md", "docs/**/*.md")
+DOCS = ("README.md", "experiments/*/README.md", "docs/**/*.md", "results/**/README.md")
 PREFIXES = ("results/", "experiments/", "scripts/", "schemas/", "tests/", "weights/configs/", "docs/", "eval/",
             ".ci/")
 GLOB_CHARS = set("*?[")
