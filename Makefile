@@ -24,8 +24,8 @@ serve: ## run VARIANT's vLLM server until Ctrl-C (DRY_RUN=1: print command and e
 	$(PY) -m scripts.serve $(V) $(if $(DRY_RUN),--dry-run)
 eval-latency: ## latency probe of VARIANT (URL= to probe a running server)
 	$(PY) -m scripts.probe $(V) $(if $(URL),--url $(URL)) $(if $(BASELINE),--baseline $(BASELINE))
-compare: ## is B faster than A? both served on one GPU, timed interleaved: A=VARIANT B=VARIANT [ROUNDS=5] [SET_A= SET_B=]
-	$(PY) -m scripts.compare --a $(A) --b $(B) $(foreach s,$(SET),--set $(s)) $(foreach s,$(SET_A),--set-a $(s)) $(foreach s,$(SET_B),--set-b $(s)) $(if $(ROUNDS),--rounds $(ROUNDS))
+compare: ## is B faster than A? both served on one GPU, timed interleaved: A=VARIANT B=VARIANT [ROUNDS=5] [SET_A= SET_B=] [URL_A= URL_B=]
+	$(PY) -m scripts.compare --a $(A) --b $(B) $(foreach s,$(SET),--set $(s)) $(foreach s,$(SET_A),--set-a $(s)) $(foreach s,$(SET_B),--set-b $(s)) $(if $(ROUNDS),--rounds $(ROUNDS)) $(if $(URL_A),--url-a $(URL_A)) $(if $(URL_B),--url-b $(URL_B))
 variance: ## how much levels moved within one session, and with what: RECORDS="results/.../x-comparison.json ..."
 	$(PY) -m scripts.variance $(RECORDS)
 sweep: ## one lever over values, served and probed per value: OVER=SPEC_K=0,1,2,4 [RATES=0.98,0.82,...] [JOBS=N] [RESUME=1]

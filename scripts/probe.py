@@ -227,6 +227,7 @@ def validity(payload: dict, v, gpu_name: str | None, repeats: int) -> dict:
                           f"({'; '.join(lv['failures'])})")
     warnings += L.repeat_warnings(payload["levels"])
     warnings += L.preemption_warnings(payload["levels"])
+    warnings += L.condition_warnings(payload["levels"])
     if payload["prefix_run"] and payload["prefix_run"]["failed"]:
         errors.append(f"prefix-cache run: {payload['prefix_run']['failed']} requests failed")
     warnings += L.prefix_warnings(payload["prefix_run"], v.config.get("SERVE_ENABLE_PREFIX_CACHING"))
@@ -487,7 +488,9 @@ def main(argv=None) -> int:
     return 0
 
 
-def report_text(p: dict) -> str:
+def report_text(p: dict, variant: str | None = None) -> str:
+    """The run's table, then its baseline's figures side by side: two sessions, so no ratio (a ratio
+    comes from `make compare`, which times both in one session, interleaved)."""
     rows = [f"{'conc':>5} {'TTFT p50/p99 ms':>17} {'TPOT p50/p99 ms':>17} {'ITL p99':>8} {'tok/s':>9} {'spread%':>8} {'SLO':>4}"]
     for lv in p["levels"]:
         t, o = lv["ttft_ms"], lv["tpot_ms"]
@@ -500,9 +503,23 @@ def report_text(p: dict) -> str:
                                                 f", floor {rf['floor_tpot_ms']} ms/token, {rf['roofline_pct_c1']}% at c=1"))
     b = p["baseline"]
     if b["comparable"]:
-        rows.append(f"vs {b['variant']}: " + ", ".join(f"c={s['concurrency']} x{s['output_tok_per_s']} tok/s" for s in b["speedup"]))
+        try:
+            path = Path(b["record"])
+            base = json.loads((path if path.is_absolute() else ROOT / path).read_text())["payload"]["levels"]
+        except (OSError, KeyError, ValueError):
+            base = []
+        bl = {lv["concurrency"]: lv for lv in base}
+        rows.append(f"baseline {b['variant']} ({b['record']}, another run, not interleaved: figures side by side, not a ratio):")
+        for lv in p["levels"]:
+            o = bl.get(lv["concurrency"])
+            if o:
+                rows.append(f"  c={lv['concurrency']}, this run / {b['variant']}: tok/s {lv['output_tok_per_s']['median']} / "
+                            f"{o['output_tok_per_s']['median']}, TPOT p50 {lv['tpot_ms']['p50']} / {o['tpot_ms']['p50']} ms, "
+                            f"TTFT p50 {lv['ttft_ms']['p50']} / {o['ttft_ms']['p50']} ms")
     else:
-        rows.append(f"no speedup vs {b['variant']}: {'; '.join(b['reasons'])}")
+        rows.append(f"baseline {b['variant'] or '-'} not set beside this run: {'; '.join(b['reasons'])}")
+    if b["variant"] and b["variant"] != variant and "this variant is its own baseline" not in b["reasons"]:
+        rows.append(f"for a ratio: make compare A={b['variant']} B={variant or '<variant>'}")
     rows += [f"warning: {x}" for x in p["validity"]["warnings"]]
     return "\n".join(rows)
 

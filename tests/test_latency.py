@@ -470,3 +470,15 @@ def test_summary_recomputes_the_roofline_of_v1_records():
     assert s["roofline_pct_c1"] == rf["roofline_pct_c1"] and s["roofline_bytes_model"].startswith("v2")
     table = S.readme_table({"x": {"results": {"latency": s}}})
     assert "roofline c=1 (v2 bytes)" in table and "lm_head" in table
+
+
+def test_condition_warnings_name_slowdowns_and_a_neighbour_that_came_or_went():
+    gpu = lambda procs, slow=(): {"gpu": {"gpu_processes": procs, "slowdowns": list(slow)}, "host": {}}
+    steady = {"concurrency": 1, "conditions": [{"before": gpu(1), "after": gpu(1)}] * 3}
+    assert L.condition_warnings([steady]) == []
+    capped = {"concurrency": 8, "conditions": [{"before": gpu(1), "after": gpu(1, ["sw_power_cap"])}]}
+    joined = {"concurrency": 4, "conditions": [{"before": gpu(1), "after": gpu(2)}]}
+    out = L.condition_warnings([capped, joined])
+    assert any("sw_power_cap" in w and "concurrency 8" in w for w in out)
+    assert any("[1, 2]" in w and "concurrency 4" in w for w in out)
+    assert L.condition_warnings([{"concurrency": 1}]) == []  # records from before conditions were kept

@@ -157,3 +157,16 @@ def test_probe_host_lock_from_env_wins_over_the_batch_lock(tmp_path, monkeypatch
     monkeypatch.setenv("KIT_PROBE_LOCK", str(tmp_path / "host.lock"))
     assert probe_lock(tmp_path / "batch.lock") == tmp_path / "host.lock"
     assert probe_lock(None) == tmp_path / "host.lock"
+
+
+def test_k_sweep_split_across_two_machines_is_two_sessions_in_summary_table_and_plot():
+    """The committed 6 GiB K sweep: K=0..5 on one H100 (tree f44a610), K=6..7 on another (f891911)."""
+    from scripts.kit.paths import rel
+    from scripts.kit.record import records
+    from scripts.kit.summaries import sweep as S
+    recs = [(rel(p), r) for p, r in records("qwen3.5-4b-awq-seq8-mtp4", "sweep")]
+    k = S.summarize(None, recs)["by_key"]["SPEC_K"]
+    assert k["sessions"] == 2
+    assert [p["session"] for p in k["points"]] == [1] * 6 + [2] * 2
+    table = S.readme_table({"qwen3.5-4b-awq-seq8-mtp4": {"results": {"sweep": {"by_key": {"SPEC_K": k}}}}})
+    assert "| SPEC_K=7 | 2 of 2 |" in table and "| SPEC_K=0 | 1 of 2 |" in table

@@ -754,3 +754,24 @@ def preemption_warnings(levels: list[dict]) -> list[str]:
             "evicted for KV space and recomputed, so this level measures the KV budget "
             "(SERVE_KV_CACHE_MEMORY_BYTES / --gpu-memory-utilization), not decode speed"
             for lv in levels if lv.get("preemptions")]
+
+
+def condition_warnings(levels: list[dict]) -> list[str]:
+    """Timed repeats during which the GPU reported a slowdown (power cap, thermal, power brake) or held
+    other processes than at the level's first reading: conditions that can move a level between runs,
+    so a record made under them says so (issue 18)."""
+    out = []
+    for lv in levels:
+        slow, procs = set(), set()
+        for cond in lv.get("conditions") or []:
+            for when in ("before", "after"):
+                g = (cond.get(when) or {}).get("gpu") or {}
+                slow.update(g.get("slowdowns") or [])
+                if g.get("gpu_processes") is not None:
+                    procs.add(g["gpu_processes"])
+        if slow:
+            out.append(f"concurrency {lv['concurrency']}: the GPU reported {', '.join(sorted(slow))} while timing")
+        if len(procs) > 1:
+            out.append(f"concurrency {lv['concurrency']}: GPU processes changed while timing ({sorted(procs)}): "
+                       "a server started or stopped beside this one")
+    return out
