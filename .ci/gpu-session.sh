@@ -58,6 +58,9 @@
 #   bash .ci/gpu-session.sh cmp PORT_A PORT_B A B [--set-a K=V] [--set-b K=V] ...
 #       issue 18: make compare of two running servers (started by `up` with the same variant and --set)
 #   bash .ci/gpu-session.sh study
+#       Start it detached in the same call as the payload's install, and have the `collect` calls ready:
+#       the machine goes back after 30 s idle (2026-11-25: a fix written between calls took longer, and
+#       the next call ran on a bare machine).
 #       issue 18: comparisons of each BF16 baseline vs its best variant, alone (2 servers), and the Qwen3.5
 #       pair again beside one idle neighbour: the ratio's interval, and how much an idle neighbour moves
 #       each side's level, in one session. Run detached (~15 min).
@@ -192,9 +195,10 @@ case "${1:-}" in
       --set WEIGHTS=dummy $CMP "$@" ;;
   study)
     # Qwen3.5-4B at a 6 GiB KV failed to start on 2026-11-25 (max_num_seqs 1024 > 372 Mamba cache blocks;
-    # it needs ~17 GiB), and 20 GiB pairs of Qwen3.5 beside a Qwen3 pair do not fit 80 GB: so the Qwen3
-    # pair is compared first, alone; then the Qwen3.5 pair alone, then beside one idle Qwen3 server.
-    kv3=6442450944; kv35=21474836480; R35="SPEC_ACCEPTANCE=0.98,0.82,0.70,0.54"
+    # it needs ~16.5 GiB), and Qwen3.5 pairs at that size beside a Qwen3 pair do not fit 80 GB: so the
+    # Qwen3 pair is compared first, alone; then the Qwen3.5 pair alone, then beside one idle Qwen3 server.
+    # 18 GiB each leaves ~19 GB free for the neighbour's start (vLLM checks 0.2 x 80 GB free at start).
+    kv3=6442450944; kv35=19327352832; R35="SPEC_ACCEPTANCE=0.98,0.82,0.70,0.54"
     R3="SPEC_ACCEPTANCE=0.95,0.88,0.80,0.70,0.60,0.50,0.40,0.30,0.20,0.12,0.06,0.03,0.02,0.01,0.01"
     # The --set of cmp's sides repeat up's, so each record's config and argv are the servers'.
     m() { echo "--set SERVE_KV_CACHE_MEMORY_BYTES=$1 --set SERVE_GPU_MEMORY_UTILIZATION=0.2"; }

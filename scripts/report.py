@@ -3,6 +3,8 @@
 Derived files only; `--check` (run by `make check-schemas`) fails when regenerating would change
 them. A record kind gets its summary from scripts/kit/summaries/<kind>.py (`summarize(variant,
 records) -> dict`, optional `readme_table(all_measurements) -> str`); kinds without one are listed.
+Kinds in ALSO_LISTED (comparison) also summarize records from other variants' folders that name the
+variant (`also_listed`) and keep a block in each experiments/<v>/README.md (`variant_block`).
 
     python -m scripts.report            # regenerate everything
     python -m scripts.report --check    # exit 1 if anything is stale
@@ -21,6 +23,7 @@ from scripts.kit.schema import validate_measurements
 from scripts.kit.variant import discover, load
 
 README = ROOT / "README.md"
+ALSO_LISTED = ("comparison",)  # kinds whose summary lists records from other variants' folders too
 
 
 def summarizer(kind: str):
@@ -52,6 +55,14 @@ def build(name: str) -> dict:
             doc["stale_records"].append(rel)
             continue
         by_kind.setdefault(rec["kind"], []).append((rel, rec))
+    # Records under another variant's folder that name this one (a comparison's A side): a summary's
+    # `also_listed(name)` gives them, each with the config it measured this variant under.
+    for kind in ALSO_LISTED:
+        for rel, rec in summarizer(kind).also_listed(name):
+            if v.describes(rec):
+                by_kind.setdefault(kind, []).append((rel, rec))
+            else:
+                doc["stale_records"].append(rel)
     for kind, recs in sorted(by_kind.items()):
         mod = summarizer(kind)
         summary = mod.summarize(v, recs) if mod else {}
@@ -108,6 +119,25 @@ def readme_text(docs: dict) -> str:
     return text
 
 
+def variant_readme_text(name: str, docs: dict) -> str | None:
+    """experiments/<name>/README.md with the blocks summaries generate for one variant (a summary's
+    VARIANT_TAG and variant_block(name, docs)). A missing block is appended, under the summary's
+    VARIANT_HEADING, only once it has something to say; an existing one is always refreshed."""
+    path = EXPERIMENTS / name / "README.md"
+    if not path.exists():
+        return None
+    text = path.read_text()
+    for kind in ALSO_LISTED:
+        mod = summarizer(kind)
+        body = mod.variant_block(name, docs)
+        if f"<!-- {mod.VARIANT_TAG}:begin -->" in text:
+            text = replace_block(text, mod.VARIANT_TAG, body or mod.empty_block(name, load(name)["BASELINE"]))
+        elif body:
+            text = (text.rstrip("\n") + f"\n\n{mod.VARIANT_HEADING}\n{mod.VARIANT_LEAD}\n\n"
+                    f"<!-- {mod.VARIANT_TAG}:begin -->\n{body}\n<!-- {mod.VARIANT_TAG}:end -->\n")
+    return text
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="make report", description=__doc__.split("\n\n")[0])
     p.add_argument("--check", action="store_true", help="fail if any derived file is stale; write nothing")
@@ -118,6 +148,13 @@ def main(argv=None) -> int:
         path = EXPERIMENTS / name / "measurements.json"
         new = render(doc)
         if not path.exists() or path.read_text() != new:
+            stale.append(str(path.relative_to(ROOT)))
+            if not a.check:
+                atomic_write(path, new)
+    for name in docs:
+        new = variant_readme_text(name, docs)
+        path = EXPERIMENTS / name / "README.md"
+        if new is not None and path.read_text() != new:
             stale.append(str(path.relative_to(ROOT)))
             if not a.check:
                 atomic_write(path, new)

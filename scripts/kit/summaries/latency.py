@@ -35,13 +35,18 @@ def summarize(variant, records: list) -> dict:
         return {**out, "latest": None}
     path, rec = valid[-1]
     p = rec["payload"]
-    baseline = {k: p["baseline"].get(k) for k in ("variant", "comparable", "reasons", "speedup")}
+    # The baseline record that may be set beside this one (absolute figures), never a ratio: the two
+    # come from two sessions, and between sessions the figures move 18-52% (scripts/kit/compare.py).
+    # A record's own payload.baseline.speedup stays on disk; ratios come from comparison records only.
+    baseline = {k: p["baseline"].get(k) for k in ("variant", "comparable", "reasons")}
+    if p["baseline"].get("record"):
+        baseline["record"] = p["baseline"]["record"]
     if not baseline["comparable"] and baseline["variant"] not in (None, variant.name):
         # The baseline's record may have come after this one (records are never rewritten): compare now.
         from scripts.kit import latency as L, record as R
         now = L.find_baseline(rec, baseline["variant"], R.RESULTS)
         if now["comparable"]:
-            baseline = {**{k: now.get(k) for k in ("variant", "comparable", "reasons", "speedup")},
+            baseline = {**{k: now.get(k) for k in ("variant", "comparable", "reasons")},
                         "record": now["record"], "compared": "at report time"}
     prefix = (p["prefix_run"] or {}).get("prefix_cache") or {}
     from scripts.kit.latency import record_roofline
@@ -100,22 +105,26 @@ ROOFLINE_NOTE = ("*roofline c=1 (v2 bytes)*: bytes a c=1 decode step reads / HBM
                  "store v1 (target weights only); the validity check still uses the target-weights floor.")
 
 
+NO_RATIO_NOTE = ("Each row is one variant's own record, from its own session: the rows are not ranked and no "
+                 "speedup is computed between them (between sessions the same variant moved 18-52% on the kit's "
+                 "H100). A ratio comes from a comparison record only (Comparisons, `make compare A=... B=...`).")
+
+
 def readme_table(docs: dict) -> str:
     rows = ["| variant | conditions | device | weights | TPOT p50 c=1 (ms) | TTFT p50 c=1 (ms) | tok/s c=1 | "
-            "best tok/s (c) | max c in SLO | roofline c=1 (v2 bytes) | speedup c=1 | accept len | prefix hit | flags |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+            "best tok/s (c) | max c in SLO | roofline c=1 (v2 bytes) | accept len | prefix hit | flags |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, doc in sorted(docs.items()):
         s = doc["results"].get("latency")
         if not s:
             continue
         if not s.get("latest"):
-            rows.append(f"| `{name}` | - | - | - | - | - | - | - | - | - | - | - | - | "
+            rows.append(f"| `{name}` | - | - | - | - | - | - | - | - | - | - | - | "
                         f"no valid record ({len(s['invalid_records'])} invalid: {', '.join(s['invalid_records'])}) |")
             continue
         lv = s["levels"]
         c1 = lv.get("1", {})
         best_c = max(lv, key=lambda c: lv[c]["output_tok_per_s"])
-        sp = next((x["output_tok_per_s"] for x in (s["baseline"].get("speedup") or []) if x["concurrency"] == 1), None)
         flags = []
         if any(x["unstable_repeats"] for x in lv.values()):
             flags.append("unstable repeats")
@@ -125,7 +134,7 @@ def readme_table(docs: dict) -> str:
                     f"{_fmt(c1.get('tpot_p50_ms'))} | "
                     f"{_fmt(c1.get('ttft_p50_ms'))} | {_fmt(c1.get('output_tok_per_s'))} | "
                     f"{_fmt(lv[best_c]['output_tok_per_s'])} ({best_c}) | {_fmt(s['max_concurrency_meeting_slo'])} | "
-                    f"{_fmt(s['roofline_pct_c1'], '%')} | {_fmt(sp, 'x')} | {_fmt(c1.get('acceptance_length'))} | "
+                    f"{_fmt(s['roofline_pct_c1'], '%')} | {_fmt(c1.get('acceptance_length'))} | "
                     f"{_fmt(s['prefix_cache_hit_rate'])} | {', '.join(flags) or '-'} |")
         # Earlier valid runs under other synthetic rates: the newest of each, c=1 only.
         shown = {(s.get("conditions") or {}).get("SPEC_ACCEPTANCE")}
@@ -133,8 +142,8 @@ def readme_table(docs: dict) -> str:
             if run.get("SPEC_ACCEPTANCE") not in shown:
                 shown.add(run.get("SPEC_ACCEPTANCE"))
                 rows.append(f"| `{name}` | {_cond(run)} | | | {_fmt(run.get('tpot_p50_ms_c1'))} | | "
-                            f"{_fmt(run.get('tok_per_s_c1'))} | | | | | | | `{run['record']}` |")
-    return "\n".join(rows) + "\n\n" + ROOFLINE_NOTE
+                            f"{_fmt(run.get('tok_per_s_c1'))} | | | | | | `{run['record']}` |")
+    return "\n".join(rows) + "\n\n" + ROOFLINE_NOTE + "\n\n" + NO_RATIO_NOTE
 
 
 def plot_png(name: str, docs: dict) -> bytes | None:

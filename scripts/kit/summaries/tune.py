@@ -11,6 +11,8 @@ results/<tune>/tune/, which `make report` does not fold).
 """
 from __future__ import annotations
 
+import re
+
 from scripts.kit.paths import EXPERIMENTS
 from scripts.kit.summaries import png_bytes
 
@@ -121,8 +123,11 @@ Levers not searched here:
 ## Evidence
 {candidate_table(s['candidates'])}
 
-Decisions, in order:
-{chr(10).join('- ' + d for d in s['decisions'])}
+Decisions, in order. The candidates were measured one after another in one session, not
+interleaved: the search's rule picks between them (values and noise bands), but the gap between two
+candidates is not a comparison, so no ratio or percentage is printed (the records keep them). For a
+ratio: `make compare A={payload['base']} B={name}` (Comparisons, below).
+{chr(10).join('- ' + plain_decision(d) for d in s['decisions'])}
 
 Stopped: {s['stop_reason']}. Not tried:
 {untried}
@@ -139,6 +144,13 @@ values, budget, seeds) is `provenance.command` of the newest scope=session recor
 ## Results
 Generated into measurements.json by `make report`; tune_pareto.png plots every candidate.
 
+## Comparisons (generated)
+Every ratio about this variant comes from a comparison record: A and B served in one session, timed
+interleaved, with a bootstrap 95% interval; `make compare A={payload['base']} B={name}`.
+
+<!-- comparisons:begin -->
+<!-- comparisons:end -->
+
 ## Caveats
 Candidate scores come from one probe run each (repeats inside it); the noise band is the spread of
 those repeats, not of server restarts. Restarts can differ by more: on the H100, every c=1 repeat of
@@ -146,6 +158,15 @@ three 2026-11-25 runs of one Qwen3.5 config was slower than every repeat of its 
 (results/gpu-sessions/20261125T0808Z/README.md).
 Candidates measured on one host are compared only with each other.
 """
+
+
+_PCT = re.compile(r" \([+-]\d+(?:\.\d+)?%\)")
+
+
+def plain_decision(d: str) -> str:
+    """A decision line of the search without its percentage gain: the two values stay, the rule's
+    reason stays, the ratio of two non-interleaved measurements goes."""
+    return _PCT.sub("", d)
 
 
 def summary_text(payload: dict) -> str:
@@ -254,37 +275,37 @@ def acceptance_levels(t: str) -> list[tuple[str, dict]]:
     return list(out.values())
 
 
-def _comparable_record(cur: dict, hand: str) -> tuple[str, str, float | None] | None:
-    """(variant, record path, goodput at the SLO) of `hand`'s newest valid latency record that may be
-    set beside the record `cur`, or None."""
-    from scripts.kit.paths import ROOT
-    from scripts.kit.record import records
-    from scripts.kit.tune import score
+def comparison_lines(t: str, family: set, docs: dict) -> list[str]:
+    """What may be said of tuned variant `t` against the hand-made variants of its model (`family`):
+    only what a comparison record says (A and B in one session, interleaved, bootstrap 95% interval;
+    scripts/kit/summaries/comparison.py). Latest records of two variants come from two sessions, so
+    they are set side by side in the table, never ranked. Each acceptance level `t` has a latency
+    record at but no comparison for gets the command that would measure one: a tune is made at one
+    set of synthetic rates, and its win need not hold at another (2026-11-25: MTP K=4 on BF16
+    Qwen3.5 led at 0.98,0.82,0.70,0.54 and trailed plain BF16 at 0.6,0.35,0.2,0.1, two sessions)."""
+    from scripts.kit.summaries import comparison as C
     from scripts.kit.variant import load
-    v = load(hand)
-    for p, r in reversed(records(hand, "latency")):
-        if r["payload"]["validity"]["valid"] and v.describes(r) and not _why_not(cur, r):
-            return hand, str(p.relative_to(ROOT)), score(r["payload"])["goodput_req_per_s"]  # the tune's own measure
-    return None
-
-
-def verdicts(t: str, hand: list[str]) -> list[str]:
-    """One line per acceptance level of tuned variant `t`: its goodput at the SLO against the best
-    comparable record of the hand-made variants `hand` (the tune's own measure, scripts.kit.tune.score,
-    on both sides). Not only the latest records: a head-to-head run is rarely anyone's latest."""
-    from scripts.kit.tune import score
-    out = []
+    rows = [r for r in (docs.get(t, {}).get("results", {}).get("comparison") or {}).get("rows") or []
+            if not r["same_variant"] and {r["a"], r["b"]} - {t} <= family]
+    out, covered = [], set()
+    for r in rows:
+        own = r["acceptance"]["b" if r["b"] == t else "a"]
+        covered.add(own or "")
+        top = r["top_concurrency"]
+        out.append(f"- {C.pair_text(r)} (`{r['record']}`, {r['device']}, {r['utc'][:10]}"
+                   f"{', B at acceptance ' + r['acceptance']['b'] if r['acceptance']['b'] else ''}"
+                   f"{', A at acceptance ' + r['acceptance']['a'] if r['acceptance']['a'] else ''}): "
+                   f"TPOT p50 c=1 {C.ratio_text(r['tpot_p50_ms_c1'])}, goodput c={top} "
+                   f"{C.ratio_text(r['goodput_req_per_s_top'])}; TPOT c=1: {C.verdict_text(r)}, goodput c={top}: "
+                   f"{C.verdict_text(r, 'goodput_req_per_s_top')}.")
+    base = load(t)["BASE"] or "..."
     for path, rec in acceptance_levels(t):
-        gt = score(rec["payload"])["goodput_req_per_s"]
-        at = f" at acceptance {_rates(rec)}" if _rates(rec) else ""
-        best = max((x for x in (_comparable_record(rec, n) for n in hand) if x), default=None,
-                   key=lambda x: x[2] or 0)
-        if best is None:
-            out.append(f"- `{t}`{at} ({_f(gt)} req/s, `{path}`): no hand-made record is comparable.")
+        if _rates(rec) in covered:
             continue
-        n, hpath, gh = best
-        out.append(f"- `{t}`{at} (`{path}`) vs the best comparable hand-made record, `{n}` (`{hpath}`): "
-                   f"{_f(gt)} vs {_f(gh)} req/s, {'more' if (gt or 0) > (gh or 0) else 'not more'}.")
+        at = f" at acceptance {_rates(rec)}" if _rates(rec) else ""
+        set_b = f" SET_B=SPEC_ACCEPTANCE={_rates(rec)}" if _rates(rec) else ""
+        out.append(f"- `{t}`{at} (`{path}`): no comparison record against a hand-made variant; for a ratio: "
+                   f"`make compare A={base} B={t}{set_b}`.")
     return out
 
 
@@ -295,7 +316,8 @@ def _gib(cond: dict) -> str:
 
 def readme_table(docs: dict) -> str:
     """Every tuned variant beside the hand-made variants of the same model, from their latest latency
-    records: goodput at the SLO, single-stream TPOT, and whether the two may be compared at all."""
+    records: goodput at the SLO and single-stream TPOT side by side (each row its own session, not
+    ranked), then what comparison records say of each tuned variant against them."""
     from scripts.kit.tune import written_by_tune
     tuned = {n for n in docs if (EXPERIMENTS / n / "config.env").is_file()
              and written_by_tune((EXPERIMENTS / n / "config.env").read_text())}
@@ -305,19 +327,16 @@ def readme_table(docs: dict) -> str:
     for model in sorted({docs[n]["model"]["starting_weights"] for n in tuned}):
         fam = {n: d["results"].get("latency") or {} for n, d in docs.items() if d["model"]["starting_weights"] == model}
         fam = {n: s for n, s in fam.items() if s.get("latest")}
-        order = sorted(fam, key=lambda n: -(_goodput(fam[n])[0] or 0))
+        order = sorted(fam)  # by name: the rows come from different sessions and are not ranked
         for n in order:
             s, (g, c) = fam[n], _goodput(fam[n])
             c1 = (s.get("levels") or {}).get("1", {})
             rows.append(f"| {model.split('@')[0]} | `{n}` | {'make tune' if n in tuned else 'hand'} | KV "
                         f"{_gib(s.get('conditions') or {})} | {s.get('device')} | {_f(g)} ({c or '-'}) | "
                         f"{_f(c1.get('tpot_p50_ms'))} | `{s['latest']}` |")
-        hand = [n for n in order if n not in tuned]
+        family = {n for n, d in docs.items() if d["model"]["starting_weights"] == model}
         for t in (n for n in order if n in tuned):
-            if not hand:
-                notes.append(f"- `{t}`: no hand-made variant of {model} has a latency record.")
-                continue
-            notes += verdicts(t, hand)
+            notes += comparison_lines(t, family - {t}, docs)
     if len(rows) == 2:
         return "No tuned variant has a latency record yet."
     inside = seeds_table(docs, sorted(tuned))
@@ -325,9 +344,9 @@ def readme_table(docs: dict) -> str:
 
 
 def seeds_table(docs: dict, tuned: list) -> list[str]:
-    """Within each tune: the winner beside the hand-made variants it measured as seeds. Same host, same
-    session settings (GPU, workload, memory, SLO), so these compare even where the latest records do not."""
-    from scripts.kit.tune import Rule
+    """Within each tune: the winner beside the hand-made variants it measured as seeds, values side by
+    side. Same tune settings (GPU, workload, memory, SLO), but probed one after another, not
+    interleaved, and a resumed tune spans sessions: no ratio or "beats" is printed for them."""
     out = []
     for n in tuned:
         t = docs[n]["results"].get("tune") or {}
@@ -339,24 +358,16 @@ def seeds_table(docs: dict, tuned: list) -> list[str]:
         if not seeds or not win or win["goodput_req_per_s"] is None:
             continue
         if not out:
-            out = ["Inside each tune (one session's settings: GPU, workload, memory budget, SLO; the tune measured "
-                   "the hand-made variants as seeds):", "",
-                   "| tuned variant | candidate | goodput req/s (band) | TPOT c=1 ms | verdict for the winner | record |",
+            out = ["Inside each tune (the tune's settings: GPU, workload, memory budget, SLO; the hand-made variants "
+                   "measured as seeds). Probed one after another, not interleaved, and a resumed tune spans "
+                   "sessions: the values side by side, not a comparison.", "",
+                   "| tuned variant | candidate | status | goodput req/s (band) | TPOT c=1 ms | record |",
                    "|---|---|---|---|---|---|"]
-        rule = Rule(t["settings"]["objective"], t["settings"]["min_gain_pct"])
-        as_score = lambda c: {"goodput_req_per_s": c["goodput_req_per_s"], "goodput_band": c["goodput_band"],
-                              "tpot_c1_ms": c["tpot_c1_ms"], "tpot_c1_band": c["tpot_c1_band"]}
-        out.append(f"| `{n}` | winner: {win['label']} | {_f(win['goodput_req_per_s'])} ({_band(win['goodput_band'])}) | "
-                   f"{_f(win['tpot_c1_ms'])} | - | `{win['latency_record']}` |")
+        out.append(f"| `{n}` | winner: {win['label']} | the tune's pick | {_f(win['goodput_req_per_s'])} "
+                   f"({_band(win['goodput_band'])}) | {_f(win['tpot_c1_ms'])} | `{win['latency_record']}` |")
         for c in seeds:
             who = ", ".join(f"`{x}`" for x in c["seed_of"])
-            if c["id"] == win["id"]:
-                verdict = "is the winner"
-            elif c["status"] != "ok":
-                verdict = f"seed {c['status']}"
-            else:
-                ok, why = rule.beats(as_score(win), as_score(c))
-                verdict = ("beats it: " if ok else "does not beat it: ") + why
-            out.append(f"| `{n}` | hand-made {who} | {_f(c['goodput_req_per_s'])} ({_band(c['goodput_band'])}) | "
-                       f"{_f(c['tpot_c1_ms'])} | {verdict} | `{c['latency_record'] or '-'}` |")
+            status = "the tune's pick" if c["id"] == win["id"] else f"seed {c['status']}"
+            out.append(f"| `{n}` | hand-made {who} | {status} | {_f(c['goodput_req_per_s'])} ({_band(c['goodput_band'])}) | "
+                       f"{_f(c['tpot_c1_ms'])} | `{c['latency_record'] or '-'}` |")
     return out
