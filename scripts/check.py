@@ -81,8 +81,10 @@ def main(argv=None) -> int:
     found = problems()
     for line in found:
         print(line, file=sys.stderr)
-    n_rec = sum(1 for f in RESULTS.rglob("*.json") if "logs" not in f.parts and f != RESULTS / K_SWEEP_FILE)
-    print(f"check-schemas: {len(found)} problem(s); {len(discover())} variants, {n_rec} records", file=sys.stderr)
+    files = [f for f in RESULTS.rglob("*.json") if "logs" not in f.parts and f != RESULTS / K_SWEEP_FILE]
+    n_fix = sum(1 for f in files if "corrections" in f.relative_to(RESULTS).parts)
+    print(f"check-schemas: {len(found)} problem(s); {len(discover())} variants, {len(files) - n_fix} records, "
+          f"{n_fix} corrections", file=sys.stderr)
     return 1 if found else 0
 
 

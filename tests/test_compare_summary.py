@@ -1,0 +1,131 @@
+"""Comparison records in the generated output (scripts/kit/summaries/comparison.py), and the
+cross-session ratios the generated tables and the probe no longer print (issue 18: every ratio comes
+from a comparison record, or is not printed). Built from the committed H100 records."""
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+
+from scripts.kit.paths import EXPERIMENTS, RESULTS, ROOT
+from scripts.kit.summaries import comparison as C
+
+AB = "results/qwen3-4b-bf16-tuned/20261125T175735Z-comparison.json"  # A = qwen3-4b-bf16, B = -tuned
+AA = "results/qwen3-4b-bf16/20261125T180011Z-comparison.json"  # qwen3-4b-bf16 against itself
+RATES = "0.95,0.88,0.80,0.70,0.60,0.50,0.40,0.30,0.20,0.12,0.06,0.03,0.02,0.01,0.01"
+
+
+def rec(path: str) -> dict:
+    return json.loads((ROOT / path).read_text())
+
+
+def test_row_of_the_committed_h100_comparison():
+    r = C.row(AB, rec(AB))
+    assert (r["a"], r["b"], r["same_variant"], r["valid"]) == ("qwen3-4b-bf16", "qwen3-4b-bf16-tuned", False, True)
+    assert r["device"] == "NVIDIA H100 80GB HBM3" and r["utc"] == "2026-11-25T17:57:35Z" and r["top_concurrency"] == 8
+    assert r["acceptance"] == {"a": None, "b": RATES}
+    assert r["tpot_p50_ms_c1"] == {"a": 4.113, "b": 0.784, "ratio": 5.2428, "ci95": [5.0073, 5.4568], "verdict": "b better"}
+    assert C.ratio_text(r["tpot_p50_ms_c1"]) == "5.24x [5.01, 5.46]"
+    assert C.ratio_text(r["output_tok_per_s_top"]) == "2.23x [2.02, 2.44]"
+    assert C.ratio_text(r["goodput_req_per_s_top"]) == "2.23x [2.08, 2.37]"
+    line = C.table_row(r)
+    assert line == (f"| `qwen3-4b-bf16` → `qwen3-4b-bf16-tuned` | NVIDIA H100 80GB HBM3 | 2026-11-25 17:57 | - / {RATES} | "
+                    f"5.24x [5.01, 5.46] | 2.23x [2.02, 2.44] (c=8) | 2.23x [2.08, 2.37] (c=8) | "
+                    f"`qwen3-4b-bf16-tuned` better | `{AB}` |")
+    assert line.count("|") == C.HEADER.count("|")
+    # The record's warnings (power cap on both sides) are printed with it.
+    assert "sw_power_cap" in C.table([r])
+
+
+def test_a_tampered_verdict_or_ratio_shows_in_the_row():
+    """The row prints what the record says (check-schemas recomputes it from the samples and flags a
+    mismatch); so an edited verdict must reach the table, not be silently recomputed away."""
+    t = copy.deepcopy(rec(AB))
+    m = next(x for x in t["payload"]["metrics"] if x["metric"] == "tpot_p50_ms" and x["concurrency"] == 1)
+    m["verdict"], m["ratio"] = "a better", 0.5
+    r = C.row(AB, t)
+    assert C.verdict_text(r) == "`qwen3-4b-bf16` better" and "| 0.50x [5.01, 5.46] |" in C.table_row(r)
+    assert C.verdict_text(C.row(AB, rec(AB))) == "`qwen3-4b-bf16-tuned` better"
+    t["payload"]["validity"] = {"valid": False, "errors": ["boom"], "warnings": []}
+    r = C.row(AB, t)
+    assert C.verdict_text(r) == "invalid record: not a result" and f"- `{AB}`: boom" in C.table([r])
+
+
+def test_a_a_row_reads_as_itself():
+    r = C.row(AA, rec(AA))
+    assert r["same_variant"] and r["acceptance"] == {"a": None, "b": None}
+    line = C.table_row(r)
+    assert line.startswith("| `qwen3-4b-bf16` → itself | NVIDIA H100 80GB HBM3 | 2026-11-25 18:00 | - / - | 1.00x [1.00, 1.00] |")
+    assert "| no difference |" in line
+    t = copy.deepcopy(rec(AA))
+    next(x for x in t["payload"]["metrics"] if x["metric"] == "tpot_p50_ms" and x["concurrency"] == 1)["verdict"] = "b better"
+    assert C.verdict_text(C.row(AA, t)) == "second copy better (false positive)"
+
+
+def test_report_lists_a_comparison_under_b_and_under_a():
+    from scripts.report import build
+    a, b = build("qwen3-4b-bf16"), build("qwen3-4b-bf16-tuned")
+    assert b["results"]["comparison"]["records"] == [AB]
+    assert sorted(a["results"]["comparison"]["records"]) == sorted([AA, AB])
+    assert [x["record"] for x in C.all_rows({"a": a, "b": b})] == [AB, AA]  # once each, by time
+    block = C.variant_block("qwen3-4b-bf16", {"qwen3-4b-bf16": a})
+    assert "→ itself" in block and "→ `qwen3-4b-bf16-tuned`" in block
+    assert C.variant_block("tiny", {"tiny": {"results": {}}}) is None
+    # The committed READMEs carry the generated blocks (make report keeps them fresh).
+    for name in ("qwen3-4b-bf16", "qwen3-4b-bf16-tuned"):
+        assert f"`{AB}`" in (EXPERIMENTS / name / "README.md").read_text().split("<!-- comparisons:begin -->")[1]
+    assert "5.24x [5.01, 5.46]" in (ROOT / "README.md").read_text().split("<!-- results-comparison:begin -->")[1]
+
+
+def test_latency_table_prints_no_cross_session_speedup():
+    from scripts.kit.record import records
+    from scripts.kit.summaries import latency as L
+    from scripts.kit.variant import load
+    name = "qwen3.5-4b-bf16-tuned"  # its latest record holds a speedup vs BF16 from another session: 0.8867
+    s = L.summarize(load(name), [(str(p.relative_to(ROOT)), r) for p, r in records(name, "latency")])
+    assert "speedup" not in s["baseline"]
+    table = L.readme_table({name: {"results": {"latency": s}}})
+    assert "speedup" not in table.split("\n")[0] and "0.8867" not in table
+    assert all(row.count("|") == table.split("\n")[0].count("|") for row in table.split("\n") if row.startswith("| `"))
+
+
+def test_tune_readme_drops_percentages_and_keeps_a_comparisons_block():
+    from scripts.kit.record import records
+    from scripts.kit.summaries import tune as S
+    assert S.plain_decision("seed x: goodput 17.65 vs 10.62 req/s (+66.2%), outside the noise bands") == \
+        "seed x: goodput 17.65 vs 10.62 req/s, outside the noise bands"
+    assert S.plain_decision("w: goodput 7.101 vs 8.7538 req/s (-18.9%): not more than 3%") == \
+        "w: goodput 7.101 vs 8.7538 req/s: not more than 3%"
+    p = [r for _, r in records("qwen3-4b-bf16-tuned", "tune") if r["payload"]["scope"] == "session"][-1]["payload"]
+    assert any("(+34.4%)" in d for d in p["session"]["decisions"])  # the record keeps them
+    text = S.readme("qwen3-4b-bf16-tuned", p)
+    assert "%)" not in text and "23.7305 vs 17.6501 req/s" in text and "is not a comparison" in text
+    assert "<!-- comparisons:begin -->" in text and "make compare A=qwen3-4b-bf16 B=qwen3-4b-bf16-tuned" in text
+
+
+def test_probe_report_sets_the_baseline_beside_without_a_ratio():
+    from scripts.probe import report_text
+    lv = lambda c, tps, tpot, ttft: {"concurrency": c, "ttft_ms": {"p50": ttft, "p99": ttft}, "tpot_ms": {"p50": tpot, "p99": tpot},
+                                     "itl_ms": {"p99": tpot}, "output_tok_per_s": {"median": tps, "spread_pct": 1.0},
+                                     "meets_slo": True}
+    base = "results/qwen3-4b-bf16/20261123T091447Z-latency.json"  # c=1: 214.1 tok/s, TPOT 4.256 ms
+    p = {"levels": [lv(1, 469.88, 1.674, 46.3), lv(8, 1630.47, 3.1, 60.0)], "max_concurrency_meeting_slo": 8,
+         "roofline": {"status": "skipped", "reason": "cpu"}, "validity": {"warnings": []},
+         "baseline": {"variant": "qwen3-4b-bf16", "comparable": True, "reasons": [], "record": base,
+                      "speedup": [{"concurrency": 1, "output_tok_per_s": 2.1947, "tpot_p50": 2.5424}]}}
+    out = report_text(p, "qwen3-4b-bf16-tuned")
+    assert "c=1, this run / qwen3-4b-bf16: tok/s 469.88 / 214.1, TPOT p50 1.674 / 4.256 ms" in out
+    assert "c=8, this run / qwen3-4b-bf16: tok/s 1630.47 / 1015.18" in out
+    assert "2.19" not in out and "2.54" not in out and " x" not in out
+    assert out.splitlines()[-1] == "for a ratio: make compare A=qwen3-4b-bf16 B=qwen3-4b-bf16-tuned"
+    p["baseline"] = {"variant": "qwen3-4b-bf16", "comparable": False, "reasons": ["workload differs: a vs b"]}
+    out = report_text(p)
+    assert "not set beside this run: workload differs" in out and out.endswith("B=<variant>")
+    p["baseline"] = {"variant": "qwen3-4b-bf16", "comparable": False, "reasons": ["this variant is its own baseline"]}
+    assert "make compare" not in report_text(p, "qwen3-4b-bf16")
+
+
+@pytest.mark.parametrize("path", [AB, AA])
+def test_the_committed_records_are_where_the_tests_expect(path):
+    assert (RESULTS / path.split("results/", 1)[1]).is_file()
