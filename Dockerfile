@@ -20,10 +20,10 @@ FROM vllm/vllm-openai:v0.26.0 AS deps
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 WORKDIR /opt/kit
 # Deps before code: this layer is rebuilt only when the pins change. The pins come from
-# pyproject.toml (base deps + lm-eval, the serve-gpu extra minus vLLM itself), and the
+# pyproject.toml (base deps + lm-eval, the serve-gpu extra minus vLLM itself, + vllm-router), and the
 # base image's vLLM/torch/transformers/triton are held as constraints so no resolve can move them.
 COPY pyproject.toml ./
-RUN python3 -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; print('\n'.join(p['dependencies'] + [r for r in p['optional-dependencies']['serve-gpu'] if r.startswith('lm-eval')]))" > /tmp/kit-requirements.txt \
+RUN python3 -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; print('\n'.join(p['dependencies'] + [r for r in p['optional-dependencies']['serve-gpu'] if r.startswith('lm-eval')] + p['optional-dependencies']['router']))" > /tmp/kit-requirements.txt \
  && python3 -m pip list --format=freeze | grep -iE '^(vllm|torch|transformers|triton)==' > /tmp/base-constraints.txt \
  && python3 -m pip install --no-cache-dir -c /tmp/base-constraints.txt -r /tmp/kit-requirements.txt \
  && rm /tmp/kit-requirements.txt /tmp/base-constraints.txt \

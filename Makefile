@@ -1,6 +1,9 @@
 # The kit's menu: every recipe is one `python -m scripts.<verb>` line; the logic lives in scripts/.
 # `make` alone lists the targets. Variables: VARIANT (default tiny), SET="KEY=VAL ..." (per-run
-# overrides, e.g. SET=WEIGHTS=dummy), DRY_RUN=1, URL= (use a running server), BASELINE=.
+# overrides, e.g. SET=WEIGHTS=dummy), DRY_RUN=1, URL= (use a running server), BASELINE=,
+# PROBE="--flag ..." (make eval-latency: the probe's options).
+# Overrides go in SET, quoted and space-separated: `make serve SET="PORT=8001 WEIGHTS=dummy"`. A bare
+# `PORT=8001` is a make variable the kit never reads, and of several `SET=` make keeps only the last.
 SHELL := bash
 .SHELLFLAGS := -eu -o pipefail -c
 .DEFAULT_GOAL := help
@@ -9,10 +12,11 @@ SHELL := bash
 export PYTHONPATH := $(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH))
 VARIANT ?= tiny
 SET ?=
+PROBE ?=
 PY := $(if $(wildcard .venv/bin/python),.venv/bin/python,python3)
 QPY := $(if $(wildcard .venv-quant/bin/python),.venv-quant/bin/python,python3)
 V := --variant $(VARIANT) $(foreach s,$(SET),--set $(s))
-.PHONY: help install download serve eval-latency compare variance sweep eval-quality eval-quality-full quantize bake verify-cache build build-import verify-image k8s tune check-schemas test golden report new
+.PHONY: help install download serve serve-fleet eval-latency profile compare variance sweep eval-quality eval-quality-full quantize bake verify-cache build build-import verify-image k8s tune check-schemas test golden report new
 
 help: ## list targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
@@ -22,8 +26,12 @@ download: ## fetch/build weights for VARIANT (SET=WEIGHTS=dummy: architecture on
 	$(PY) -m scripts.download $(V)
 serve: ## run VARIANT's vLLM server until Ctrl-C (DRY_RUN=1: print command and env)
 	$(PY) -m scripts.serve $(V) $(if $(DRY_RUN),--dry-run)
-eval-latency: ## latency probe of VARIANT (URL= to probe a running server)
-	$(PY) -m scripts.probe $(V) $(if $(URL),--url $(URL)) $(if $(BASELINE),--baseline $(BASELINE))
+serve-fleet: ## REPLICAS=N servers of VARIANT (one GPU each) behind vllm-router until Ctrl-C [POLICY=cache_aware|round_robin|...] [DRY_RUN=1]
+	$(PY) -m scripts.fleet $(V) $(if $(REPLICAS),--replicas $(REPLICAS)) $(if $(POLICY),--policy $(POLICY)) $(if $(DRY_RUN),--dry-run)
+eval-latency: ## latency probe of VARIANT (URL= to probe a running server; PROBE="--concurrency 1,2 --repeats 3 ...": probe flags, see `python -m scripts.probe --help`)
+	$(PY) -m scripts.probe $(V) $(if $(URL),--url $(URL)) $(if $(BASELINE),--baseline $(BASELINE)) $(PROBE)
+profile: ## one decode step by phase (target, draft, sampler, bookkeeping, gaps) from vLLM's torch profiler: record, results/profiles/ trace, experiments/VARIANT/profile.png
+	$(PY) -m scripts.profile $(V)
 compare: ## is B faster than A? both served on one GPU, timed interleaved: A=VARIANT B=VARIANT [ROUNDS=5] [SET_A= SET_B=] [URL_A= URL_B=]
 	$(PY) -m scripts.compare --a $(A) --b $(B) $(foreach s,$(SET),--set $(s)) $(foreach s,$(SET_A),--set-a $(s)) $(foreach s,$(SET_B),--set-b $(s)) $(if $(ROUNDS),--rounds $(ROUNDS)) $(if $(URL_A),--url-a $(URL_A)) $(if $(URL_B),--url-b $(URL_B))
 variance: ## how much levels moved within one session, and with what: RECORDS="results/.../x-comparison.json ..."
@@ -46,8 +54,8 @@ build-import: ## docker image for VARIANT from CACHE=cache_import.tar.gz
 	$(PY) -m scripts.image build $(V) --cache $(CACHE) $(if $(DRY_RUN),--dry-run)
 verify-image: ## run the image, wait for health, one completion, prove the cache hit
 	$(PY) -m scripts.image verify $(V) $(if $(DRY_RUN),--dry-run)
-k8s: ## render Kubernetes manifests for VARIANT
-	$(PY) -m scripts.image k8s $(V)
+k8s: ## render Kubernetes manifests for VARIANT: replicas behind vllm-router [POLICY=...]
+	$(PY) -m scripts.image k8s $(V) $(if $(POLICY),--policy $(POLICY))
 tune: ## search the levers of BASE under SLO and the quality gate; write the winner as a variant [JOBS=N]
 	$(PY) -m scripts.tune --base $(BASE) $(foreach s,$(SET),--set $(s)) $(if $(SLO),--slo $(SLO)) $(if $(BUDGET),--budget $(BUDGET)) $(if $(JOBS),--jobs $(JOBS))
 check-schemas: ## validate schemas, every config.env, every record, freshness of derived files

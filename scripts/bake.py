@@ -260,6 +260,8 @@ def bake(v, platform: str, argv, env, cap: int | None, compile_bytecode: bool = 
     validate_record(rec, "new bake record")  # before the manifest: a bad record must not leave a "baked" cache
     path = cachekey.write_manifest(v, manifest)
     rec_path = write_record(rec, RESULTS)
+    from scripts.report import refresh_after_write
+    refresh_after_write(rec_path)  # the bake summary in measurements.json includes this record now
     if not payload["cache"]["triton_in_cache_root"]:
         print("warning: TRITON_CACHE_DIR is not under the cache root; Triton kernels JIT-compiled outside "
               "Inductor (e.g. Qwen3.5's GDN kernels) are not in this bake", file=sys.stderr)
@@ -320,6 +322,8 @@ def verify(v, platform: str, argv, env, cap: int | None, expect: str, force_aot:
     }
     rec_path = write_record(make_record("startup", v, payload, started=started, server_argv=argv, server_env=env),
                             RESULTS)
+    from scripts.report import refresh_after_write
+    refresh_after_write(rec_path)  # the startup summary in measurements.json includes this record now
     print(f"{verdict}\ncold {cold['ready_s']} s -> warm {warm['ready_s']} s to ready ({payload['speedup_ready_x']}x); "
           f"first token {cold['first_token_s']} s -> {warm['first_token_s']} s\nrecord: {_rel(rec_path)}", file=sys.stderr)
     if not passed:

@@ -47,7 +47,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--url-a", help="time a running server as A instead of starting one")
     p.add_argument("--url-b", help="time a running server as B instead of starting one")
     p.add_argument("--rounds", type=int, default=C.ROUNDS, help=f"interleaved rounds (default: {C.ROUNDS}; at least 5)")
-    P.add_workload_args(p)
+    P.add_workload_args(p, per_variant=True)
     p.add_argument("--results-dir", type=Path, default=RESULTS, help="where the record goes (default: results/)")
     p.add_argument("--lock", type=Path, metavar="FILE", help="exclusive lock held while timing ($KIT_PROBE_LOCK wins)")
     return p
@@ -74,6 +74,18 @@ class Side:
                 "argv": self.argv, "started_here": self.proc is not None, "url": self.url, "ready_s": self.ready_s}
 
 
+def fill_defaults(a) -> None:
+    """The probe's per-host, per-variant defaults (scripts/probe.py resolve_defaults) from A, then the
+    same values checked against B's context: both sides get one workload, and it must fit both."""
+    import argparse as _ap
+    for key, sets in (("a", a.set + a.set_a), ("b", a.set + a.set_b)):
+        ns = _ap.Namespace(**vars(a))
+        ns.variant, ns.set = getattr(a, key), sets
+        P.resolve_defaults(ns)
+        for f in [*(f.name for f in L.workload_fields()), "concurrency", "warmup_waves"]:
+            setattr(a, f, getattr(ns, f))
+
+
 def load_sides(a) -> tuple:
     va = load(a.a, a.set + a.set_a)
     vb = load(a.b, a.set + a.set_b)
@@ -87,6 +99,7 @@ def main(argv=None) -> int:
     a = parser().parse_args(argv)
     if a.rounds < 5:
         raise KitError(f"--rounds {a.rounds}: a comparison needs at least 5 interleaved rounds")
+    fill_defaults(a)
     w = P.workload(a)
     va, vb = load_sides(a)
     platform = host_platform()

@@ -161,6 +161,47 @@ class _TapHandler(http.server.BaseHTTPRequestHandler):
         self._forward(None)
 
 
+# -- nltk data, offline -------------------------------------------------------------------------
+NLTK_RESOURCES = {"punkt_tab": "tokenizers/punkt_tab/english/", "punkt": "tokenizers/punkt/",
+                  "stopwords": "corpora/stopwords/",
+                  "averaged_perceptron_tagger_eng": "taggers/averaged_perceptron_tagger_eng/"}
+
+
+def _nltk_installed(info_or_id=None, *_a, **_k) -> bool:
+    """Stands in for nltk.download in this process: IFBench's checkers call nltk.download('punkt_tab')
+    at import and on every check, and lm-eval's ifeval at import, each a request to nltk's index. The
+    answer is whether the data is installed (scripts/install.py puts punkt_tab in gates.NLTK_DATA);
+    nothing is fetched, so a gate on a host without the network neither hangs nor half-works."""
+    import nltk
+    try:
+        nltk.data.find(NLTK_RESOURCES.get(str(info_or_id), f"{info_or_id}/"))
+        return True
+    except LookupError:
+        return False
+
+
+def offline_nltk() -> None:
+    """Point nltk at the kit's data folder (NLTK_DATA too, for any child process) and turn its
+    downloader into a look-up. Idempotent; called before lm-eval or IFBench import nltk's users."""
+    root = str(G.NLTK_DATA)
+    paths = os.environ.get("NLTK_DATA", "").split(os.pathsep)
+    if root not in paths:
+        os.environ["NLTK_DATA"] = os.pathsep.join([root, *filter(None, paths)])
+    import nltk
+    if root not in nltk.data.path:  # nltk reads NLTK_DATA once, at its import
+        nltk.data.path.insert(0, root)
+    nltk.download = _nltk_installed
+
+
+def require_punkt_tab(what: str) -> None:
+    """Refuse before any generation when punkt_tab is not installed: the kit's folder first, then
+    wherever NLTK_DATA or nltk's defaults point (a host without .venv, e.g. the GPU machine)."""
+    offline_nltk()
+    if not _nltk_installed("punkt_tab"):
+        raise KitError(f"{what} needs nltk's punkt_tab, in {_rel(G.PUNKT_TAB)} or under NLTK_DATA "
+                       "(run: make install, or carry .venv/nltk_data; gates never download it)")
+
+
 # -- IFBench scoring (named by eval/tasks/kit_ifbench_ci.yaml's process_results) ---------------
 @functools.cache
 def _ifbench():
@@ -172,6 +213,8 @@ def _ifbench():
     for spacy when it hashes a config, and a fake spacy there breaks it."""
     import importlib.util
     import types
+    offline_nltk()
+    require_punkt_tab("IFBench's checkers")
     stubs = {}
     if importlib.util.find_spec("spacy") is None:
         cli = types.ModuleType("spacy.cli")
@@ -334,6 +377,10 @@ def main(argv=None) -> int:
         # Hub datasets resolve from this cache, never from the network.
         os.environ.update(HF_HOME=str(Path(data_dir).resolve()), HF_DATASETS_OFFLINE="1", HF_HUB_OFFLINE="1")
     tokenizer = weights.require(v)
+    offline_nltk()
+    for name, g in gdoc["gates"].items():
+        if any(str(t).startswith(G.NLTK_TASKS) for t in g["tasks"]):
+            require_punkt_tab(f"gate {name}")
     print(f"quality gates {_rel(gates_path)} on {v.name} ({mode}), config_sha256 {v.config_sha256[:12]}",
           file=sys.stderr)
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
@@ -372,6 +419,8 @@ def main(argv=None) -> int:
     path = R.write_record(R.make_record("quality", v, _finite(payload), started=started,
                                         server_argv=srv.argv if srv else None, server_env=srv.env if srv else None),
                           root=out_root)
+    from scripts.report import refresh_after_write
+    refresh_after_write(path)  # measurements.json and the README tables include this record now
     for name, r in out.items():
         rec = "-" if r["recovery_pct"] is None else f"{r['recovery_pct']:.1f}%"
         cut = "-" if r["cutoff_rate"] is None else f"{r['cutoff_rate']:.1%}"

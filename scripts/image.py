@@ -454,7 +454,7 @@ def render_k8s(v, image: str, overrides, **kw) -> list[tuple[str, str]]:
 def cmd_k8s(a, v) -> int:
     files = render_k8s(v, a.image or image_tag(v), a.set, namespace=a.namespace, max_replicas=a.max_replicas,
                        waiting_per_pod=a.waiting_per_pod, storage_class=a.storage_class,
-                       cache_on_pvc=a.cache_on_pvc)
+                       cache_on_pvc=a.cache_on_pvc, policy=a.policy, router_image=a.router_image)
     head = k8s.header(v, k8s.gpu_count(v))
     if not a.out:
         print(head + "---\n".join(text for _n, text in files), end="")
@@ -498,6 +498,8 @@ def main(argv=None) -> int:
     kk.add_argument("--storage-class")
     kk.add_argument("--cache-on-pvc", action="store_true",
                     help="mount weights/cache/<variant> from the PVC instead of using the image's baked cache")
+    kk.add_argument("--policy", default="cache_aware", help="vllm-router's policy (make serve-fleet's POLICY)")
+    kk.add_argument("--router-image", help="image with vllm-router on PATH (default: the --image)")
     a = p.parse_args(argv)
     v = load(a.variant, a.set)
     return {"build": cmd_build, "verify": cmd_verify, "k8s": cmd_k8s}[a.verb](a, v)

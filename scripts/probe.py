@@ -6,6 +6,10 @@ Per level: --warmup-waves untimed waves at that level's shape, then --repeats ti
 after POST /reset_prefix_cache (the probe starts its server with VLLM_SERVER_DEV_MODE=1; for --url
 a missing endpoint is recorded) with /metrics read before and after. Then a prefix-cache run:
 --prefix-requests prompts sharing --prefix-tokens, one at a time, first one cold.
+Defaults depend on the host and the variant (L.defaults_for): the GPU plan (levels 1-32, prompts up
+to 4096 tokens, 488 requests) on a GPU host, a minutes-long one on a CPU host (levels 1,2, prompts
+16-256 tokens, 26 requests); both shrunk to fit the variant's SERVE_MAX_MODEL_LEN. Flags given win;
+lengths given that exceed the context are refused before anything starts.
 Output: one `latency` record (schemas/payloads/latency.schema.json) under results/<variant>/,
 and the plot experiments/<variant>/latency.png (variant vs its baseline). Exit 1 when the run is
 invalid (failed requests, TPOT below the bandwidth floor): the record says why, the summary skips it.
@@ -47,7 +51,30 @@ def _session():
     return _local.s
 
 
-def stream_one(url: str, body: dict, timeout_s: float) -> L.Result:
+class Streams:
+    """The streams of one pass, so Ctrl-C cuts them at once instead of waiting for their last token
+    (issue 20: a Ctrl-C in warm-up waited ~9 minutes). abort(): streams stop at their next chunk, and
+    the sockets of those in flight are shut down, which wakes a worker blocked on a silent stream."""
+
+    def __init__(self):
+        self.stop, self.open, self.lock = threading.Event(), set(), threading.Lock()
+
+    def abort(self) -> None:
+        import socket
+        self.stop.set()
+        with self.lock:
+            live = list(self.open)
+        for r in live:
+            conn = getattr(r.raw, "connection", None)  # urllib3's HTTPConnection while streaming
+            sock = getattr(conn, "sock", None)
+            try:
+                if sock is not None:
+                    sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass  # already closed: that stream has ended
+
+
+def stream_one(url: str, body: dict, timeout_s: float, streams: Streams | None = None) -> L.Result:
     """One streaming completion, every chunk that carries a choice timestamped as it arrives.
 
     A choice, not its text: vLLM sends one chunk per engine step that produced tokens, with empty
@@ -57,14 +84,24 @@ def stream_one(url: str, body: dict, timeout_s: float) -> L.Result:
     probe, then timing text, failed the run (results/qwen3.5-4b-bf16/20261123T115721Z-latency.json)."""
     import requests
     res = L.Result(sent=time.perf_counter(), expected_tokens=body["max_tokens"])
+    if streams is not None and streams.stop.is_set():
+        res.error, res.end = "interrupted", res.sent
+        return res
+    r = None
     try:
         with _session().post(url + "/v1/completions", json=body, stream=True, timeout=(10, timeout_s)) as r:
             if r.status_code != 200:
                 res.error = f"HTTP {r.status_code}: {r.text[:200]}"
                 return res
+            if streams is not None:
+                with streams.lock:
+                    streams.open.add(r)
             # chunk_size=None: yield bytes as they arrive; the default (512) would hold lines back.
             for line in r.iter_lines(chunk_size=None):
                 now = time.perf_counter()
+                if streams is not None and streams.stop.is_set():
+                    res.error = "interrupted"
+                    break
                 if not line.startswith(b"data: "):
                     continue
                 data = line[6:]
@@ -80,8 +117,20 @@ def stream_one(url: str, body: dict, timeout_s: float) -> L.Result:
                     res.output_tokens = obj["usage"]["completion_tokens"]
     except (requests.RequestException, ValueError) as e:
         res.error = f"{type(e).__name__}: {str(e)[:200]}"
+    finally:
+        if streams is not None and r is not None:
+            with streams.lock:
+                streams.open.discard(r)
     res.end = time.perf_counter()
     return res
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C during a pass; `where` names it (e.g. "warm-up c=8")."""
+
+    def __init__(self, where: str):
+        super().__init__(where)
+        self.where = where
 
 
 class Server:
@@ -115,12 +164,25 @@ class Server:
 
 
 def run_pass(srv: Server, model: str, reqs: list, concurrency: int, timeout_s: float, bar, where: str):
-    """Closed loop: `concurrency` requests in flight until the list is done. (results, seconds)."""
+    """Closed loop: `concurrency` requests in flight until the list is done. (results, seconds).
+    Ctrl-C (or SIGTERM) ends it at once: queued requests are cancelled, in-flight streams cut, and
+    Interrupted says where."""
     t0 = time.perf_counter()
-    with ThreadPoolExecutor(max_workers=concurrency) as ex:
-        futs = [ex.submit(stream_one, srv.url, L.completion_body(model, r), timeout_s) for r in reqs]
+    streams = Streams()
+    ex = ThreadPoolExecutor(max_workers=concurrency)
+    try:
+        futs = [ex.submit(stream_one, srv.url, L.completion_body(model, r), timeout_s, streams) for r in reqs]
         for _ in as_completed(futs):
             bar.update(1)
+    except KeyboardInterrupt:
+        ex.shutdown(wait=False, cancel_futures=True)
+        streams.abort()
+        raise Interrupted(where) from None
+    except BaseException:
+        ex.shutdown(wait=False, cancel_futures=True)
+        streams.abort()
+        raise
+    ex.shutdown(wait=True)
     dt = time.perf_counter() - t0
     results = [f.result() for f in futs]
     if any(not r.ok for r in results) and not srv.alive():
@@ -296,25 +358,41 @@ def slo_arg(text: str) -> L.SLO:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
-def add_workload_args(p: argparse.ArgumentParser) -> None:
+def _shown(x) -> str:
+    return ",".join(map(str, x)) if isinstance(x, tuple) else str(x)
+
+
+def _default(name: str, gpu, per_variant: bool) -> tuple:
+    """(argparse default, help text) of a flag whose default the probe picks per host and variant
+    (None until resolve_defaults) or, for scripts/compare.py, the GPU value."""
+    if not per_variant:
+        return gpu, f"default: {_shown(gpu)}"
+    cpu = L.CPU_DEFAULTS.get(name, gpu)
+    return None, f"default: {_shown(gpu)}" if cpu == gpu else f"default: GPU {_shown(gpu)}, CPU {_shown(cpu)}"
+
+
+def add_workload_args(p: argparse.ArgumentParser, per_variant: bool = False) -> None:
     """The workload flags (one per Workload field) and the run flags a timed pass needs; shared with
-    scripts/compare.py so both draw the same requests from the same flags."""
-    p.add_argument("--concurrency", type=csv_ints, default=L.CONCURRENCY, metavar="N,N,...",
-                   help=f"concurrency levels (default: {','.join(map(str, L.CONCURRENCY))})")
-    p.add_argument("--warmup-waves", type=int, default=L.WARMUP_WAVES,
-                   help=f"untimed waves before a level's repeats, each with the repeats' request shapes "
-                        f"(default: {L.WARMUP_WAVES})")
+    scripts/compare.py so both draw the same requests from the same flags. per_variant (the probe):
+    flags left out are None, for resolve_defaults to fill from L.defaults_for."""
+    d, h = _default("concurrency", L.CONCURRENCY, per_variant)
+    p.add_argument("--concurrency", type=csv_ints, default=d, metavar="N,N,...", help=f"concurrency levels ({h})")
+    d, h = _default("warmup_waves", L.WARMUP_WAVES, per_variant)
+    p.add_argument("--warmup-waves", type=int, default=d,
+                   help=f"untimed waves before a level's repeats, each with the repeats' request shapes ({h})")
     slo = L.SLO()
     p.add_argument("--slo", type=slo_arg, default=slo, metavar="ttft=MS,tpot=MS",
                    help=f"p99 bounds (default: ttft={slo.ttft_p99_ms:g},tpot={slo.tpot_p99_ms:g}, MLPerf interactive)")
     p.add_argument("--request-timeout-s", type=float, default=L.REQUEST_TIMEOUT_S,
                    help=f"longest silence on one stream before it counts as failed (default: {L.REQUEST_TIMEOUT_S:g})")
-    g = p.add_argument_group("workload (hashed into the record; only equal workloads are compared)")
+    g = p.add_argument_group("workload (hashed into the record; only equal workloads are compared)",
+                             "Defaults are fitted to the variant's SERVE_MAX_MODEL_LEN (lengths shrink: scripts/kit/\n"
+                             "latency.py defaults_for); lengths given that do not fit are refused."
+                             if per_variant else None)
     for f in L.workload_fields():
         kind = csv_ints if f.name == "input_lens" else csv_floats if f.name == "class_weights" else int
-        shown = ",".join(map(str, f.default)) if isinstance(f.default, tuple) else f.default
-        g.add_argument("--" + f.name.replace("_", "-"), type=kind, default=f.default,
-                       help=f"{f.metadata['help']} (default: {shown})")
+        d, h = _default(f.name, f.default, per_variant)
+        g.add_argument("--" + f.name.replace("_", "-"), type=kind, default=d, help=f"{f.metadata['help']} ({h})")
 
 
 def workload(a) -> L.Workload:
@@ -327,16 +405,64 @@ def workload(a) -> L.Workload:
     return w
 
 
+def resolve_defaults(a) -> None:
+    """Fill the flags left out (None) with L.defaults_for(variant, host), then refuse up front any
+    request that cannot fit the variant's context: vLLM would answer each with HTTP 400 (issue 20:
+    tiny, 2048 tokens, was sent 4096-token prompts)."""
+    v = load(a.variant, a.set)
+    defaults = L.defaults_for(v, host_platform())
+    given = {k for k in defaults if getattr(a, k, None) is not None}
+    for k, val in defaults.items():
+        if k not in given:
+            setattr(a, k, val)
+    # One output bound given: the other default follows it rather than contradict it.
+    if "output_max" in given and "output_min" not in given:
+        a.output_min = min(a.output_min, a.output_max)
+    if "output_min" in given and "output_max" not in given:
+        a.output_max = max(a.output_max, a.output_min)
+    n = L.max_model_len(v)
+    if not n:
+        return
+    # Lengths left out make room for those given (e.g. a long --output-max), as defaults_for does for its own.
+    if "input_lens" not in given:
+        a.input_lens = tuple(max(1, min(x, n - a.output_max)) for x in a.input_lens)
+    if "prefix_tokens" not in given:
+        a.prefix_tokens = max(0, min(a.prefix_tokens, n - a.prefix_suffix_tokens - a.output_min))
+    flag = lambda k: f"--{k.replace('_', '-')} {_shown(getattr(a, k))}" + ("" if k in given else " (default)")
+    ctx = f"{v.name}'s max_model_len {n} (SERVE_MAX_MODEL_LEN, {v.sources.get('SERVE_MAX_MODEL_LEN', 'default')})"
+    fix = "every such request would fail; lower them, or raise the context with --set SERVE_MAX_MODEL_LEN=N"
+    longest = max(a.input_lens)
+    if longest + a.output_max > n:
+        raise KitError(f"{flag('input_lens')} with {flag('output_max')}: a {longest}-token prompt + {a.output_max} "
+                       f"output tokens = {longest + a.output_max} > {ctx}; {fix}")
+    need = a.prefix_tokens + a.prefix_suffix_tokens + a.output_min
+    if a.prefix_tokens and a.prefix_requests and need > n:
+        raise KitError(f"{flag('prefix_tokens')} + {flag('prefix_suffix_tokens')} + {flag('output_min')} "
+                       f"= {need} tokens > {ctx}; {fix}")
+
+
+class _Parser(argparse.ArgumentParser):
+    """Resolves the per-variant defaults as it parses, so every caller of parser() (main, and
+    scripts/tune.py and sweep.py, which read the levels and hash the workload) sees the values the
+    probe will use."""
+
+    def parse_known_args(self, args=None, namespace=None):
+        a, rest = super().parse_known_args(args, namespace)
+        resolve_defaults(a)
+        return a, rest
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="make eval-latency", description=__doc__.split("\n\n")[0],
-                                epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = _Parser(prog="make eval-latency", description=__doc__.split("\n\n")[0],
+                epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
     add_variant_args(p)
     p.add_argument("--url", help="probe a server that is already running (e.g. http://127.0.0.1:8000) instead of starting one")
     p.add_argument("--baseline", help="variant to compute speedups against (default: the variant's BASELINE key)")
-    p.add_argument("--repeats", type=int, default=L.REPEATS, help=f"timed passes per level (default: {L.REPEATS})")
+    d, h = _default("repeats", L.REPEATS, True)
+    p.add_argument("--repeats", type=int, default=d, help=f"timed passes per level ({h})")
     p.add_argument("--max-spread-pct", type=float, default=L.MAX_SPREAD_PCT,
                    help=f"flag a repeat this far from its level's median tok/s (default: {L.MAX_SPREAD_PCT:g})")
-    add_workload_args(p)
+    add_workload_args(p, per_variant=True)
     p.add_argument("--results-dir", type=Path, default=RESULTS, help="where records go (default: results/)")
     p.add_argument("--plot", type=Path, help="PNG to regenerate (default: experiments/<variant>/latency.png)")
     p.add_argument("--lock", type=Path, metavar="FILE",
@@ -437,27 +563,35 @@ def main(argv=None) -> int:
         proc = ServerProcess(v.to_argv(platform), env, v["HOST"], v["PORT"], v["READY_TIMEOUT_S"], log_path=log)
         signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     from tqdm import tqdm
+    stage = "the probe's start"  # what a Ctrl-C interrupts (a pass's Interrupted names its own)
     try:
         if proc:
+            stage = f"{v.name}'s server start-up"
             proc.start()
             with tqdm(desc=f"starting {v.name}", unit="s", file=sys.stderr) as wbar:
                 proc.on_wait = lambda s: wbar.update(round(s) - wbar.n)
                 ready = proc.wait_ready()
             srv = Server(proc.url, proc)
+        stage = "the check of the served model"
         models = [m["id"] for m in srv.get("/v1/models", 30).json().get("data", [])]
         if v.name not in models:
             raise KitError(f"{srv.url} serves {models}, not variant {v.name!r} (probe the right server or variant)")
         port = str(urlsplit(srv.url).port)
+        stage = "the wait at --barrier"
         check_in(barrier, port, a.barrier_timeout_s)
         n_total = sum((a.warmup_waves + a.repeats) * max(w.requests, c) for c in a.concurrency) + (w.prefix_requests if w.prefix_tokens else 0)
+        stage = "the wait for the GPU lock"
         with exclusive(probe_lock(a.lock)), tqdm(total=n_total, unit="req", file=sys.stderr) as bar:
+            stage = "timing"
             payload = probe(srv, v.name, w, a, bar)
         # Keep this server up until the batch's last probe is done, so every probe of a batch is timed
         # beside the same neighbours (2026-11-23: as servers left, later probes saw fewer, and TPOT
         # tracked that count in both sweeps).
+        stage = "the wait for the batch at --barrier (timing had ended)"
         check_in(done_barrier(barrier), port, a.barrier_timeout_s)
-    except KeyboardInterrupt:
-        print("interrupted: no record written", file=sys.stderr)
+    except KeyboardInterrupt as e:
+        print(f"interrupted during {e.where if isinstance(e, Interrupted) else stage}: no record written",
+              file=sys.stderr)
         return 130
     finally:
         if proc:
@@ -476,7 +610,7 @@ def main(argv=None) -> int:
                       started=started, server_argv=proc.argv if proc else None, server_env=proc.env if proc else None)
     rec["payload"]["baseline"] = L.find_baseline(rec, a.baseline or v["BASELINE"], a.results_dir)
     path = write_record(rec, a.results_dir)
-    print(report_text(rec["payload"]), file=sys.stderr)
+    print(report_text(rec["payload"], rec["variant"]), file=sys.stderr)
     print(f"record: {_rel(path)}", file=sys.stderr)
     plot = write_plot(v, a.results_dir, a.plot or EXPERIMENTS / v.name / "latency.png")
     if plot:

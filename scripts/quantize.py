@@ -11,6 +11,8 @@ source folder (v.base_weights_dir, made by `make download`) and publishes v.weig
   - .kit-complete, written last by an atomic rename of the staging folder. A failed or interrupted
     run publishes nothing; its staging folder is removed by the next run.
 It then writes a `quantize` record (schemas/payloads/quantize.schema.json) to results/<variant>/.
+A run that fails once it has started (calibration, llm-compressor, the checks) writes one too, with
+status "failed" and the error, then exits non-zero; bad input (no source weights, QUANT=none) writes none.
 
 Verification (skip with --no-verify): the checkpoint is reloaded with transformers (refused if any
 weight is missing, unexpected or mismatched) and scored against the source on the kit's held-out
@@ -318,6 +320,28 @@ def _dir_bytes(d: Path) -> int:
     return sum(p.stat().st_size for p in d.iterdir() if p.is_file())
 
 
+def _rel_or_abs(p: Path) -> str:
+    return str(p.relative_to(ROOT)) if ROOT in p.parents else str(p)
+
+
+def record_failure(v, a, src: Path, out: Path, t0: float, timings: dict, err: BaseException) -> Path | None:
+    """The `quantize` record of a run that raised after it started: what it was making, how far it
+    got (timings_s) and the error. Never masks the error: a record that cannot be written is reported."""
+    payload = {"status": "failed", "error": f"{type(err).__name__}: {err}"[:4000], "published": False,
+               "weights_dir": _rel_or_abs(out), "source_dir": _rel_or_abs(src),
+               "random_source": (src / "kit-source.json").is_file(),
+               "timings_s": {**timings, "total_s": round(time.time() - t0, 2)}}
+    try:
+        path = write_record(make_record("quantize", v, payload, started=t0), root=a.results)
+    except Exception as e:  # noqa: BLE001 - the run's own error is the one to raise
+        print(f"warning: the failure record could not be written: {type(e).__name__}: {e}", file=sys.stderr)
+        return None
+    print(f"record (failed): {path}", file=sys.stderr)
+    from scripts.report import refresh_after_write
+    refresh_after_write(path)
+    return path
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="make quantize", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -356,6 +380,7 @@ def main(argv=None) -> int:
     # fp32 calibration on CPU: bf16 matmuls on AVX2 took 22 min vs 37 s for the same job (cpu.md §3).
     dtype = torch.bfloat16 if torch.accelerator.is_available() else torch.float32
     timings, tmp = {}, weights._staging(out)
+    recorded = False
     try:
         stages = tqdm(total=4, desc="quantize", unit="stage", file=sys.stderr)
         t = time.time()
@@ -381,8 +406,8 @@ def main(argv=None) -> int:
         stages.close()
         published = result is None or result["passed"]
         manifest_sha = write_manifest(v, src, tmp, calib)
-        payload = {"weights_dir": str(out.relative_to(ROOT)) if ROOT in out.parents else str(out),
-                   "published": published, "source_dir": str(src.relative_to(ROOT)) if ROOT in src.parents else str(src),
+        payload = {"status": "ok", "weights_dir": _rel_or_abs(out), "published": published,
+                   "source_dir": _rel_or_abs(src),
                    "random_source": (src / "kit-source.json").is_file(),
                    "recipe_sha256": sha256_file(tmp / RECIPE), "manifest_sha256": manifest_sha,
                    "calibration": calib, "n_grid": v["QUANT_N_GRID"],
@@ -393,7 +418,10 @@ def main(argv=None) -> int:
         if published:
             weights._publish(tmp, out)
         rec = write_record(make_record("quantize", v, payload, started=t0), root=a.results)
+        recorded = True
         print(f"record: {rec}", file=sys.stderr)
+        from scripts.report import refresh_after_write
+        refresh_after_write(rec)
         if not published:
             raise KitError(f"held-out perplexity ratio {result['ppl_ratio']} > QUANT_PPL_MAX_RATIO={result['max_ratio']} "
                            f"(top-1 agreement {result['top1_agreement']}); nothing published")
@@ -401,6 +429,10 @@ def main(argv=None) -> int:
               + (f"ppl ratio {result['ppl_ratio']}, top-1 agreement {result['top1_agreement']}, " if result else "")
               + f"{time.time() - t0:.0f} s)", file=sys.stderr)
         return 0
+    except Exception as e:
+        if not recorded:  # a verification failure has its record (published: false) already
+            record_failure(v, a, src, out, t0, timings, e)
+        raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -177,5 +177,38 @@ def main(argv=None) -> int:
     return 0
 
 
+def refresh_after_write(record_path) -> bool:
+    """What a command that wrote a record calls next: regenerate what derives from results/, so
+    `make check-schemas` does not fail on "derived files are stale" until someone runs `make report`
+    (issue #20). A record written elsewhere (a test's tmp folder, a tune's candidates) feeds no derived
+    file and is left alone. Runs `python -m scripts.report` with the interpreter `make check-schemas`
+    uses (.venv's when there is one): `make quantize` runs in .venv-quant, whose plotting need not
+    draw the same bytes. Best effort: the record stands whatever happens here, and a failure says to
+    run `make report`. True when the derived files were refreshed."""
+    import os
+    import subprocess
+    from pathlib import Path
+    from scripts.kit.paths import RESULTS
+    try:
+        Path(record_path).resolve().relative_to(RESULTS.resolve())
+    except ValueError:
+        return False
+    venv = ROOT / ".venv" / "bin" / "python"
+    py = str(venv) if venv.exists() else sys.executable
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    try:
+        r = subprocess.run([py, "-m", "scripts.report"], cwd=ROOT, env=env, capture_output=True, text=True,
+                           timeout=600)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        print(f"derived files not refreshed ({e}); run: make report", file=sys.stderr)
+        return False
+    last = (r.stderr.strip().splitlines() or [""])[-1]
+    if r.returncode != 0:
+        print(f"derived files not refreshed (make report: {last}); run: make report", file=sys.stderr)
+        return False
+    print(f"report: {last}", file=sys.stderr)
+    return True
+
+
 if __name__ == "__main__":
     run_main(main)

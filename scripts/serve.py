@@ -62,7 +62,13 @@ def describe(v, platform: str) -> str:
 
 
 def command_text(argv, env) -> str:
-    return " ".join(f"{k}={shlex.quote(str(val))}" for k, val in env.items()) + " \\\n  " + shlex.join(argv)
+    """The command as a shell line that runs from any folder: `cd` to the repo root (relative paths in
+    SERVE_* values) and the root first on PYTHONPATH (the server module is scripts.kit.vllm_main, and
+    sitecustomize.py must load), keeping the caller's PYTHONPATH after it, as the Makefile does."""
+    from scripts.kit.paths import ROOT
+    root = shlex.quote(str(ROOT))
+    head = f"cd {root} && PYTHONPATH={root}" + "${PYTHONPATH:+:$PYTHONPATH}"
+    return " ".join([head, *(f"{k}={shlex.quote(str(val))}" for k, val in env.items())]) + " \\\n  " + shlex.join(argv)
 
 
 def smoke(srv: ServerProcess, name: str) -> dict:

@@ -29,10 +29,15 @@ def _run(monkeypatch, results, srv, *extra) -> int:
 
 
 def test_ci_gates_pass_and_record(tiny_server, results, monkeypatch, capsys):
+    from scripts import report
+    refreshed, real = [], report.refresh_after_write
+    monkeypatch.setattr(report, "refresh_after_write", lambda p: refreshed.append(p) or real(p))
     rc = _run(monkeypatch, results, tiny_server, "--gates", "ci")
     err = capsys.readouterr().err
     assert rc == 0, err
     [(path, rec)] = R.records("tiny", "quality", root=results)
+    # The record's derived files are refreshed by the command (issue #20); under a tmp root, a no-op.
+    assert refreshed == [path]
     p = rec["payload"]
     sample = yaml.safe_load((EVAL / "samples" / "ci.yaml").read_text())["tasks"]
     assert p["mode"] == "sample" and p["passed"] and p["sample_file"] == "eval/samples/ci.yaml"

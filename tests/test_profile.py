@@ -1,0 +1,232 @@
+"""scripts/kit/profile.py on hand-made chrome traces: classification order, per-step math, GPU and CPU
+gaps, windows from the engine-step annotation, and the plot-only path of scripts/profile.py."""
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+
+from scripts.kit import profile as P
+
+PID, TID = 1, 1
+
+
+def ann(name, ts, dur, tid=TID):
+    return {"ph": "X", "cat": "user_annotation", "name": name, "pid": PID, "tid": tid, "ts": ts, "dur": dur}
+
+
+def py(name, ts, dur):
+    return {"ph": "X", "cat": "python_function", "name": name, "pid": PID, "tid": TID, "ts": ts, "dur": dur}
+
+
+def op(name, ts, dur, tid=TID):
+    return {"ph": "X", "cat": "cpu_op", "name": name, "pid": PID, "tid": tid, "ts": ts, "dur": dur}
+
+
+def launch(corr, ts):
+    return {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": PID, "tid": TID, "ts": ts, "dur": 2,
+            "args": {"correlation": corr}}
+
+
+def kernel(name, corr, ts, dur, stream=7):
+    return {"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": stream, "ts": ts, "dur": dur,
+            "args": {"correlation": corr}}
+
+
+DECODE = "execute_context_0(0)_generation_1(1)"
+PREFILL = "execute_context_1(128)_generation_0(0)"
+
+
+def phases(red):
+    return {r["phase"]: r for r in red["phases"]}
+
+
+@pytest.mark.parametrize("names,phase", [
+    (["gpu_model_runner: forward"], "target forward"),
+    (["gpu_model_runner: postprocess"], "target forward"),
+    (["gpu_model_runner: sample", "vllm/v1/sample/rejection_sampler.py(94): forward"], "sampler"),
+    (["gpu_model_runner: preprocess"], "bookkeeping"),
+    # a draft pass computes logits and samples: draft wins (more specific, earlier in the table)
+    (["gpu_model_runner: bookkeep", "gpu_model_runner: draft", "x/llama.py(1): compute_logits"], "draft"),
+    (["vllm/v1/worker/gpu/spec_decode/autoregressive/speculator.py(129): propose", "vllm/v1/worker/gpu/sample/gumbel.py(3): f"],
+     "draft"),
+    (["vllm/v1/spec_decode/llm_base_proposer.py(502): propose"], "draft"),
+    # V2 runner: sample() holds the lm_head (target) and the rejection sampler
+    (["vllm/v1/worker/gpu/model_runner.py(1085): sample", "vllm/model_executor/models/qwen3.py(9): compute_logits"],
+     "target forward"),
+    (["vllm/v1/worker/gpu/model_runner.py(1085): sample", "vllm/v1/worker/gpu/spec_decode/rejection_sampler.py(103): __call__"],
+     "sampler"),
+    # V2 execute_model: input prep is bookkeeping, the rest the forward
+    (["vllm/v1/worker/gpu/model_runner.py(1151): execute_model", "vllm/v1/worker/gpu/model_runner.py(874): prepare_inputs"],
+     "bookkeeping"),
+    (["vllm/v1/worker/gpu/model_runner.py(1151): execute_model", "nn.Module: Qwen3ForCausalLM_0"], "target forward"),
+    (["rejection_greedy_sample_kernel"], "sampler"),
+    (["aten::mm", DECODE], "other"),
+    ([], "other"),
+])
+def test_classify_ordered_table(names, phase):
+    assert P.classify(names) == phase
+
+
+def test_parse_step_plain_and_detailed():
+    assert P.parse_step(DECODE) == {"context_requests": 0, "context_tokens": 0, "generation_requests": 1,
+                                    "generation_tokens": 1}
+    assert P.parse_step("execute_context_0(sq0sk0sqsq0sqsk0)_generation_2(sq10sk500sqsq50sqsk2500)")[
+        "generation_tokens"] == 10
+    assert P.parse_step("gpu_model_runner: forward") is None
+
+
+def cpu_trace():
+    """Prefill, then 3 decode steps of 100 us, then an empty step. Each decode step: preprocess op 10,
+    forward op 50 (with a nested op that must not count twice), sample op 5, one unannotated op 5:
+    70 us of ops, 30 us outside them."""
+    ev = [ann(PREFILL, 0, 90), op("aten::mm", 10, 70)]
+    for i in range(3):
+        t = 100 + 100 * i
+        ev += [ann(DECODE, t, 80),
+               ann("gpu_model_runner: preprocess", t + 1, 15), op("aten::copy_", t + 2, 10),
+               ann("gpu_model_runner: forward", t + 20, 55), op("aten::linear", t + 21, 50), op("aten::mm", t + 22, 40),
+               ann("gpu_model_runner: sample", t + 80, 8), op("aten::argmax", t + 81, 5),
+               op("aten::fill_", t + 92, 5)]
+    ev += [ann("execute_context_0(0)_generation_0(0)", 400, 5), op("aten::mm", 401, 3),
+           op("aten::mm", 150, 10, tid=99)]  # another thread: not the stepping one, not counted
+    return {"traceEvents": ev + [{"ph": "M", "name": "process_name", "pid": PID}]}
+
+
+def test_reduce_cpu_trace_per_step_math():
+    red = P.reduce(cpu_trace())
+    assert red["timeline"] == "cpu"
+    assert red["steps"] == {"decode_steps": 3, "prefill_steps": 1, "decode_annotations": 3, "generation_tokens": 3}
+    ph = phases(red)
+    assert [r["phase"] for r in red["phases"]] == list(P.PHASES)
+    assert ph["target forward"]["ms_per_step"] == pytest.approx(0.050)
+    assert ph["bookkeeping"]["ms_per_step"] == pytest.approx(0.010)
+    assert ph["sampler"]["ms_per_step"] == pytest.approx(0.005)
+    assert ph["other"]["ms_per_step"] == pytest.approx(0.005)  # counted, never dropped
+    assert ph["gaps"]["ms_per_step"] == pytest.approx(0.030)
+    assert ph["draft"]["ms_per_step"] == 0
+    assert red["step_ms"] == pytest.approx(0.100)
+    assert sum(r["share_pct"] for r in red["phases"]) == pytest.approx(100, abs=0.05)
+    assert ph["target forward"]["share_pct"] == pytest.approx(50)
+    assert ph["target forward"]["top"][0]["name"] == "aten::linear"
+
+
+def test_last_decode_step_without_successor_is_left_out():
+    ev = [e for e in cpu_trace()["traceEvents"] if e.get("name") != "execute_context_0(0)_generation_0(0)"]
+    red = P.reduce({"traceEvents": ev})
+    assert red["steps"]["decode_steps"] == 2 and red["steps"]["decode_annotations"] == 3
+
+
+def gpu_trace():
+    """2 decode steps of a spec-decode runner (async: sample and draft after execute_model returns).
+    Step at CPU t: forward kernel 40 us, lm_head 10, rejection sampler 5, draft 20 (its own
+    compute_logits inside), a memcpy with no annotation 2. Kernels run back to back from device
+    time 1000 + 100 i except a 13 us idle before the memcpy: device idle = 100 - 77 = 23 us per step."""
+    ev, corr = [ann(PREFILL, 0, 50)], 1
+    for i in range(3):
+        t, d = 100 + 100 * i, 1000 + 100 * i
+        ev += [ann(DECODE, t, 30), ann("gpu_model_runner: forward", t + 1, 10), launch(corr, t + 2),
+               kernel("sm90_gemm_bf16", corr, d, 40),
+               ann("gpu_model_runner: postprocess", t + 15, 5),
+               py("vllm/model_executor/models/qwen3.py(300): compute_logits", t + 15, 4), launch(corr + 1, t + 16),
+               kernel("lm_head_gemm", corr + 1, d + 40, 10),
+               ann("gpu_model_runner: sample", t + 40, 5), launch(corr + 2, t + 41),
+               kernel("rejection_greedy_sample_kernel", corr + 2, d + 50, 5),
+               ann("gpu_model_runner: draft", t + 50, 20),
+               py("vllm/model_executor/models/qwen3.py(300): compute_logits", t + 55, 5), launch(corr + 3, t + 56),
+               kernel("draft_gemm", corr + 3, d + 55, 20),
+               {**launch(corr + 4, t + 80), "name": "cudaMemcpyAsync"},
+               {**kernel("Memcpy DtoH", corr + 4, d + 88, 2), "cat": "gpu_memcpy"}]
+        corr += 5
+    ev.append(ann("execute_context_0(0)_generation_0(0)", 400, 5))
+    ev.append(kernel("orphan_kernel", 999, 5000, 50))  # no launch in the trace: not counted
+    return {"traceEvents": ev}
+
+
+def test_reduce_gpu_trace_device_time_by_launch_context():
+    red = P.reduce(gpu_trace())
+    assert red["timeline"] == "gpu"
+    assert red["steps"]["decode_steps"] == 3
+    ph = phases(red)
+    assert ph["target forward"]["ms_per_step"] == pytest.approx(0.050)  # forward + lm_head
+    assert ph["sampler"]["ms_per_step"] == pytest.approx(0.005)
+    assert ph["draft"]["ms_per_step"] == pytest.approx(0.020)           # its compute_logits stays draft
+    assert ph["other"]["ms_per_step"] == pytest.approx(0.002)
+    assert ph["other"]["top"][0]["name"] == "Memcpy DtoH"
+    # steps 0->1 and 1->2: next step's first kernel; the last: its own last kernel end (90 us span)
+    assert ph["gaps"]["total_ms"] == pytest.approx((23 + 23 + 13) / 1e3)
+    assert red["leaves"] == 15
+
+
+def test_gpu_gap_stops_at_a_prefill_between_decode_steps():
+    """Two requests one after another: the idle before the second prefill is not a decode gap."""
+    ev, corr = [], 1
+    for i, name in enumerate([DECODE, PREFILL, DECODE, "execute_context_0(0)_generation_0(0)"]):
+        t, d = 100 * i, 10_000 * i
+        ev += [ann(name, t, 30), ann("gpu_model_runner: forward", t + 1, 10), launch(corr, t + 2),
+               kernel("gemm", corr, d, 40)]
+        corr += 1
+    red = P.reduce({"traceEvents": ev})
+    assert red["steps"]["decode_steps"] == 2
+    assert phases(red)["gaps"]["total_ms"] == 0
+    assert phases(red)["target forward"]["ms_per_step"] == pytest.approx(0.040)
+
+
+def test_no_step_annotation_gives_no_steps():
+    red = P.reduce({"traceEvents": [op("aten::mm", 0, 10)]})
+    assert red["steps"]["decode_steps"] == 0 and red["step_ms"] is None
+
+
+def test_load_trace_gzipped_or_plain(tmp_path):
+    t = cpu_trace()
+    (tmp_path / "a.json").write_text(json.dumps(t))
+    (tmp_path / "b.pt.trace.json").write_bytes(gzip.compress(json.dumps(t).encode()))  # gz without the suffix
+    assert P.load_trace(tmp_path / "a.json") == P.load_trace(tmp_path / "b.pt.trace.json") == t
+
+
+def test_phase_bytes_split_target_and_draft():
+    cfg = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+           "num_key_value_heads": 2, "vocab_size": 1000}
+    plain = P.phase_bytes(cfg, {"SPEC_METHOD": "none"}, None, 100)
+    assert set(plain) == {"target forward"}
+    mtp = P.phase_bytes(cfg, {"SPEC_METHOD": "mtp", "SPEC_K": 2}, None, 100)
+    assert mtp["target forward"] == plain["target forward"] and mtp["draft"] > 0
+    from scripts.kit.latency import step_bytes
+    assert sum(mtp.values()) == step_bytes(cfg, {"SPEC_METHOD": "mtp", "SPEC_K": 2}, None, 100)["total"]
+    assert P.phase_bytes(None, {}, None, 0) == {}
+    rows = P.add_floors([{"phase": "target forward"}, {"phase": "gaps"}], mtp, 1e12)
+    assert rows[0]["floor_ms"] == pytest.approx(mtp["target forward"] / 1e9, abs=1e-4) and rows[1]["floor_ms"] is None
+    assert P.add_floors([{"phase": "target forward"}], mtp, None)[0]["floor_ms"] is None  # CPU: n/a
+
+
+def test_rules_are_documented_and_compile():
+    for phase, pattern, where in P.RULES:
+        assert phase in P.PHASES and phase not in ("gaps", "other") and where
+
+
+def test_plot_only_from_records(tmp_path):
+    """--plot RECORD... -o PNG: one bar per record, no server."""
+    pytest.importorskip("matplotlib")
+    from scripts import profile as cmd
+    from scripts.kit.record import make_record, write_record
+    from scripts.kit.variant import load
+    v = load("tiny")
+    red = P.reduce(cpu_trace())
+    payload = {"workload": {"prompt_tokens": 8, "decode_tokens": 4, "requests": 1, "warmup_requests": 0,
+                            "concurrency": 1, "seed": 0, "sha256": "0" * 64},
+               "profiler": {"config": {}, "env": {}, "with_stack": True},
+               "server": {"ready_s": 1.0, "argv": ["vllm"]}, "timeline": red["timeline"],
+               "steps": {**red["steps"], "output_tokens": 4, "decode_tokens": 3, "tokens_per_step": 1.0,
+                         "draft_passes_per_step": 0, "source": "test"},
+               "step_ms": red["step_ms"], "phases": P.add_floors(red["phases"], {}, None),
+               "floor": {"bandwidth_bytes_per_s": None, "source": None, "note": "n/a"},
+               "rules": [{"phase": p, "pattern": r} for p, r, _ in P.RULES],
+               "trace": {"path": "x.trace.json.gz", "bytes": 1, "sha256": "0" * 64, "worker_traces": 1, "source": "x"}}
+    path = write_record(make_record("profile", v, payload), tmp_path)
+    out = tmp_path / "p.png"
+    assert cmd.main(["--plot", str(path), str(path), "-o", str(out)]) == 0
+    assert out.read_bytes()[:4] == b"\x89PNG"
+    out2 = tmp_path / "q.png"
+    assert cmd.main(["--variant", "tiny", "--plot", "--results-dir", str(tmp_path), "-o", str(out2)]) == 0
+    assert out2.read_bytes()[:4] == b"\x89PNG"
