@@ -16,7 +16,7 @@ PROBE ?=
 PY := $(if $(wildcard .venv/bin/python),.venv/bin/python,python3)
 QPY := $(if $(wildcard .venv-quant/bin/python),.venv-quant/bin/python,python3)
 V := --variant $(VARIANT) $(foreach s,$(SET),--set $(s))
-.PHONY: help install download serve serve-fleet eval-latency profile compare variance sweep eval-quality eval-quality-full quantize bake verify-cache build build-import verify-image k8s tune check-schemas test golden report new
+.PHONY: help install download serve serve-fleet eval-latency profile compare variance sweep eval-quality eval-quality-full quantize bake verify-cache build build-import verify-image k8s tune check-schemas test test-all golden report new
 
 help: ## list targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
@@ -60,8 +60,10 @@ tune: ## search the levers of BASE under SLO and the quality gate; write the win
 	$(PY) -m scripts.tune --base $(BASE) $(foreach s,$(SET),--set $(s)) $(if $(SLO),--slo $(SLO)) $(if $(BUDGET),--budget $(BUDGET)) $(if $(JOBS),--jobs $(JOBS))
 check-schemas: ## validate schemas, every config.env, every record, freshness of derived files
 	$(PY) -m scripts.check
-test: ## the test suite (CPU; real vLLM, lm-eval and llm-compressor on the tiny model)
-	$(PY) -m pytest $(PYTEST_ARGS)
+test: ## the fast suite (CPU; real vLLM on the tiny model, one shared server): skips and names the slow e2e tests
+	$(PY) -m pytest -m "not gpu and not slow" --durations=10 $(PYTEST_ARGS)
+test-all: ## every CPU test, the slow e2e ones too (bake, tune, quantize, gates, sweep, fleet, profile): what CI runs
+	$(PY) -m pytest -m "not gpu" --durations=10 $(PYTEST_ARGS)
 golden: ## regenerate tests/golden/argv from every variant (review the diff)
 	$(PY) -m scripts.kit golden
 report: ## regenerate measurements.json and README tables from results/

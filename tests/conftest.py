@@ -47,3 +47,18 @@ def tiny_server(tmp_path_factory):
     with srv:
         srv.variant = v
         yield srv
+
+
+_deselected_slow: list[str] = []
+
+
+def pytest_deselected(items):
+    """Remember slow tests a `-m "... not slow"` run left out, to name them at the end."""
+    _deselected_slow.extend(i.nodeid for i in items if i.get_closest_marker("slow"))
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _deselected_slow:
+        terminalreporter.write_sep("-", f"skipped {len(_deselected_slow)} slow e2e test(s): `make test-all` runs them")
+        for nodeid in _deselected_slow:
+            terminalreporter.write_line(f"  {nodeid}")

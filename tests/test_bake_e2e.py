@@ -22,6 +22,7 @@ from scripts.kit.variant import Variant, load
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_bake_then_verify_then_export_on_real_tiny_server(tree, tmp_path, monkeypatch):
     # A copy of tiny in a tmp tree, with its cache root and records in tmp too: weights/cache/tiny
     # and results/tiny belong to the real variant.

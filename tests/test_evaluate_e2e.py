@@ -15,7 +15,7 @@ import scripts.kit.record as R
 from scripts import evaluate
 from scripts.kit.paths import EVAL
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")

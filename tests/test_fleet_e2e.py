@@ -48,6 +48,7 @@ def distinct_ports(n: int) -> list[int]:
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_two_replicas_behind_the_router_survive_a_killed_one(tmp_path):
     if not tiny_ready():
         pytest.fail("tiny weights missing: run `make install` (it fetches them)")

@@ -38,6 +38,7 @@ def test_probe_real_tiny_server_via_url(tiny_server, tmp_path):
     assert (tmp_path / "latency.png").read_bytes()[:4] == b"\x89PNG"
 
 
+@pytest.mark.slow
 def test_probe_starts_its_own_server_with_prefix_reset(tmp_path):
     rc = probe.main(["--variant", "tiny", "--set", f"PORT={free_port()}", "--results-dir", str(tmp_path),
                      "--plot", str(tmp_path / "latency.png"), *TINY, "--concurrency", "2"])

@@ -10,7 +10,7 @@ from scripts.kit import profile as P
 from scripts.kit.procs import free_port
 from scripts.kit.record import records
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
 def test_profile_real_tiny_server(tmp_path):

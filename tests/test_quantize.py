@@ -68,6 +68,7 @@ def test_bad_input_errors(tmp_path):
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_quantize_tiny_end_to_end(tmp_path):
     v = load("tiny")
     if not weights.is_complete(v.base_weights_dir):
@@ -148,6 +149,7 @@ def _mini(arch: str, tmp_path) -> str:
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 @pytest.mark.parametrize("variant,arch", [("qwen3-4b-awq", "qwen3-4b"), ("qwen3.5-4b-awq", "qwen3.5-4b")])
 def test_random_source_of_the_real_architectures(tmp_path, variant, arch):
     """What the GPU host runs for issue 4 (`--random-source`: random bf16 weights of ARCH_CONFIG, no

@@ -41,6 +41,7 @@ def test_tiny_answers_on_all_endpoints(tiny_server):
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_stop_leaves_no_child(tmp_path):
     from scripts.kit.device import host_platform
     from scripts.kit.procs import ServerProcess, free_port
@@ -101,6 +102,7 @@ def test_busy_port_is_reported(tmp_path):
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_then_runs_jobs_against_one_server_and_records_smoke(tmp_path, monkeypatch):
     """--smoke --then: one start, the smoke record, each job sees the live URL, then the group stops."""
     import scripts.kit.record as record

@@ -97,6 +97,7 @@ def test_probe_barrier_waits_for_the_whole_batch(tmp_path, capsys):
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_sweep_real_tiny_one_good_point_one_failed(tmp_path):
     """--jobs 2: both points' servers start at once, each on its own port, records kept apart."""
     probe = ("--concurrency 1 --repeats 1 --input-lens 16 --class-weights 1 --output-min 4 --output-max 8 "

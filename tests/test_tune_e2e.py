@@ -22,7 +22,7 @@ import pytest
 from scripts.kit.paths import ROOT
 from tests.conftest import tiny_ready
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 NAME = "tiny-tuned"
 ARGS = ["-m", "scripts.tune", "--base", "tiny", "--name", NAME, "--budget", "2", "--levers", "max_num_seqs",
