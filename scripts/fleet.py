@@ -32,7 +32,7 @@ def main(argv=None) -> int:
     p.add_argument("--dry-run", action="store_true", help="print every command and its placement; start nothing")
     a = p.parse_args(argv)
     v = load(a.variant, a.set)
-    fleet = Fleet(v, a.replicas, a.policy, overrides=a.set)
+    fleet = Fleet(v, a.replicas, a.policy)
     print(describe(v, fleet.platform), file=sys.stderr)
     if a.dry_run:
         for r in fleet.replicas:

@@ -2,7 +2,8 @@
 
 The kit does not balance requests itself: vllm-router (PyPI `vllm-router`, a Rust load balancer from
 the vLLM project, pinned in pyproject.toml's `router` group) routes them, cache-aware by default: a
-request goes to the replica whose prefix tree matches its prompt best, unless the loads drift apart.
+request goes to the replica that served the longest prefix of its prompt (over 30% of it), else to
+the least loaded one (in-flight requests; the first on a tie).
 
 Every process is a ServerProcess (own process group, /health polling, SIGTERM then SIGKILL):
 
@@ -36,10 +37,12 @@ ROUTER_PACKAGE = "vllm-router"
 POLICIES = ("cache_aware", "round_robin", "power_of_two", "consistent_hash", "random")
 DEFAULT_POLICY = "cache_aware"
 # Routing around a dead replica. The router's defaults notice one only after 3 failed health checks
-# 60 s apart; meanwhile its retries (5, from 50 ms) can land on the same dead replica again. A check
-# every 2 s that drops a replica at its first failure, and a circuit breaker that opens after 2
-# failed requests, keep the window to about a second. Retries stay on (their default): a request
-# refused by a dead replica is sent again, to another one.
+# 60 s apart, and its circuit breaker opens after 10 failures, while cache affinity keeps choosing the
+# dead replica for its prompts through all 5 retries: with the defaults, 2 of 9 requests sent after
+# one of two `tiny` replicas was SIGKILLed failed ("500 Request failed: error sending request"); with
+# these, none (tests/test_fleet_e2e.py, vllm-router 0.1.17, 2026-11-25). A check every 2 s drops a
+# replica at its first failure; the breaker opens after 2 failed requests, within one request's
+# retries, so the retry goes to another replica. Retries stay on (their default).
 ROUTER_HEALTH = ["--health-check-interval-secs", "2", "--health-failure-threshold", "1",
                  "--health-success-threshold", "1", "--health-check-timeout-secs", "5",
                  "--cb-failure-threshold", "2", "--cb-timeout-duration-secs", "30"]
@@ -100,9 +103,9 @@ def placements(variant, n: int, platform: str) -> list[dict]:
 class Fleet:
     def __init__(self, variant, replicas: int, policy: str = DEFAULT_POLICY, *, platform: str | None = None,
                  router_port: int | None = None, replica_ports: list[int] | None = None,
-                 metrics_port: int | None = None, log_dir: Path | None = None, overrides=(), say=None):
+                 metrics_port: int | None = None, log_dir: Path | None = None, say=None):
+        import dataclasses
         from .device import host_platform
-        from .variant import load
         if replicas < 1:
             raise KitError(f"REPLICAS={replicas}: at least 1")
         self.variant, self.n, self.policy = variant, replicas, policy
@@ -123,7 +126,7 @@ class Fleet:
         where = placements(variant, replicas, self.platform)
         self.replicas: list[ServerProcess] = []
         for i, port in enumerate(self.replica_ports):
-            v = load(variant.name, [*overrides, f"PORT={port}"])
+            v = dataclasses.replace(variant, config={**variant.config, "PORT": port})
             env = {**v.to_env(self.platform), **where[i]}
             srv = ServerProcess(v.to_argv(self.platform), env, v["HOST"], port, v["READY_TIMEOUT_S"],
                                 log_path=log_dir / f"fleet-{stamp}-replica{i}-{port}.log")
