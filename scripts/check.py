@@ -7,7 +7,7 @@
      schema, measurements.json against measurements.schema.json); errors name file and JSON path;
   4. every summary figure a record keeps raw samples for equals what the samples give (latency
      levels, comparison ratios);
-  5. derived files (measurements.json, README tables) are fresh.
+  5. derived files (measurements.json, the README.md and docs/ tables) are fresh.
   Also (scripts/kit/ledger.py): records match results/ledger.tsv, corrections validate, git_commit is real.
 Exit 1 with one line per problem.
 """

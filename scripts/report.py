@@ -1,4 +1,5 @@
-"""`make report`: fold results/ into each experiments/<v>/measurements.json and the README tables.
+"""`make report`: fold results/ into each experiments/<v>/measurements.json and the tables of README.md
+and docs/ (DOC_FILES).
 
 Derived files only; `--check` (run by `make check-schemas`) fails when regenerating would change
 them. A record kind gets its summary from scripts/kit/summaries/<kind>.py (`summarize(variant,
@@ -23,6 +24,10 @@ from scripts.kit.schema import validate_measurements
 from scripts.kit.variant import discover, load
 
 README = ROOT / "README.md"
+# Files whose marked blocks (`<!-- tag:begin -->` ... `<!-- tag:end -->`) make report fills: each file
+# gets every block it has markers for. README.md keeps results-comparison; docs/config.md the variants
+# and keys tables; docs/results.md the per-variant results tables.
+DOC_FILES = (README, ROOT / "docs" / "config.md", ROOT / "docs" / "results.md")
 ALSO_LISTED = ("comparison",)  # kinds whose summary lists records from other variants' folders too
 
 
@@ -108,8 +113,8 @@ def replace_block(text: str, tag: str, body: str) -> str:
     return f"{head}{begin}\n{body}\n{end}{tail}"
 
 
-def readme_text(docs: dict) -> str:
-    text = README.read_text() if README.exists() else ""
+def readme_text(docs: dict, path=README) -> str:
+    text = path.read_text() if path.exists() else ""
     text = replace_block(text, "variants", variant_table(docs))
     text = replace_block(text, "keys", keys_table())
     for kind in sorted({k for d in docs.values() for k in d["results"]}):
@@ -158,11 +163,12 @@ def main(argv=None) -> int:
             stale.append(str(path.relative_to(ROOT)))
             if not a.check:
                 atomic_write(path, new)
-    new_readme = readme_text(docs)
-    if README.exists() and README.read_text() != new_readme:
-        stale.append("README.md")
-        if not a.check:
-            atomic_write(README, new_readme)
+    for doc in DOC_FILES:
+        new_text = readme_text(docs, doc)
+        if doc.exists() and doc.read_text() != new_text:
+            stale.append(str(doc.relative_to(ROOT)))
+            if not a.check:
+                atomic_write(doc, new_text)
     # Binary artifacts (plots) a summary derives from the same records, compared byte for byte.
     for kind in sorted({k for d in docs.values() for k in d["results"]}):
         mod = summarizer(kind)

