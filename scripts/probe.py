@@ -35,7 +35,7 @@ from scripts.kit import latency as L
 from scripts.kit import weights
 from scripts.kit.device import conditions, device_provenance, gpu_compute_processes, host_platform
 from scripts.kit.errors import KitError, run_main
-from scripts.kit.paths import EXPERIMENTS, RESULTS, ROOT, atomic_write, rel as _rel
+from scripts.kit.paths import EXPERIMENTS, RESULTS, ROOT, rel as _rel
 from scripts.kit.procs import ServerProcess
 from scripts.kit.record import make_record, records, write_record
 from scripts.kit.variant import load
@@ -323,15 +323,8 @@ def write_plot(v, root: Path, path: Path) -> Path:
         cur = load(name)
         recs = [(_rel(p), r) for p, r in records(name, "latency", root) if cur.describes(r)]
         docs[name] = {"results": {"latency": S.summarize(cur, recs)}} if recs else {"results": {}}
-    try:
-        data = S.plot_png(v.name, docs)
-    except ModuleNotFoundError as e:  # the GPU host's vLLM site has no matplotlib; `make report` redraws it
-        print(f"plot skipped: {e}", file=sys.stderr)
-        return None
-    if data is None:
-        return None
-    atomic_write(path, data)
-    return path
+    from scripts.kit.summaries import save_plot
+    return save_plot(lambda: S.plot_png(v.name, docs), path)
 
 
 def csv_ints(text: str) -> tuple:

@@ -172,15 +172,8 @@ def plot_png(recs: list[tuple[str, dict]]) -> bytes | None:
 
 
 def write_plot(recs: list[tuple[str, dict]], path: Path) -> Path | None:
-    try:
-        data = plot_png(recs)
-    except ModuleNotFoundError as e:  # the GPU host's vLLM site has no matplotlib
-        print(f"plot skipped: {e}", file=sys.stderr)
-        return None
-    if data is None:
-        return None
-    atomic_write(path, data)
-    return path
+    from scripts.kit.summaries import save_plot
+    return save_plot(lambda: plot_png(recs), path)
 
 
 def parser() -> argparse.ArgumentParser:
