@@ -15,6 +15,8 @@
 # and a fourth carrying w.tar.xz and running tar -xJf .gpu/w.tar.xz && KIT_GIT_COMMIT=... bash .ci/gpu-session.sh ...
 # The 64 MiB a call counts the tree too (9.3 MB on 2026-11-25, growing with the committed session logs):
 # p02 + w.tar.xz + the tree went over it that day. The wheel folders go in later calls (p01 + whl-eval is over it).
+# The largest chunk, p00 (50 MiB), leaves the tree about 14 MiB: prune or compress old session logs before
+# they reach that. So plan at least four calls before the first measurement.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 shared=${SHARED:-../shared}

@@ -68,6 +68,24 @@
 #   bash .ci/gpu-session.sh collect SECONDS
 #       wait until every detached job has ended or SECONDS pass, then put /tmp/kit's results/ and
 #       experiments/ in $OUT/r.tgz and the jobs' logs in $OUT/logs.tgz (a later call collects again)
+# Session notes (moved from the README; each session's own account is results/gpu-sessions/<UTC>/README.md):
+# - Prepare with `bash .ci/gpu-prepare.sh` here, then e.g.
+#     KIT_GIT_COMMIT=<commit> bash .ci/gpu-session.sh catalog 540 qwen3-4b-awq
+#     KIT_GIT_COMMIT=<commit> bash .ci/gpu-session.sh parallel 540 6442450944 qwen3-4b-bf16 qwen3-4b-awq
+# - With `detach`, one call starts every job of the session and later calls only `collect`: the GPU
+#   stays busy across calls (2026-11-23 17:15: a shim proof, two quantizes, a tune and a parallel side
+#   by side). Commit each session's driver and server logs under results/gpu-sessions/: a failed start
+#   writes no record.
+# - Costs on the H100 (results/gpu-sessions/20261123T1427Z/): Qwen3.5 cold starts 304-351 s two at a
+#   time, 345 s eight at a time, 73-75 s with warm compile caches; Qwen3 AWQ 206 s three at a time; one
+#   probe of $PROBE 35-56 s. A 30-minute session holds about three batches of servers; budget calls at
+#   540 s or less.
+# - KV_BYTES: size it for the hungriest server. A Qwen3.5 variant at vLLM's default 1024 sequences needs
+#   ~17 GiB (one Mamba state per sequence; 20 GiB used), 8-sequence variants start at 6 GiB; KV_BYTES
+#   must also hold one request of max_model_len (16384 tokens: Qwen3-4B 2.25 GiB, Qwen3.5 AWQ 1.04 GiB).
+#   Set side by side only records with equal budgets.
+# - `stop`: `timeout` runs in a process group of its own, so INT to the job's group missed it on
+#   2026-11-24; the kit stops its servers itself (`timeout -k 120` leaves it the time).
 set -uo pipefail
 # Pass the commit the tree came from (KIT_GIT_COMMIT=$(git rev-parse HEAD) here, in the run command):
 # the machine's copy has no .git, or an older one (records then name a wrong commit). It wins over git.
@@ -197,8 +215,10 @@ case "${1:-}" in
     # Qwen3.5-4B at a 6 GiB KV failed to start on 2026-11-25 (max_num_seqs 1024 > 372 Mamba cache blocks;
     # it needs ~16.5 GiB), and Qwen3.5 pairs at that size beside a Qwen3 pair do not fit 80 GB: so the
     # Qwen3 pair is compared first, alone; then the Qwen3.5 pair alone, then beside one idle Qwen3 server.
-    # 18 GiB each leaves ~19 GB free for the neighbour's start (vLLM checks 0.2 x 80 GB free at start).
-    kv3=6442450944; kv35=19327352832; R35="SPEC_ACCEPTANCE=0.98,0.82,0.70,0.54"
+    # MTP's draft shares the KV budget: at 18 GiB the K=4 variant had 963 Mamba blocks, under 1024, and
+    # did not start (20261124T0410Z): 20 GiB each. That leaves ~15 GB, under the 0.2 x 80 GB vLLM wants
+    # free at start, so the neighbour (8 GB of weights, 1 GiB KV) starts with a 0.15 share.
+    kv3=6442450944; kv35=21474836480; R35="SPEC_ACCEPTANCE=0.98,0.82,0.70,0.54"
     R3="SPEC_ACCEPTANCE=0.95,0.88,0.80,0.70,0.60,0.50,0.40,0.30,0.20,0.12,0.06,0.03,0.02,0.01,0.01"
     # The --set of cmp's sides repeat up's, so each record's config and argv are the servers'.
     m() { echo "--set SERVE_KV_CACHE_MEMORY_BYTES=$1 --set SERVE_GPU_MEMORY_UTILIZATION=0.2"; }
@@ -212,7 +232,8 @@ case "${1:-}" in
     bash "$0" up q35a 8100 $kv35 qwen3.5-4b-bf16; bash "$0" up q35b 8101 $kv35 qwen3.5-4b-bf16-tuned --set "$R35"
     bash "$0" ready 900 8100 8101 || { bash "$0" down q35a q35b; exit 1; }
     cmp35
-    bash "$0" up q3n 8104 1073741824 qwen3-4b-bf16; bash "$0" ready 400 8104 && cmp35
+    bash "$0" up q3n 8104 1073741824 qwen3-4b-bf16 --set SERVE_GPU_MEMORY_UTILIZATION=0.15
+    bash "$0" ready 400 8104 && cmp35
     bash "$0" down q3n q35a q35b ;;
   chain)  # MODE ARGS.. ++ MODE ARGS..: one after the other in one (detached) job, so their GPU memory
     # never adds up; a failed step does not stop the next

@@ -219,7 +219,7 @@ def test_a_record_written_refreshes_what_derives_from_it(tmp_path):
     import sys
     from scripts.kit.paths import ROOT
     kit = tmp_path / "kit"
-    for top in ("scripts", "schemas", "experiments", "results", "eval", "weights/configs"):
+    for top in ("scripts", "schemas", "experiments", "results", "eval", "weights/configs", "docs"):
         shutil.copytree(ROOT / top, kit / top, ignore=shutil.ignore_patterns("logs", "__pycache__"))
     for f in ("README.md", "sitecustomize.py", "pyproject.toml"):
         shutil.copy2(ROOT / f, kit / f)
