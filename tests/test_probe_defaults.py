@@ -104,8 +104,16 @@ def _pool_threads():
     return [t for t in threading.enumerate() if t.name.startswith("ThreadPoolExecutor") and t.is_alive()]
 
 
-def test_ctrl_c_in_warm_up_returns_130_at_once_and_cuts_the_streams(tmp_path, capsys):
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+@pytest.fixture
+def ctrl_c_raises():
+    """Ctrl-C as a terminal delivers it. A test run started in the background (nohup, `&`) inherits
+    SIGINT ignored, and Python then installs no KeyboardInterrupt handler."""
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, old)
+
+
+def test_ctrl_c_in_warm_up_returns_130_at_once_and_cuts_the_streams(tmp_path, capsys, ctrl_c_raises):
     main = threading.main_thread().ident
     with FakeOpenAIStream("tiny", ttft_s=0.05, itl_s=2.0) as fake:
         def ctrl_c():
@@ -134,7 +142,10 @@ def test_ctrl_c_in_warm_up_returns_130_at_once_and_cuts_the_streams(tmp_path, ca
 def test_ctrl_c_ends_the_probe_process_at_once(tmp_path):
     """As a user sees it: SIGINT to the process; it exits 130 within seconds (threads joined at exit)."""
     with FakeOpenAIStream("tiny", ttft_s=0.05, itl_s=2.0) as fake:
-        p = subprocess.Popen([sys.executable, "-m", "scripts.probe", "--variant", "tiny", "--url", fake.url,
+        # SIG_DFL in the child: Python then installs its KeyboardInterrupt handler even when this test
+        # runs with SIGINT ignored (started in the background).
+        p = subprocess.Popen(preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL), args=[
+                             sys.executable, "-m", "scripts.probe", "--variant", "tiny", "--url", fake.url,
                               "--results-dir", str(tmp_path / "results"), *SLOW],
                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + 60
