@@ -292,12 +292,19 @@ def run_gate(v, name: str, gate: dict, tap: FinishTap, tokenizer: Path, mode: st
     if mode == "sample":
         indices = {t: s["indices"] for t, s in sample["tasks"].items()}
     with _at_root():
-        res = simple_evaluate(
-            model=LM_EVAL_MODEL[gate["api"]], model_args=model_args(v, gate, tap.url, tokenizer),
-            tasks=list(gate["tasks"]), task_manager=TaskManager(include_path=str(EVAL / "tasks")),
-            samples=indices, limit=limit, log_samples=True, apply_chat_template=gate["api"] == "chat",
-            gen_kwargs={"max_gen_toks": gate["max_gen_toks"]}, bootstrap_iters=0,
-            random_seed=seed, numpy_random_seed=seed, torch_random_seed=seed, fewshot_random_seed=seed)
+        try:
+            res = simple_evaluate(
+                model=LM_EVAL_MODEL[gate["api"]], model_args=model_args(v, gate, tap.url, tokenizer),
+                tasks=list(gate["tasks"]), task_manager=TaskManager(include_path=str(EVAL / "tasks")),
+                samples=indices, limit=limit, log_samples=True, apply_chat_template=gate["api"] == "chat",
+                gen_kwargs={"max_gen_toks": gate["max_gen_toks"]}, bootstrap_iters=0,
+                random_seed=seed, numpy_random_seed=seed, torch_random_seed=seed, fewshot_random_seed=seed)
+        except AssertionError as e:
+            if "--samples" not in str(e):
+                raise
+            # lm-eval checks the indices against the loaded dataset before any request.
+            raise KitError(f"gate {name}: the sample's indices do not fit the loaded dataset ({e}): the sample "
+                           f"file was drawn for other item counts (e.g. a `gates-data` stand-in DATA_DIR)") from None
     ran = sorted(res["samples"])
     if mode == "sample":
         unsampled = [t for t in ran if t not in sample["tasks"]]
@@ -373,9 +380,6 @@ def main(argv=None) -> int:
     if mode == "sample":
         sample_path, sample, sample_sha = load_sample(gdoc["sample"])
     data_dir = a.data_dir or v["DATA_DIR"]
-    if data_dir:
-        # Hub datasets resolve from this cache, never from the network.
-        os.environ.update(HF_HOME=str(Path(data_dir).resolve()), HF_DATASETS_OFFLINE="1", HF_HUB_OFFLINE="1")
     tokenizer = weights.require(v)
     offline_nltk()
     for name, g in gdoc["gates"].items():
@@ -387,6 +391,10 @@ def main(argv=None) -> int:
     out_root = a.results_dir or R.RESULTS
     log_dir = out_root / v.name / "logs" / f"quality-{stamp}"
     with contextlib.ExitStack() as stack:
+        if data_dir:
+            # Hub datasets resolve from this cache, never from the network (scripts/kit/gates_data.py).
+            from scripts.kit.gates_data import offline
+            stack.enter_context(offline(data_dir))
         url, srv = a.url, None
         if not url:
             platform = host_platform()

@@ -5,6 +5,7 @@
     python -m scripts.kit golden [--check]          # tests/golden/argv/*.txt from every variant
     python -m scripts.kit new NAME [--base VARIANT] # copy experiments/_template
     python -m scripts.kit ledger                    # add new records' lines to results/ledger.tsv
+    python -m scripts.kit gates-data DIR            # offline DATA_DIR for the default gates (stand-in items)
 """
 from __future__ import annotations
 
@@ -68,6 +69,9 @@ def main(argv=None) -> int:
     n.add_argument("name")
     n.add_argument("--base", default=None)
     sub.add_parser("ledger", help="add records missing from results/ledger.tsv (existing lines never change)")
+    d = sub.add_parser("gates-data", help="write a DATA_DIR (Hugging Face datasets cache) that the default "
+                                          "gates' lm-eval tasks load offline, from eval/data/gates_default")
+    d.add_argument("dir")
     a = p.parse_args(argv)
     if a.cmd == "list":
         print("\n".join(discover()))
@@ -96,6 +100,11 @@ def main(argv=None) -> int:
         for line in added:
             print(line)
         print(f"ledger: {len(added)} record(s) added", file=sys.stderr)
+    elif a.cmd == "gates-data":
+        from .gates_data import build
+        for name, splits in build(a.dir).items():
+            print(f"{name}: " + ", ".join(f"{s} {n}" for s, n in splits.items()))
+        print(f"wrote {a.dir} (loaded back offline); use it: DATA_DIR={a.dir} or --data-dir {a.dir}", file=sys.stderr)
     return 0
 
 
