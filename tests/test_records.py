@@ -70,8 +70,12 @@ def test_git_state_prefers_the_commit_the_caller_names(monkeypatch):
     import subprocess
     from scripts.kit.paths import ROOT
     from scripts.kit.record import git_state
-    monkeypatch.setenv("KIT_GIT_COMMIT", "8cb46de")
-    assert git_state() == ("8cb46de", True)
+    full = "8cb46de61a5cf230808ba66f554b2bb2ea895d4f"
+    monkeypatch.setenv("KIT_GIT_COMMIT", full)
+    assert git_state() == (full, True)
+    monkeypatch.setenv("KIT_GIT_COMMIT", "8cb46de")  # short, or made up: refused before a run
+    with pytest.raises(KitError, match="full commit sha"):
+        git_state()
     monkeypatch.delenv("KIT_GIT_COMMIT")
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     assert git_state()[0] == head

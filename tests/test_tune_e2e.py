@@ -49,7 +49,7 @@ def kit(tmp_path):
 
 
 def tune(root: Path, **kw) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": str(root), "KIT_GIT_COMMIT": "e2e"}
+    env = {**os.environ, "PYTHONPATH": str(root), "KIT_GIT_COMMIT": "0" * 40}
     return subprocess.Popen([sys.executable, *ARGS], cwd=root, env=env, start_new_session=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
 
@@ -116,7 +116,7 @@ def test_tune_jobs_measures_a_levers_values_side_by_side(kit):
     argv[argv.index("--budget") + 1] = "3"
     argv[argv.index("--search-gate") + 1] = "none"
     argv[argv.index("--final-gate") + 1] = "none"
-    env = {**os.environ, "PYTHONPATH": str(kit), "KIT_GIT_COMMIT": "e2e"}
+    env = {**os.environ, "PYTHONPATH": str(kit), "KIT_GIT_COMMIT": "0" * 40}
     p = subprocess.run([sys.executable, *argv, "--jobs", "2", "--no-confirm"], cwd=kit, env=env,
                        capture_output=True, text=True, timeout=1200)
     out = p.stdout + p.stderr
@@ -150,7 +150,7 @@ def test_tune_seeds_a_hand_made_variant_and_a_rerun_starts_from_the_records(kit)
     argv[argv.index("--budget") + 1] = "3"
     argv[argv.index("--search-gate") + 1] = "none"
     argv[argv.index("--final-gate") + 1] = "none"
-    env = {**os.environ, "PYTHONPATH": str(kit), "KIT_GIT_COMMIT": "e2e"}
+    env = {**os.environ, "PYTHONPATH": str(kit), "KIT_GIT_COMMIT": "0" * 40}
     runs = [subprocess.run([sys.executable, *argv, "--no-confirm"], cwd=kit, env=env, capture_output=True,
                            text=True, timeout=1200) for _ in range(2)]
     out1, out2 = (r.stdout + r.stderr for r in runs)

@@ -52,7 +52,12 @@ def git_state() -> tuple[str, bool]:
     wins over the copy's own .git, which on 2026-11-23 held an older HEAD than the tree sent (records
     20261123T14* say 7c603f8, dirty, for tree 8cb46de). Such records are always marked dirty."""
     if os.environ.get("KIT_GIT_COMMIT"):
-        return os.environ["KIT_GIT_COMMIT"], True
+        given = os.environ["KIT_GIT_COMMIT"]
+        # Refused before any run, not by check-schemas after it: on 2026-11-25 a short sha padded with
+        # made-up digits reached 15 committed records (results/corrections/*-git-commit-76269bd.json).
+        if not re.fullmatch(r"[0-9a-f]{40}", given):
+            raise KitError(f"KIT_GIT_COMMIT={given!r} is not a full commit sha: pass $(git rev-parse HEAD)")
+        return given, True
     try:
         r = subprocess.run(["git", "rev-parse", "--verify", "HEAD"], cwd=ROOT, capture_output=True, text=True,
                            timeout=10)
