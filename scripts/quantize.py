@@ -37,7 +37,7 @@ from pathlib import Path
 
 from scripts.kit import quant, weights
 from scripts.kit.errors import KitError, run_main
-from scripts.kit.paths import RESULTS, ROOT
+from scripts.kit.paths import RESULTS, ROOT, sha256_file
 from scripts.kit.record import make_record, versions, write_record
 from scripts.kit.variant import load
 from scripts.serve import add_variant_args
@@ -45,14 +45,6 @@ from scripts.serve import add_variant_args
 MANIFEST = "kit-manifest.json"
 RECIPE = "recipe.yaml"
 HUB_CALIB = ("HuggingFaceH4/ultrachat_200k", "train_sft")  # llm-compressor's AWQ examples use it
-
-
-def sha256_file(p: Path) -> str:
-    h = hashlib.sha256()
-    with open(p, "rb") as f:
-        for block in iter(lambda: f.read(1 << 24), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 # -- sources ---------------------------------------------------------------------------------------

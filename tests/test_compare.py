@@ -134,3 +134,19 @@ def test_variance_refuses_records_of_two_machines(tmp_path):
     f.write_text(json.dumps(other))
     with pytest.raises(KitError, match="one session"):
         variance.main([REAL[0], str(f), "--results-dir", str(tmp_path)])
+
+
+@pytest.mark.e2e
+def test_real_tiny_server_as_both_sides_writes_a_record_the_checker_recomputes(tiny_server, tmp_path):
+    """The driver against real vLLM (the shared tiny server as A and B): requests, samples, conditions,
+    and a record whose every ratio its samples give back."""
+    url = tiny_server.url
+    assert compare.main(["--a", "tiny", "--b", "tiny", "--url-a", url, "--url-b", url,
+                         "--set", f"PORT={tiny_server.variant['PORT']}", "--results-dir", str(tmp_path / "results"),
+                         *SMALL]) == 0
+    rec = only(tmp_path)
+    p = rec["payload"]
+    assert len(p["passes"]) == 5 * 2 * 2 and all(all(x["samples"]["ok"]) for x in p["passes"])
+    assert p["sides"]["a"]["started_here"] is False and "--enforce-eager" in p["sides"]["a"]["argv"]
+    assert rec["provenance"]["acceptance"] == "none" and rec["provenance"]["weights"] == "real"
+    assert record_mismatches(rec) == []

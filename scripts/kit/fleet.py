@@ -38,9 +38,9 @@ POLICIES = ("cache_aware", "round_robin", "power_of_two", "consistent_hash", "ra
 DEFAULT_POLICY = "cache_aware"
 # Routing around a dead replica. The router's defaults notice one only after 3 failed health checks
 # 60 s apart, and its circuit breaker opens after 10 failures, while cache affinity keeps choosing the
-# dead replica for its prompts through all 5 retries: with the defaults, 2 of 9 requests sent after
-# one of two `tiny` replicas was SIGKILLed failed ("500 Request failed: error sending request"); with
-# these, none (tests/test_fleet_e2e.py, vllm-router 0.1.17, 2026-11-25). A check every 2 s drops a
+# dead replica for its prompts through all 5 retries: in a trial with the defaults (vllm-router 0.1.17,
+# 2026-11-25, not kept as a record), requests sent after one of two `tiny` replicas was SIGKILLed failed
+# ("500 Request failed: error sending request"); with these, tests/test_fleet_e2e.py loses none. A check every 2 s drops a
 # replica at its first failure; the breaker opens after 2 failed requests, within one request's
 # retries, so the retry goes to another replica. Retries stay on (their default).
 ROUTER_HEALTH = ["--health-check-interval-secs", "2", "--health-failure-threshold", "1",

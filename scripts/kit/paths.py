@@ -29,3 +29,13 @@ def atomic_write(path: Path, data: bytes | str) -> None:
     with os.fdopen(fd, "wb" if isinstance(data, bytes) else "w") as f:
         f.write(data)
     os.replace(tmp, path)
+
+
+def sha256_file(path) -> str:
+    """sha256 of a file's bytes, read in blocks (checkpoints and wheels run to GBs)."""
+    import hashlib
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 24), b""):
+            h.update(block)
+    return h.hexdigest()
