@@ -2,8 +2,8 @@
 bootstrap 95% interval. scripts/compare.py serves A and B on one GPU and times them interleaved;
 `make check-schemas` recomputes every figure of a comparison record from its samples (mismatches).
 
-Why a ratio needs its own record: on the kit's H100 the same variant and workload moved 18-52%
-between sessions, more than most differences the kit ranks. Two records from two sessions differ by
+Why a ratio needs its own record: on the kit's H100 the same variant and workload moved
+between sessions by more than most differences the kit ranks (two K sweeps, K=0 included). Two records from two sessions differ by
 the session as much as by the config. A and B timed in one session, both servers resident the whole
 time, in alternating order (A B, B A, A B, ...), see the same clocks, neighbours and host, and the
 alternation cancels a linear drift.

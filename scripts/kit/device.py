@@ -44,7 +44,7 @@ def gpu_compute_processes() -> int | None:
     return len([x for x in out.stdout.split() if x.strip().isdigit()]) if out.returncode == 0 else None
 
 
-# What the level shifts could come from (issue 18: the same config moved 18-52% between sessions):
+# What the level shifts could come from (issue 18: the same config moved between sessions):
 # clocks, power, temperature and throttle reasons, read before and after every timed pass.
 # nvidia-smi names, not pynvml: no extra package on the GPU host. Drivers since 535 call the
 # throttle reasons "clocks_event_reasons"; older ones only "clocks_throttle_reasons".

@@ -1,7 +1,7 @@
 """Summary of `comparison` records (scripts/compare.py: A and B served in one session, timed
 interleaved, B-vs-A ratios with a bootstrap 95% interval): the only source of a ratio, speedup or
 ranking the kit prints. Between two records of two sessions the session moves the figures as much
-as the config does (18-52% on the kit's H100), so nothing else is set against anything.
+as the config can, so nothing else is set against anything.
 
 A record lives under results/<B>/; it is summarized for B and, when A is another variant, listed
 under A too (`also_listed`). Rows are built from the record as written (the recorded verdict, not a

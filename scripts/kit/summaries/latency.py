@@ -36,7 +36,7 @@ def summarize(variant, records: list) -> dict:
     path, rec = valid[-1]
     p = rec["payload"]
     # The baseline record that may be set beside this one (absolute figures), never a ratio: the two
-    # come from two sessions, and between sessions the figures move 18-52% (scripts/kit/compare.py).
+    # come from two sessions, and between sessions the figures move (scripts/kit/compare.py).
     # A record's own payload.baseline.speedup stays on disk; ratios come from comparison records only.
     baseline = {k: p["baseline"].get(k) for k in ("variant", "comparable", "reasons")}
     if p["baseline"].get("record"):
@@ -106,8 +106,8 @@ ROOFLINE_NOTE = ("*roofline c=1 (v2 bytes)*: bytes a c=1 decode step reads / HBM
 
 
 NO_RATIO_NOTE = ("Each row is one variant's own record, from its own session: the rows are not ranked and no "
-                 "speedup is computed between them (between sessions the same variant moved 18-52% on the kit's "
-                 "H100). A ratio comes from a comparison record only (Comparisons, `make compare A=... B=...`).")
+                 "speedup is computed between them (between sessions the same variant moved more than most "
+                 "differences between variants on the kit's H100). A ratio comes from a comparison record only (Comparisons, `make compare A=... B=...`).")
 
 
 def readme_table(docs: dict) -> str:

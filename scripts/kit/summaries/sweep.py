@@ -45,7 +45,7 @@ def _machine(pt: dict):
 def summarize(variant, records: list) -> dict:
     """Newest sweep per key. A sweep whose points ran on more than one machine is that many sweeps:
     each point carries its `session` (1, 2, ... in the order they first appear), and the plot and
-    table never join points of different sessions (issue 18: levels move 18-52% between machines)."""
+    table never join points of different sessions (issue 18: levels move between machines)."""
     latest = {}
     for path, rec in records:  # oldest first: the last one of a key wins
         latest[rec["payload"]["key"]] = (path, rec)
