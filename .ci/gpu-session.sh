@@ -212,29 +212,46 @@ case "${1:-}" in
     step python3 -m scripts.compare --a "$a" --b "$b" --url-a "http://127.0.0.1:$pa" --url-b "http://127.0.0.1:$pb" \
       --set WEIGHTS=dummy $CMP "$@" ;;
   study)
-    # Qwen3.5-4B at a 6 GiB KV failed to start on 2026-11-25 (max_num_seqs 1024 > 372 Mamba cache blocks;
-    # it needs ~16.5 GiB), and Qwen3.5 pairs at that size beside a Qwen3 pair do not fit 80 GB: so the
-    # Qwen3 pair is compared first, alone; then the Qwen3.5 pair alone, then beside one idle Qwen3 server.
-    # MTP's draft shares the KV budget: at 18 GiB the K=4 variant had 963 Mamba blocks, under 1024, and
-    # did not start (20261124T0410Z): 20 GiB each. That leaves ~15 GB, under the 0.2 x 80 GB vLLM wants
-    # free at start, so the neighbour (8 GB of weights, 1 GiB KV) starts with a 0.15 share.
+    # Issues 18 and 19, in order of what they need most, each phase's servers started at once:
+    # 1. the Qwen3.5 pair (BF16; BF16 + MTP K=4 at the published rates) beside one idle Qwen3 server,
+    #    compared; the neighbour stopped; compared again alone: what an idle neighbour does to each
+    #    side, on the same two servers. Qwen3.5 at 20 GiB each: MTP's draft shares the KV budget and
+    #    1024 sequences need ~19 GiB of Mamba blocks (963 at 18 GiB, 20261124T0410Z; 372 at 6 GiB,
+    #    20261125T1732Z). The neighbour (8 GB of weights, 1 GiB KV) starts with a 0.15 share: ~15 GB
+    #    are left beside the pair, under the 0.2 x 80 GB vLLM wants free.
+    # 2. the Qwen3 pair (BF16; DFlash K=15 at the optimistic rates), with `make profile` of both
+    #    Qwen3.5 variants starting beside it (the profiled servers compile afresh: the scope variable
+    #    is in vLLM's compile key; 8 sequences, 2 GiB: they time one request at a time). The Qwen3
+    #    pair is compared once the profiles have ended, so it is timed alone.
+    # 3. the Qwen3.5 pair again (warm caches), B at the pessimistic rates, then at acceptance 0.
     kv3=6442450944; kv35=21474836480; R35="SPEC_ACCEPTANCE=0.98,0.82,0.70,0.54"
+    R35P="SPEC_ACCEPTANCE=0.6,0.35,0.2,0.1"; R35Z="SPEC_ACCEPTANCE=0,0,0,0"
     R3="SPEC_ACCEPTANCE=0.95,0.88,0.80,0.70,0.60,0.50,0.40,0.30,0.20,0.12,0.06,0.03,0.02,0.01,0.01"
     # The --set of cmp's sides repeat up's, so each record's config and argv are the servers'.
     m() { echo "--set SERVE_KV_CACHE_MEMORY_BYTES=$1 --set SERVE_GPU_MEMORY_UTILIZATION=0.2"; }
-    cmp3() { bash "$0" cmp 8102 8103 qwen3-4b-bf16 qwen3-4b-bf16-tuned $(m $kv3) --set-a PORT=8102 --set-b PORT=8103 --set-b "$R3"; }
-    cmp35() { bash "$0" cmp 8100 8101 qwen3.5-4b-bf16 qwen3.5-4b-bf16-tuned $(m $kv35) --set-a PORT=8100 --set-b PORT=8101 --set-b "$R35"; }
-    if ! bash "$0" ready 5 8102 8103 2>/dev/null; then
-      bash "$0" up q3a 8102 $kv3 qwen3-4b-bf16; bash "$0" up q3b 8103 $kv3 qwen3-4b-bf16-tuned --set "$R3"
-      bash "$0" ready 900 8102 8103 || { bash "$0" down q3a q3b; exit 1; }
-    fi
-    cmp3; bash "$0" down q3a q3b
+    # --requests 8 (over CMP's 16): the 2026-11-25 17:32 Qwen3 records', so the two sessions' levels sit side by side.
+    cmp3() { bash "$0" cmp 8102 8103 qwen3-4b-bf16 qwen3-4b-bf16-tuned $(m $kv3) --set-a PORT=8102 --set-b PORT=8103 --set-b "$R3" --requests 8; }
+    cmp35() { local pb=$1; shift; bash "$0" cmp 8100 "$pb" qwen3.5-4b-bf16 qwen3.5-4b-bf16-tuned $(m $kv35) --set-a PORT=8100 --set-b PORT="$pb" "$@" --requests 8; }
+    prof() { step python3 -m scripts.profile --variant "$1" --set WEIGHTS=dummy --set PORT="$2" \
+      --set SERVE_MAX_NUM_SEQS=8 --set SERVE_KV_CACHE_MEMORY_BYTES=2147483648 --set SERVE_GPU_MEMORY_UTILIZATION=0.2 \
+      --results-dir /tmp/kit/presults --trace-dir "/tmp/ptrace-$1" "${@:3}" > "$LOGS/profile-$1.log" 2>&1; }
     bash "$0" up q35a 8100 $kv35 qwen3.5-4b-bf16; bash "$0" up q35b 8101 $kv35 qwen3.5-4b-bf16-tuned --set "$R35"
-    bash "$0" ready 900 8100 8101 || { bash "$0" down q35a q35b; exit 1; }
-    cmp35
     bash "$0" up q3n 8104 1073741824 qwen3-4b-bf16 --set SERVE_GPU_MEMORY_UTILIZATION=0.15
-    bash "$0" ready 400 8104 && cmp35
-    bash "$0" down q3n q35a q35b ;;
+    bash "$0" ready 900 8100 8101 || { bash "$0" down q35a q35b q3n; exit 1; }
+    bash "$0" ready 300 8104 && cmp35 8101 --set-b "$R35"
+    bash "$0" down q3n
+    cmp35 8101 --set-b "$R35"
+    bash "$0" down q35a q35b
+    prof qwen3.5-4b-bf16 8110 & p1=$!; prof qwen3.5-4b-bf16-tuned 8111 --set "$R35" & p2=$!
+    bash "$0" up q3a 8102 $kv3 qwen3-4b-bf16; bash "$0" up q3b 8103 $kv3 qwen3-4b-bf16-tuned --set "$R3"
+    bash "$0" ready 900 8102 8103 && { wait $p1 $p2; cmp3; }
+    wait; bash "$0" down q3a q3b
+    bash "$0" up q35a 8100 $kv35 qwen3.5-4b-bf16; bash "$0" up q35p 8105 $kv35 qwen3.5-4b-bf16-tuned --set "$R35P"
+    bash "$0" ready 600 8100 8105 && cmp35 8105 --set-b "$R35P"
+    bash "$0" down q35p
+    bash "$0" up q35z 8106 $kv35 qwen3.5-4b-bf16-tuned --set "$R35Z"
+    bash "$0" ready 600 8106 && cmp35 8106 --set-b "$R35Z"
+    bash "$0" down q35a q35z ;;
   chain)  # MODE ARGS.. ++ MODE ARGS..: one after the other in one (detached) job, so their GPU memory
     # never adds up; a failed step does not stop the next
     shift; cmd=()
@@ -264,6 +281,9 @@ case "${1:-}" in
     for l in jobs/*.log; do echo "=== $l (rc $(cat "${l%.log}.rc" 2>/dev/null || echo running))"; tail -n 8 "$l"; done
     nvidia-smi --query-gpu=memory.used,memory.total,utilization.gpu --format=csv
     tar -czf "$OUT/r.tgz" results experiments; tar -czf "$OUT/logs.tgz" jobs logs
+    # study's profiles: records apart from their traces (each trace its own file, 16 MiB a file comes back)
+    [ -d presults ] && { tar -czf "$OUT/p.tgz" --exclude='./profiles' --exclude='*/logs' -C presults .
+      for t in presults/profiles/*; do [ -f "$t" ] && cp "$t" "$OUT/"; done; }
     echo "still running: $(running | tr '\n' ' ')" ;;
   *) echo "usage: $0 spine | smoke VARIANT... | catalog SECONDS VARIANT [--set K=V ...] | parallel SECONDS KV_BYTES SPEC..." \
           "| shim VARIANT NAME | quantize SECONDS VARIANT KV_BYTES | gates VARIANT KV_BYTES | tune BASE SECONDS | sweep FLAGS.. | wheels DIR TARGET" \
