@@ -8,6 +8,12 @@ correlation over the passes, null where the condition did not vary), plus the pa
 the GPU reported a slowdown. An A/A record (the same variant on both sides) adds the method's own
 noise: its ratio interval.
 
+TPOT splits in two, per pass, from the requests' own samples: tokens per engine step (Σ(output
+tokens - 1) / Σ stream chunks after the first; the server streams one chunk per request per step, so
+1 without speculation, the acceptance length with it) and step time (Σ(E2E - TTFT) / Σ chunks). A
+level that moves with the step time and not with tokens per step moved with the engine's step, not
+with the acceptance draw.
+
 Output: one `variance` record under results/<variant of the first record>/ (schemas/payloads/
 variance.schema.json). Records of different sessions (another host id or GPU) are refused: a level
 shift between sessions is what this measures within one, not across.
@@ -61,6 +67,15 @@ def spread(xs: list[float]) -> dict:
             "cv_pct": round(100 * statistics.pstdev(xs) / statistics.fmean(xs), 2) if len(xs) > 1 else None}
 
 
+def steps(rows: list[dict]) -> tuple[float | None, float | None]:
+    """(tokens per engine step, ms per step) over one pass's completed requests; None without chunks."""
+    chunks = sum(r["itl_n"] or 0 for r in rows)
+    if not chunks:
+        return None, None
+    return (round(sum(r["output_tokens"] - 1 for r in rows) / chunks, 4),
+            round(sum(r["e2e_ms"] - r["ttft_ms"] for r in rows) / chunks, 4))
+
+
 def study(path: str, rec: dict) -> list[dict]:
     """One entry per (side, concurrency) of a comparison record."""
     p = rec["payload"]
@@ -68,11 +83,14 @@ def study(path: str, rec: dict) -> list[dict]:
     for side in "ab":
         for c in sorted({x["concurrency"] for x in p["passes"]}):
             ps = [x for x in p["passes"] if x["side"] == side and x["concurrency"] == c]
-            tpot, tps = [], []
+            tpot, tps, per_step, step_ms = [], [], [], []
             for x in ps:
                 rows = [r for r in L.rows(x["samples"]) if r["ok"]]
                 tpot.append(L.percentile([r["tpot_ms"] for r in rows if r["tpot_ms"] is not None], 50))
                 tps.append(sum(r["output_tokens"] for r in rows) / x["duration_s"])
+                k, ms = steps(rows)
+                per_step.append(k)
+                step_ms.append(ms)
             conds = {k: [pass_condition(x, k) for x in ps] for k in CONDITIONS}
             slow = [i for i, x in enumerate(ps)
                     if any(((x["conditions"].get(w) or {}).get("gpu") or {}).get("slowdowns") for w in ("before", "after"))]
@@ -81,6 +99,9 @@ def study(path: str, rec: dict) -> list[dict]:
                         "concurrency": c, "rounds": [x["round"] for x in ps],
                         "tpot_p50_ms": spread(tpot), "output_tok_per_s": spread(tps),
                         "tpot_p50_ms_per_pass": [round(t, 4) for t in tpot],
+                        "tokens_per_step": spread(per_step) if None not in per_step else None,
+                        "step_ms": spread(step_ms) if None not in step_ms else None,
+                        "tokens_per_step_per_pass": per_step, "step_ms_per_pass": step_ms,
                         "conditions": {k: ([min(v for v in vs if v is not None), max(v for v in vs if v is not None)]
                                            if any(v is not None for v in vs) else None) for k, vs in conds.items()},
                         "correlation_with_tpot": {k: pearson(vs, tpot) for k, vs in conds.items()},
@@ -130,8 +151,11 @@ def main(argv=None) -> int:
     out = write_record(rec, a.results_dir)
     for e in entries:
         t = e["tpot_p50_ms"]
+        k, ms = e["tokens_per_step"], e["step_ms"]
+        split = (f"; tokens/step {k['min']}-{k['max']} (range {k['range_pct']}%), step {ms['min']}-{ms['max']} ms "
+                 f"(range {ms['range_pct']}%)") if k and ms else ""
         print(f"{e['variant']} ({e['side'].upper()}) c={e['concurrency']}: TPOT p50 per pass {t['min']}-{t['max']} ms "
-              f"(range {t['range_pct']}%, cv {t['cv_pct']}%), slowdown passes {len(e['slowdown_passes'])}", file=sys.stderr)
+              f"(range {t['range_pct']}%, cv {t['cv_pct']}%){split}, slowdown passes {len(e['slowdown_passes'])}", file=sys.stderr)
     print(f"record: {_rel(out)}", file=sys.stderr)
     return 0
 

@@ -15,6 +15,7 @@ from scripts.kit import compare as C
 from scripts.kit import latency as L
 from scripts.kit.errors import KitError
 from scripts.kit.record import records
+from scripts.kit.record import load_record
 from scripts.kit.summaries.recompute import record_mismatches
 
 SMALL = ["--concurrency", "1,2", "--warmup-waves", "1", "--requests", "3", "--input-lens", "16",
@@ -124,6 +125,35 @@ def test_variance_study_of_the_h100_session_separates_noise_from_speculation(tmp
     assert bf16["n"] == 5 and bf16["range_pct"] < 1 < dflash["range_pct"]
     assert rec["payload"]["a_a"][0]["record"] == REAL[0]
     assert rec["provenance"]["device"]["name"].startswith("NVIDIA H100")
+
+
+SESSION2 = ("results/qwen3.5-4b-bf16-tuned/20261125T203357Z-comparison.json",
+            "results/qwen3-4b-bf16-tuned/20261125T204450Z-comparison.json")
+
+
+def test_variance_splits_tpot_into_tokens_per_step_and_step_time(tmp_path):
+    """On the second H100 session: BF16 emits one token a step; MTP's per-pass TPOT moves with its step
+    time while its tokens per step (the acceptance draw) stay within a few percent."""
+    from scripts import variance
+    assert all(record_mismatches(load_record(f)) == [] for f in SESSION2)
+    assert variance.main([*SESSION2, "--results-dir", str(tmp_path)]) == 0
+    (rec,) = [r for _, r in records(kind="variance", root=tmp_path)]
+    e = {(x["variant"], x["side"], x["concurrency"], x["record"]): x for x in rec["payload"]["entries"]}
+    bf16 = e[("qwen3.5-4b-bf16", "a", 1, SESSION2[0])]
+    mtp = e[("qwen3.5-4b-bf16-tuned", "b", 1, SESSION2[0])]
+    assert bf16["tokens_per_step"]["min"] == bf16["tokens_per_step"]["max"] == 1.0
+    assert mtp["tokens_per_step"]["range_pct"] < 5 < 20 < mtp["step_ms"]["range_pct"]
+    # TPOT = step time / tokens per step, pass by pass, within the per-request vs pooled difference
+    for t, k, ms in zip(mtp["tpot_p50_ms_per_pass"], mtp["tokens_per_step_per_pass"], mtp["step_ms_per_pass"]):
+        assert abs(t - ms / k) / t < 0.1
+
+
+def test_variance_steps_of_a_pass_by_hand():
+    from scripts.variance import steps
+    rows = [{"output_tokens": 9, "itl_n": 2, "e2e_ms": 30.0, "ttft_ms": 10.0},
+            {"output_tokens": 5, "itl_n": 2, "e2e_ms": 26.0, "ttft_ms": 6.0}]
+    assert steps(rows) == (3.0, 10.0)
+    assert steps([{"output_tokens": 1, "itl_n": 0, "e2e_ms": 5.0, "ttft_ms": 5.0}]) == (None, None)
 
 
 def test_variance_refuses_records_of_two_machines(tmp_path):

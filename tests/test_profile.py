@@ -230,3 +230,30 @@ def test_plot_only_from_records(tmp_path):
     out2 = tmp_path / "q.png"
     assert cmd.main(["--variant", "tiny", "--plot", "--results-dir", str(tmp_path), "-o", str(out2)]) == 0
     assert out2.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_h100_profile_records_keep_their_traces_and_the_checker_catches_a_lost_or_changed_one(tmp_path, monkeypatch):
+    """The committed H100 profiles name traces that exist with their sha256 (after the path correction);
+    a record pointing at a missing file, or at a file of other bytes, is a mismatch."""
+    import glob
+    import shutil
+    from scripts.kit import paths
+    from scripts.kit.record import load_record
+    from scripts.kit.summaries.recompute import record_mismatches
+    recs = [load_record(f) for f in sorted(glob.glob(str(paths.ROOT / "results/*/*-profile.json")))]
+    gpu = [r for r in recs if r["provenance"]["device"]["kind"] == "gpu"]
+    assert gpu, "no GPU profile record committed"
+    for r in gpu:
+        assert r["payload"]["trace"]["path"].startswith("results/profiles/")
+        assert record_mismatches(r) == []
+    rec = gpu[0]
+    copy = tmp_path / "results" / "profiles" / "t.trace.json.gz"
+    copy.parent.mkdir(parents=True)
+    shutil.copy(paths.ROOT / rec["payload"]["trace"]["path"], copy)
+    monkeypatch.setattr(paths, "ROOT", tmp_path)
+    moved = {**rec, "payload": {**rec["payload"], "trace": {**rec["payload"]["trace"], "path": "results/profiles/t.trace.json.gz"}}}
+    assert record_mismatches(moved) == []
+    copy.write_bytes(copy.read_bytes()[:-1] + b"\0")
+    assert any("sha256" in m for m in record_mismatches(moved))
+    copy.unlink()
+    assert any("does not exist" in m for m in record_mismatches(moved))

@@ -11,4 +11,19 @@ def record_mismatches(rec: dict) -> list[str]:
     if rec["kind"] == "comparison":
         from scripts.kit import compare as C
         return C.mismatches(rec["payload"])
+    if rec["kind"] == "profile":
+        return trace_mismatches(rec["payload"].get("trace"))
+    return []
+
+
+def trace_mismatches(trace: dict | None) -> list[str]:
+    """A profile record's kept trace: the file it names exists, with the bytes and sha256 it gives."""
+    from scripts.kit.paths import ROOT, sha256_file
+    if not trace:
+        return []
+    f = ROOT / trace["path"]
+    if not f.is_file():
+        return [f"payload/trace/path: {trace['path']} does not exist"]
+    if f.stat().st_size != trace["bytes"] or sha256_file(f) != trace["sha256"]:
+        return [f"payload/trace: {trace['path']} is not the trace the record kept (bytes or sha256 differ)"]
     return []
