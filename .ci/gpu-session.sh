@@ -194,18 +194,26 @@ case "${1:-}" in
     name=$2; port=$3; kv=$4; v=$5; shift 5; mkdir -p /tmp/kit-up
     setsid python3 -m scripts.serve --variant "$v" --set WEIGHTS=dummy --set PORT="$port" \
       --set SERVE_KV_CACHE_MEMORY_BYTES="$kv" --set SERVE_GPU_MEMORY_UTILIZATION=0.2 "$@" \
-      > "$LOGS/up-$name.log" 2>&1 < /dev/null & echo $! > "/tmp/kit-up/$name.pid"; echo "up $name: $v on $port (pid $!)" ;;
-  down)
-    shift; for name in "$@"; do pid=$(cat "/tmp/kit-up/$name.pid") || continue; kill -INT "$pid" 2>/dev/null; done
-    for name in "$@"; do pid=$(cat "/tmp/kit-up/$name.pid") || continue
-      for _ in $(seq 1 120); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
-      kill -0 "$pid" 2>/dev/null && { echo "down $name: still running after 120 s, TERM"; kill -TERM "$pid"; }
-      rm -f "/tmp/kit-up/$name.pid"; echo "down $name"; done ;;
+      > "$LOGS/up-$name.log" 2>&1 < /dev/null & echo $! > "/tmp/kit-up/$name.pid"; echo $! > "/tmp/kit-up/port-$port.pid"
+    echo "up $name: $v on $port (pid $!)" ;;
+  down)  # INT to all, then one wait for all (2026-11-25 20:34: waited one by one, 120 s each, 240 s in all)
+    shift; pids=(); for name in "$@"; do pid=$(cat "/tmp/kit-up/$name.pid" 2>/dev/null) || continue
+      kill -INT "$pid" 2>/dev/null; pids+=("$name:$pid"); done
+    for _ in $(seq 1 120); do alive=0; for np in "${pids[@]}"; do kill -0 "${np#*:}" 2>/dev/null && alive=1; done
+      [ $alive = 0 ] && break; sleep 1; done
+    for np in "${pids[@]}"; do name=${np%%:*}; pid=${np#*:}
+      if kill -0 "$pid" 2>/dev/null; then echo "down $name: still running after 120 s, TERM"; kill -TERM "$pid"
+        for _ in $(seq 1 30); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done; fi
+      rm -f "/tmp/kit-up/$name.pid"; echo "down $name$(kill -0 "$pid" 2>/dev/null && echo ': STILL RUNNING')"; done ;;
   ready)
     end=$((SECONDS + $2)); shift 2
     for port in "$@"; do
       until python3 -c 'import sys, urllib.request as u; u.urlopen(sys.argv[1], timeout=5)' "http://127.0.0.1:$port/health" 2>/dev/null; do
-        [ $SECONDS -lt $end ] || { echo "ready: port $port not healthy in time" >&2; exit 1; }; sleep 2; done
+        [ $SECONDS -lt $end ] || { echo "ready: port $port not healthy in time" >&2; exit 1; }
+        # A server `up` started that has exited will not come up (2026-11-25: 300 s spent waiting on one).
+        pid=$(cat "/tmp/kit-up/port-$port.pid" 2>/dev/null) && ! kill -0 "$pid" 2>/dev/null \
+          && { echo "ready: the server on port $port (pid $pid) has exited" >&2; exit 1; }
+        sleep 2; done
       echo "ready: $port"; done ;;
   cmp)
     pa=$2; pb=$3; a=$4; b=$5; shift 5
@@ -217,7 +225,7 @@ case "${1:-}" in
     #    compared; the neighbour stopped; compared again alone: what an idle neighbour does to each
     #    side, on the same two servers. Qwen3.5 at 20 GiB each: MTP's draft shares the KV budget and
     #    1024 sequences need ~19 GiB of Mamba blocks (963 at 18 GiB, 20261124T0410Z; 372 at 6 GiB,
-    #    20261125T1732Z). The neighbour (8 GB of weights, 1 GiB KV) starts with a 0.15 share: ~15 GB
+    #    20261125T1732Z). The neighbour (8 GB of weights, 1 GiB KV, 4096 tokens) starts with a 0.15 share: ~15 GB
     #    are left beside the pair, under the 0.2 x 80 GB vLLM wants free.
     # 2. the Qwen3 pair (BF16; DFlash K=15 at the optimistic rates), with `make profile` of both
     #    Qwen3.5 variants starting beside it (the profiled servers compile afresh: the scope variable
@@ -236,7 +244,8 @@ case "${1:-}" in
       --set SERVE_MAX_NUM_SEQS=8 --set SERVE_KV_CACHE_MEMORY_BYTES=2147483648 --set SERVE_GPU_MEMORY_UTILIZATION=0.2 \
       --results-dir /tmp/kit/presults --trace-dir "/tmp/ptrace-$1" "${@:3}" > "$LOGS/profile-$1.log" 2>&1; }
     bash "$0" up q35a 8100 $kv35 qwen3.5-4b-bf16; bash "$0" up q35b 8101 $kv35 qwen3.5-4b-bf16-tuned --set "$R35"
-    bash "$0" up q3n 8104 1073741824 qwen3-4b-bf16 --set SERVE_GPU_MEMORY_UTILIZATION=0.15
+    # 4096 tokens: 1 GiB does not hold one request of Qwen3-4B's 16384 (2.25 GiB; it failed to start so on 2026-11-25 20:27).
+    bash "$0" up q3n 8104 1073741824 qwen3-4b-bf16 --set SERVE_GPU_MEMORY_UTILIZATION=0.15 --set SERVE_MAX_MODEL_LEN=4096
     bash "$0" ready 900 8100 8101 || { bash "$0" down q35a q35b q3n; exit 1; }
     bash "$0" ready 300 8104 && cmp35 8101 --set-b "$R35"
     bash "$0" down q3n

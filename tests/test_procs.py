@@ -212,3 +212,21 @@ def test_a_crash_is_still_shown_without_a_log(tmp_path, capfd):
         with srv:
             pass
     assert "boom: bad flag" in capfd.readouterr().err
+
+
+def test_a_group_member_that_ignores_sigterm_is_killed_and_the_stop_says_so(tmp_path, capfd):
+    """A grandchild that ignores SIGTERM holds the group past the grace: the stop says how many
+    processes were still up after SIGTERM, SIGKILLs them, and reports how long it took."""
+    port = free_port()
+    script = tmp_path / "stubborn.py"
+    script.write_text(STANDIN.replace(
+        '"import time; time.sleep(600)"',
+        '"import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"'))
+    srv = ServerProcess([sys.executable, str(script), "0.2", str(port)], {}, "127.0.0.1", port, ready_timeout_s=30)
+    srv.start()
+    srv.wait_ready()
+    pgid = srv.proc.pid
+    srv.stop(grace_s=1)
+    assert group_members(pgid) == []
+    err = capfd.readouterr().err
+    assert "1 process(es) still up" in err and "SIGTERM" in err

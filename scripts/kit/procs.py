@@ -15,6 +15,7 @@ import re
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -233,6 +234,7 @@ class ServerProcess:
         # its own (a crash) still has its last words relayed.
         self._quiet = self.proc.poll() is None
         pgid = self.proc.pid
+        t0 = time.monotonic()
         for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10)):
             try:
                 os.killpg(pgid, sig)
@@ -245,9 +247,20 @@ class ServerProcess:
                     break
                 time.sleep(0.2)
             else:
+                # Said as it happens: on the H100 (2026-11-25 20:34) two stops outlasted 120 s and their
+                # logs ended at "stopping server", so where the time went was never seen.
+                left = group_members(pgid)
+                print(f"server group {pgid}: {len(left)} process(es) still up {time.monotonic() - t0:.0f} s after "
+                      f"{signal.Signals(sig).name}: {', '.join(map(str, left[:8]))}", file=sys.stderr, flush=True)
                 continue
             break
-        self.proc.wait(timeout=10)
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            raise KitError(f"server pid {pgid} did not exit {time.monotonic() - t0:.0f} s after SIGKILL "
+                           "(stuck in the kernel or the GPU driver?); its process group is left to the OS") from None
+        if time.monotonic() - t0 > 5:
+            print(f"server stopped in {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
         for t in self._relays:  # the pipes close when the last process of the group is gone
             t.join(timeout=5)
         self._relays = []
