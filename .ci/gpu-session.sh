@@ -96,6 +96,9 @@ export PYTHONPATH=/tmp/site:$PWD:/tmp/eval HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE
 # `timeout -s INT -k 120` below: the kit stops its servers on INT (TERM, 30 s grace, then KILL, per server);
 # -k 30 killed a tune mid-stop on 2026-11-24 and left its two servers running.
 step() { echo "=== $(date -u +%H:%M:%S) $*"; "$@"; local rc=$?; echo "=== rc=$rc"; return $rc; }
+# A live process, not a zombie: `kill -0` also succeeds on an exited, unreaped one (up's servers are
+# orphans; who reaps them on the device is not known, and two stops there looked 120 s long).
+alive() { local st; st=$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f1) && [ -n "$st" ] && [ "$st" != Z ]; }
 # parallel's per-server logs: KIT_LOG_DIR=$OUT keeps them when the call's time limit cuts the mode short.
 LOGS=${KIT_LOG_DIR:-/tmp}
 LOCK=${KIT_PROBE_LOCK:-/tmp/kit-probe.lock}
@@ -199,19 +202,19 @@ case "${1:-}" in
   down)  # INT to all, then one wait for all (2026-11-25 20:34: waited one by one, 120 s each, 240 s in all)
     shift; pids=(); for name in "$@"; do pid=$(cat "/tmp/kit-up/$name.pid" 2>/dev/null) || continue
       kill -INT "$pid" 2>/dev/null; pids+=("$name:$pid"); done
-    for _ in $(seq 1 120); do alive=0; for np in "${pids[@]}"; do kill -0 "${np#*:}" 2>/dev/null && alive=1; done
+    for _ in $(seq 1 120); do alive=0; for np in "${pids[@]}"; do alive "${np#*:}" && alive=1; done
       [ $alive = 0 ] && break; sleep 1; done
     for np in "${pids[@]}"; do name=${np%%:*}; pid=${np#*:}
-      if kill -0 "$pid" 2>/dev/null; then echo "down $name: still running after 120 s, TERM"; kill -TERM "$pid"
-        for _ in $(seq 1 30); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done; fi
-      rm -f "/tmp/kit-up/$name.pid"; echo "down $name$(kill -0 "$pid" 2>/dev/null && echo ': STILL RUNNING')"; done ;;
+      if alive "$pid"; then echo "down $name: still running after 120 s, TERM"; kill -TERM "$pid"
+        for _ in $(seq 1 30); do alive "$pid" || break; sleep 1; done; fi
+      rm -f "/tmp/kit-up/$name.pid"; echo "down $name$(alive "$pid" && echo ': STILL RUNNING')"; done ;;
   ready)
     end=$((SECONDS + $2)); shift 2
     for port in "$@"; do
       until python3 -c 'import sys, urllib.request as u; u.urlopen(sys.argv[1], timeout=5)' "http://127.0.0.1:$port/health" 2>/dev/null; do
         [ $SECONDS -lt $end ] || { echo "ready: port $port not healthy in time" >&2; exit 1; }
         # A server `up` started that has exited will not come up (2026-11-25: 300 s spent waiting on one).
-        pid=$(cat "/tmp/kit-up/port-$port.pid" 2>/dev/null) && ! kill -0 "$pid" 2>/dev/null \
+        pid=$(cat "/tmp/kit-up/port-$port.pid" 2>/dev/null) && ! alive "$pid" \
           && { echo "ready: the server on port $port (pid $pid) has exited" >&2; exit 1; }
         sleep 2; done
       echo "ready: $port"; done ;;
