@@ -148,16 +148,26 @@ def plot_png(recs: list[tuple[str, dict]]) -> bytes | None:
     import matplotlib.pyplot as plt
     from scripts.kit.summaries import png_bytes
     colors = dict(zip(P.PHASES, ("tab:blue", "tab:orange", "tab:green", "tab:purple", "lightgray", "tab:brown")))
-    fig, ax = plt.subplots(figsize=(max(4.0, 1.6 * len(recs) + 2.5), 4.5), dpi=100)
+    fig, ax = plt.subplots(figsize=(max(5.0, 2.4 * len(recs) + 1.5), 5.5), dpi=100)
     x = range(len(recs))
     bottom = [0.0] * len(recs)
+    # With Python stacks on, the tracer slows the host several fold, so the gaps (device idle) are an
+    # upper bound: hatched, and each bar says its device-busy part apart from the total.
+    stacked = [bool((rec["payload"].get("profiler") or {}).get("with_stack")) for _, rec in recs]
+    busy = [0.0] * len(recs)
     for phase in P.PHASES:
         vals = [next((r["ms_per_step"] or 0.0 for r in rec["payload"]["phases"] if r["phase"] == phase), 0.0)
                 for _, rec in recs]
-        ax.bar(x, vals, bottom=bottom, color=colors[phase], label=phase, width=0.6)
+        gaps = phase == "gaps"
+        label = "gaps (device idle; hatched: an upper bound)" if gaps and any(stacked) else phase
+        ax.bar(x, vals, bottom=bottom, color=colors[phase], label=label, width=0.6,
+               hatch=["//" if gaps and st else "" for st in stacked])
         bottom = [b + v for b, v in zip(bottom, vals)]
+        if not gaps:
+            busy = [b + v for b, v in zip(busy, vals)]
+    ax.set_ylim(0, max(bottom + [1e-9]) * 1.12)
     for i, total in enumerate(bottom):
-        ax.text(i, total, f"{total:.3g}", ha="center", va="bottom", fontsize=8)
+        ax.text(i, total, f"{total:.3g} ({busy[i]:.3g} busy)", ha="center", va="bottom", fontsize=8)
     labels = []
     for _, rec in recs:
         dev = rec["provenance"]["device"]
@@ -166,7 +176,9 @@ def plot_png(recs: list[tuple[str, dict]]) -> bytes | None:
     ax.set_xticks(list(x), labels, fontsize=7)
     ax.set_ylabel("ms per decode step")
     ax.set_title("decode step by phase (vLLM torch profiler)", fontsize=10)
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    if any(stacked):
+        ax.set_xlabel("hatched: traced with Python stacks, which slow the host; busy = device time", fontsize=7)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=3)
     ax.grid(True, axis="y", alpha=0.3)
     return png_bytes(fig)
 
