@@ -57,7 +57,7 @@
 #   bash .ci/gpu-session.sh ready SECONDS PORT...   poll each port's /health until 200 or SECONDS pass
 #   bash .ci/gpu-session.sh cmp PORT_A PORT_B A B [--set-a K=V] [--set-b K=V] ...
 #       issue 18: make compare of two running servers (started by `up` with the same variant and --set)
-#   bash .ci/gpu-session.sh study
+#   bash .ci/gpu-session.sh study [PHASE...]    PHASE: neighbour qwen3 profile nostack rates (default: all but nostack)
 #       Start it detached in the same call as the payload's install, and have the `collect` calls ready:
 #       the machine goes back after 30 s idle (2026-11-25: a fix written between calls took longer, and
 #       the next call ran on a bare machine).
@@ -235,6 +235,7 @@ case "${1:-}" in
     #    is in vLLM's compile key; 8 sequences, 2 GiB: they time one request at a time). The Qwen3
     #    pair is compared once the profiles have ended, so it is timed alone.
     # 3. the Qwen3.5 pair again (warm caches), B at the pessimistic rates, then at acceptance 0.
+    # Order as run: neighbour, rates (A stays up), then the profiles beside the Qwen3 pair.
     kv3=6442450944; kv35=21474836480; R35="SPEC_ACCEPTANCE=0.98,0.82,0.70,0.54"
     R35P="SPEC_ACCEPTANCE=0.6,0.35,0.2,0.1"; R35Z="SPEC_ACCEPTANCE=0,0,0,0"
     R3="SPEC_ACCEPTANCE=0.95,0.88,0.80,0.70,0.60,0.50,0.40,0.30,0.20,0.12,0.06,0.03,0.02,0.01,0.01"
@@ -245,25 +246,44 @@ case "${1:-}" in
     cmp35() { local pb=$1; shift; bash "$0" cmp 8100 "$pb" qwen3.5-4b-bf16 qwen3.5-4b-bf16-tuned $(m $kv35) --set-a PORT=8100 --set-b PORT="$pb" "$@" --requests 8; }
     prof() { step python3 -m scripts.profile --variant "$1" --set WEIGHTS=dummy --set PORT="$2" \
       --set SERVE_MAX_NUM_SEQS=8 --set SERVE_KV_CACHE_MEMORY_BYTES=2147483648 --set SERVE_GPU_MEMORY_UTILIZATION=0.2 \
-      --results-dir /tmp/kit/presults --trace-dir "/tmp/ptrace-$1" "${@:3}" > "$LOGS/profile-$1.log" 2>&1; }
-    bash "$0" up q35a 8100 $kv35 qwen3.5-4b-bf16; bash "$0" up q35b 8101 $kv35 qwen3.5-4b-bf16-tuned --set "$R35"
-    # 4096 tokens: 1 GiB does not hold one request of Qwen3-4B's 16384 (2.25 GiB; it failed to start so on 2026-11-25 20:27).
-    bash "$0" up q3n 8104 1073741824 qwen3-4b-bf16 --set SERVE_GPU_MEMORY_UTILIZATION=0.15 --set SERVE_MAX_MODEL_LEN=4096
-    bash "$0" ready 900 8100 8101 || { bash "$0" down q35a q35b q3n; exit 1; }
-    bash "$0" ready 300 8104 && cmp35 8101 --set-b "$R35"
-    bash "$0" down q3n
-    cmp35 8101 --set-b "$R35"
-    bash "$0" down q35a q35b
-    prof qwen3.5-4b-bf16 8110 & p1=$!; prof qwen3.5-4b-bf16-tuned 8111 --set "$R35" & p2=$!
-    bash "$0" up q3a 8102 $kv3 qwen3-4b-bf16; bash "$0" up q3b 8103 $kv3 qwen3-4b-bf16-tuned --set "$R3"
-    bash "$0" ready 900 8102 8103 && { wait $p1 $p2; cmp3; }
-    wait; bash "$0" down q3a q3b
-    bash "$0" up q35a 8100 $kv35 qwen3.5-4b-bf16; bash "$0" up q35p 8105 $kv35 qwen3.5-4b-bf16-tuned --set "$R35P"
-    bash "$0" ready 600 8100 8105 && cmp35 8105 --set-b "$R35P"
-    bash "$0" down q35p
-    bash "$0" up q35z 8106 $kv35 qwen3.5-4b-bf16-tuned --set "$R35Z"
-    bash "$0" ready 600 8106 && cmp35 8106 --set-b "$R35Z"
-    bash "$0" down q35a q35z ;;
+      --results-dir /tmp/kit/presults --trace-dir "/tmp/ptrace-$1-$2" "${@:3}" > "$LOGS/profile-$1-$2.log" 2>&1; }
+    # PHASES (default: neighbour qwen3 rates; `profile`/`nostack` run beside qwen3 when both are named,
+    # else on their own). 2026-11-25 20:20 ran the old fixed order: neighbour failed, qwen3 + profile ran,
+    # rates ran out of device time. So a later session can start where that one stopped.
+    phases=" ${*:2} "; [ "$phases" = "  " ] && phases=" neighbour qwen3 profile rates "
+    has() { [[ "$phases" == *" $1 "* ]]; }
+    a_up=0
+    if has neighbour; then
+      bash "$0" up q35a 8100 $kv35 qwen3.5-4b-bf16; bash "$0" up q35b 8101 $kv35 qwen3.5-4b-bf16-tuned --set "$R35"
+      # 4096 tokens: 1 GiB does not hold one request of Qwen3-4B's 16384 (2.25 GiB; it failed to start so on 2026-11-25 20:27).
+      bash "$0" up q3n 8104 1073741824 qwen3-4b-bf16 --set SERVE_GPU_MEMORY_UTILIZATION=0.15 --set SERVE_MAX_MODEL_LEN=4096
+      bash "$0" ready 900 8100 8101 || { bash "$0" down q35a q35b q3n; exit 1; }
+      bash "$0" ready 300 8104 && cmp35 8101 --set-b "$R35"
+      bash "$0" down q3n
+      cmp35 8101 --set-b "$R35"
+      bash "$0" down q35b; a_up=1
+    fi
+    if has rates; then  # issue 19: B at the pessimistic rates, then at acceptance 0, each beside A alone
+      [ $a_up = 1 ] || bash "$0" up q35a 8100 $kv35 qwen3.5-4b-bf16
+      bash "$0" up q35p 8105 $kv35 qwen3.5-4b-bf16-tuned --set "$R35P"
+      bash "$0" ready 900 8100 8105 && cmp35 8105 --set-b "$R35P"
+      bash "$0" down q35p
+      bash "$0" up q35z 8106 $kv35 qwen3.5-4b-bf16-tuned --set "$R35Z"
+      bash "$0" ready 600 8106 && cmp35 8106 --set-b "$R35Z"
+      bash "$0" down q35z; a_up=1
+    fi
+    [ $a_up = 1 ] && bash "$0" down q35a
+    pids=()
+    # `nostack`: Python stacks off, so the gaps (device idle) are true, the phases coarser.
+    has profile && { prof qwen3.5-4b-bf16 8110 & pids+=($!); prof qwen3.5-4b-bf16-tuned 8111 --set "$R35" & pids+=($!); }
+    has nostack && { has profile && wait "${pids[@]}"; pids=()
+      prof qwen3.5-4b-bf16 8112 --no-stack & pids+=($!); prof qwen3.5-4b-bf16-tuned 8113 --set "$R35" --no-stack & pids+=($!); }
+    if has qwen3; then
+      bash "$0" up q3a 8102 $kv3 qwen3-4b-bf16; bash "$0" up q3b 8103 $kv3 qwen3-4b-bf16-tuned --set "$R3"
+      bash "$0" ready 900 8102 8103 && { [ ${#pids[@]} -gt 0 ] && wait "${pids[@]}"; cmp3; }
+      bash "$0" down q3a q3b
+    fi
+    wait ;;
   chain)  # MODE ARGS.. ++ MODE ARGS..: one after the other in one (detached) job, so their GPU memory
     # never adds up; a failed step does not stop the next
     shift; cmd=()
