@@ -50,6 +50,7 @@
 #   bash .ci/gpu-session.sh startcuts VARIANT [--set K=V ...]
 #       issue 6: bake --no-bytecode, then four warm starts: SERVER_MAIN=vllm, kit main, bytecode compiled +
 #       SERVER_MAIN=vllm, both cuts (run it before anything compiles the payload's bytecode)
+#   bash .ci/gpu-session.sh multi      issue 21 on the 2-GPU machine: qwen3-4b-bf16 vs its tp2, then vs its dp2
 #   bash .ci/gpu-session.sh chain MODE ARGS.. ++ MODE ARGS..   modes one after the other (detach NAME chain ...)
 #   bash .ci/gpu-session.sh up NAME PORT KV_BYTES VARIANT [--set K=V ...]
 #       make serve of VARIANT (dummy weights, fixed KV) in its own session until `down NAME`; pid in /tmp/kit-up/
@@ -284,6 +285,21 @@ case "${1:-}" in
       bash "$0" down q3a q3b
     fi
     wait ;;
+  multi)  # issue 21, on the 2-GPU machine (kind nvidia-h100-x2): one GPU vs TP=2, then vs DP=2, Qwen3-4B
+    # BF16, the single-GPU side resident on GPU 0 throughout (idle while the other side is timed). Levels up
+    # to c=128, past where one GPU breaks the SLO (the catalog's c=8 passes everywhere). Not run yet.
+    # That machine's rule: NVLink multicast stays off, in every process the kit starts (they inherit it).
+    export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+    kv=6442450944; L="--concurrency 1,8,32,64,128 --requests 16"
+    m() { echo "--set SERVE_KV_CACHE_MEMORY_BYTES=$kv --set SERVE_GPU_MEMORY_UTILIZATION=0.2"; }
+    bash "$0" up g1 8120 $kv qwen3-4b-bf16; bash "$0" up tp 8121 $kv qwen3-4b-bf16-tp2
+    bash "$0" ready 900 8120 8121 && bash "$0" cmp 8120 8121 qwen3-4b-bf16 qwen3-4b-bf16-tp2 $(m) \
+      --set-a PORT=8120 --set-b PORT=8121 $L
+    bash "$0" down tp
+    bash "$0" up dp 8122 $kv qwen3-4b-bf16-dp2
+    bash "$0" ready 900 8122 && bash "$0" cmp 8120 8122 qwen3-4b-bf16 qwen3-4b-bf16-dp2 $(m) \
+      --set-a PORT=8120 --set-b PORT=8122 $L
+    bash "$0" down g1 dp ;;
   chain)  # MODE ARGS.. ++ MODE ARGS..: one after the other in one (detached) job, so their GPU memory
     # never adds up; a failed step does not stop the next
     shift; cmd=()
