@@ -27,6 +27,7 @@ trace gzipped at results/profiles/<UTC>-<variant>.trace.json.gz, and experiments
     python -m scripts.profile --variant qwen3.5-4b-awq-seq8-mtp4 --set WEIGHTS=dummy
     python -m scripts.profile --variant tiny --decode-tokens 16
     python -m scripts.profile --plot results/a/X-profile.json results/b/Y-profile.json -o /tmp/x.png
+    python -m scripts.profile --reduce results/profiles/<UTC>-<variant>.trace.json.gz
 """
 from __future__ import annotations
 
@@ -211,11 +212,16 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", nargs="*", type=Path, metavar="RECORD",
                    help="only draw: the PNG of these profile records (none given: the variant's newest); serves nothing")
     p.add_argument("-o", "--output", type=Path, help="PNG to write (default: experiments/<variant>/profile.png)")
+    p.add_argument("--reduce", type=Path, metavar="TRACE",
+                   help="only reduce a kept trace (results/profiles/*.trace.json.gz) with today's rules and print "
+                        "its table; serves nothing, writes nothing")
     return p
 
 
 def main(argv=None) -> int:
     a = parser().parse_args(argv)
+    if a.reduce is not None:
+        return reduce_only(a.reduce)
     if a.plot is not None:
         return plot_only(a)
     for flag in ("prompt_tokens", "decode_tokens", "requests"):
@@ -284,6 +290,7 @@ def main(argv=None) -> int:
                   "draft_passes_per_step": draft_passes(v.config), "source": "engine-step annotation windows"},
         "step_ms": red["step_ms"],
         "phases": phases,
+        "gaps_by_host": red["gaps_by_host"],
         "floor": floor,
         "rules": [{"phase": ph, "pattern": pat} for ph, pat, _ in P.RULES],
         "trace": None,
@@ -295,7 +302,7 @@ def main(argv=None) -> int:
     rec["payload"]["trace"] = {"path": rel(kept), "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest(),
                                "worker_traces": len(files), "source": files[0].name}
     path = write_record(rec, a.results_dir)
-    print(P.table_text(phases, red["steps"], red["timeline"], red["step_ms"]), file=sys.stderr)
+    print(P.table_text(phases, red["steps"], red["timeline"], red["step_ms"], red["gaps_by_host"]), file=sys.stderr)
     if floor["note"].startswith("n/a"):
         print(f"floor {floor['note']}", file=sys.stderr)
     print(f"record: {rel(path)}\ntrace: {rel(kept)}", file=sys.stderr)
@@ -303,6 +310,21 @@ def main(argv=None) -> int:
     plot = write_plot([(rel(p), r) for p, r in newest], a.output or EXPERIMENTS / v.name / "profile.png")
     if plot:
         print(f"plot: {rel(plot)}", file=sys.stderr)
+    return 0
+
+
+def reduce_only(trace: Path) -> int:
+    """A kept trace through the current reducer: the same table a run prints (phases without bytes or
+    floors, which need the run's variant and device), gaps by host included."""
+    if not trace.is_file():
+        raise KitError(f"--reduce {trace}: no such file")
+    try:
+        red = P.reduce(P.load_trace(trace))
+    except (OSError, ValueError, KeyError) as e:
+        raise KitError(f"--reduce {trace}: not a torch-profiler chrome trace ({e})") from None
+    if not red["steps"]["decode_steps"]:
+        raise KitError(f"{trace}: no decode step annotation (execute_context_0(0)_generation_...) in the trace")
+    print(P.table_text(red["phases"], red["steps"], red["timeline"], red["step_ms"], red["gaps_by_host"]))
     return 0
 
 

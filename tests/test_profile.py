@@ -2,6 +2,7 @@
 gaps, windows from the engine-step annotation, and the plot-only path of scripts/profile.py."""
 from __future__ import annotations
 
+import re
 import gzip
 import json
 
@@ -159,6 +160,36 @@ def test_reduce_gpu_trace_device_time_by_launch_context():
     assert red["leaves"] == 15
 
 
+def test_gpu_gaps_split_by_what_the_host_was_doing():
+    """Host and device on one clock. Step 0: inputs prepared (bookkeeping) until the forward's launch,
+    the forward 30-70, then the host drafts 70-100 and launches a draft kernel 100-110, then nothing
+    matched until the next step prepares its inputs 120-148 and launches its forward 148-150. Device idle
+    between the step's first kernel and the next step's: 70-100 (draft), 110-120 (outside), 120-148
+    (bookkeeping), 148-150 (target forward: the launch)."""
+    ev, corr = [], 1
+    for t in (0, 120):
+        ev += [ann(DECODE, t, 5), ann("gpu_model_runner: preprocess", t, 28),
+               ann("gpu_model_runner: forward", t + 28, 4), launch(corr, t + 28), kernel("gemm", corr, t + 30, 40)]
+        corr += 1
+    ev += [ann("gpu_model_runner: draft", 70, 30), launch(corr, 95), kernel("draft_gemm", corr, 100, 10)]
+    ev.append(ann("execute_context_0(0)_generation_0(0)", 300, 5))
+    red = P.reduce({"traceEvents": ev})
+    assert red["steps"]["decode_steps"] == 2
+    assert phases(red)["gaps"]["total_ms"] == pytest.approx(0.070)
+    host = {g["host"]: g["ms_per_step"] for g in red["gaps_by_host"]}
+    assert host == pytest.approx({"target forward": 0.001, "draft": 0.015, "sampler": 0.0, "bookkeeping": 0.014,
+                                  P.OUTSIDE: 0.005})
+    assert sum(g["share_pct"] for g in red["gaps_by_host"]) == pytest.approx(100, abs=0.05)  # rounded shares
+    assert "bookkeeping 0.014 ms" in P.table_text(red["phases"], red["steps"], red["timeline"], red["step_ms"],
+                                                   red["gaps_by_host"])
+
+
+def test_cpu_trace_has_no_host_split_of_gaps():
+    red = P.reduce({"traceEvents": [ann(DECODE, 0, 5), op("aten::mm", 1, 3),
+                                    ann("execute_context_0(0)_generation_0(0)", 10, 1)]})
+    assert red["timeline"] == "cpu" and red["gaps_by_host"] is None
+
+
 def test_gpu_gap_stops_at_a_prefill_between_decode_steps():
     """Two requests one after another: the idle before the second prefill is not a decode gap."""
     ev, corr = [], 1
@@ -257,3 +288,21 @@ def test_h100_profile_records_keep_their_traces_and_the_checker_catches_a_lost_o
     assert any("sha256" in m for m in record_mismatches(moved))
     copy.unlink()
     assert any("does not exist" in m for m in record_mismatches(moved))
+
+
+def test_reduce_only_a_committed_h100_trace_says_where_the_device_idled(capsys, tmp_path):
+    """The MTP trace of 2026-11-25 20:44 through --reduce: the device idles mostly while the host
+    drafts and prepares inputs; a file that is no trace is one clear error."""
+    from scripts import profile as S
+    from scripts.kit.errors import KitError
+    from scripts.kit.paths import ROOT
+    assert S.main(["--reduce", str(ROOT / "results/profiles/20261125T204405Z-qwen3.5-4b-bf16-tuned.trace.json.gz")]) == 0
+    out = capsys.readouterr().out
+    line = next(l for l in out.splitlines() if l.startswith("gaps by what the host was doing"))
+    shares = {h: float(pct) for h, pct in re.findall(r"(target forward|draft|sampler|bookkeeping|outside the runner) "
+                                                      r"[\d.]+ ms \(([\d.]+)%\)", line)}
+    assert shares["draft"] + shares["bookkeeping"] > 80
+    bad = tmp_path / "x.json.gz"
+    bad.write_bytes(b"not gzip")
+    with pytest.raises(KitError, match="not a torch-profiler chrome trace"):
+        S.main(["--reduce", str(bad)])

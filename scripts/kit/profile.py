@@ -20,6 +20,9 @@ The trace is Kineto's chrome-trace JSON, one file per worker process (`traceEven
     to the first kernel of the next decode step (the last kernel's end where the next step is not a
     decode step), minus the union of kernel time. CPU: the window minus its top-level ops (Python,
     scheduling, waits).
+  - gaps by host (GPU traces): each device-idle interval split by what the stepping thread was in at
+    the time, by the same RULES over its open ranges (the launch of the target's CUDA graph counts as
+    target forward, preparing inputs as bookkeeping), or "outside the runner" where none matched.
 Per phase: ms per decode step = total / steps and share % of the sum over phases (gaps included).
 
     from scripts.kit import profile as P
@@ -37,6 +40,10 @@ from collections import defaultdict
 from pathlib import Path
 
 PHASES = ("target forward", "draft", "sampler", "bookkeeping", "gaps", "other")
+# Device-idle time by what the stepping thread was doing (GPU traces): the phase of the ranges open on
+# it, or OUTSIDE (the engine loop, scheduler and output handling outside any matched range).
+OUTSIDE = "outside the runner"
+HOST_PHASES = ("target forward", "draft", "sampler", "bookkeeping", OUTSIDE)
 
 # (phase, pattern, where the name comes from). Ordered: the first rule that matches any name in a
 # leaf's context wins, so more specific rules come first: a draft pass computes logits and samples
@@ -184,6 +191,31 @@ class _Contexts:
         k = bisect.bisect_right(times, ts) - 1
         return best[k] if k >= 0 else None
 
+    def spans(self, thread, a: float, b: float):
+        """(duration, rule index or None) pieces of [a, b) on `thread`, split where the best rule changes."""
+        times, best = self.steps.get(thread, ((), ()))
+        k = bisect.bisect_right(times, a) - 1
+        t = a
+        while t < b:
+            nxt = times[k + 1] if k + 1 < len(times) else float("inf")
+            end = min(b, nxt)
+            yield end - t, (best[k] if k >= 0 else None)
+            t, k = end, k + 1
+
+
+def _idle(intervals: list[tuple[float, float]], a: float, b: float) -> list[tuple[float, float]]:
+    """The parts of [a, b) no interval covers."""
+    out, t = [], a
+    for s, e in sorted(intervals):
+        if s > t:
+            out.append((t, min(s, b)))
+        t = max(t, e)
+        if t >= b:
+            break
+    if t < b:
+        out.append((t, b))
+    return [(s, e) for s, e in out if e > s]
+
 
 def _union(intervals: list[tuple[float, float]]) -> float:
     total, cur_s, cur_e = 0.0, None, None
@@ -214,6 +246,7 @@ def reduce(trace: dict, top: int = 3) -> dict:
     ctx = _Contexts(events)
     device = [e for e in events if e.get("cat") in DEVICE_CATS]
     totals = defaultdict(float)           # phase -> microseconds
+    host_gaps = defaultdict(float)        # GPU timeline: device-idle microseconds by the host's phase
     names = defaultdict(lambda: defaultdict(float))  # phase -> leaf name -> microseconds
     leaves = 0
     if device:
@@ -244,6 +277,10 @@ def reduce(trace: dict, top: int = 3) -> dict:
             nxt = per_window.get(w + 1) if w + 1 < len(windows) and windows[w + 1][0] == windows[w][1] else None
             end = min(s for s, _ in nxt) if nxt else max(e for _, e in iv)
             gaps += max(0.0, (end - first) - _union([(s, min(e, end)) for s, e in iv if s < end]))
+            # What the stepping thread was in while the device idled: the phase its open ranges give.
+            for a, b in _idle([(s, min(e, end)) for s, e in iv if s < end], first, end):
+                for dur, i in ctx.spans(thread, a, b):
+                    host_gaps[RULES[i][0] if i is not None else OUTSIDE] += dur
         totals["gaps"] = gaps
     else:
         timeline = "cpu"
@@ -280,8 +317,15 @@ def reduce(trace: dict, top: int = 3) -> dict:
             row["top"] = [{"name": k, "ms_per_step": round(v / 1e3 / n, 4) if n else None}
                           for k, v in sorted(names[p].items(), key=lambda kv: -kv[1])[:top]]
         phases.append(row)
+    by_host = None
+    if timeline == "gpu":
+        idle = sum(host_gaps.values())
+        by_host = [{"host": h, "ms_per_step": round(host_gaps.get(h, 0.0) / 1e3 / n, 4) if n else None,
+                    "share_pct": round(100.0 * host_gaps.get(h, 0.0) / idle, 2) if idle else None}
+                   for h in HOST_PHASES]
     return {"timeline": timeline, "thread": list(thread) if thread else None, "leaves": leaves,
-            "steps": counts, "step_ms": round(grand / 1e3 / n, 4) if n else None, "phases": phases}
+            "steps": counts, "step_ms": round(grand / 1e3 / n, 4) if n else None, "phases": phases,
+            "gaps_by_host": by_host}
 
 
 def phase_bytes(config: dict | None, variant_cfg: dict, draft_config: dict | None, context_tokens: float) -> dict:
@@ -311,8 +355,9 @@ def add_floors(phases: list[dict], nbytes: dict, bw: float | None) -> list[dict]
     return out
 
 
-def table_text(phases: list[dict], steps: dict, timeline: str, step_ms) -> str:
-    """The phase table as printed: ms per step, share, bytes and floor ('n/a' where none)."""
+def table_text(phases: list[dict], steps: dict, timeline: str, step_ms, gaps_by_host: list[dict] | None = None) -> str:
+    """The phase table as printed: ms per step, share, bytes and floor ('n/a' where none); then, on a GPU
+    timeline, the gaps by what the host was doing."""
     rows = [f"{'phase':<16} {'ms/step':>9} {'share%':>7} {'MB/step':>9} {'floor ms':>9}  top"]
     for r in phases:
         mb = f"{r['bytes_per_step'] / 1e6:.1f}" if r.get("bytes_per_step") is not None else "n/a"
@@ -320,4 +365,7 @@ def table_text(phases: list[dict], steps: dict, timeline: str, step_ms) -> str:
         top = ", ".join(t["name"][:40] for t in r.get("top", [])[:2])
         rows.append(f"{r['phase']:<16} {r['ms_per_step']!s:>9} {r['share_pct']!s:>7} {mb:>9} {fl:>9}  {top}")
     rows.append(f"{steps['decode_steps']} decode steps ({timeline} timeline), {step_ms} ms per step in all")
+    if gaps_by_host:
+        rows.append("gaps by what the host was doing: " + ", ".join(
+            f"{g['host']} {g['ms_per_step']} ms ({g['share_pct']}%)" for g in gaps_by_host if g["ms_per_step"]))
     return "\n".join(rows)
