@@ -67,13 +67,7 @@ def spread(xs: list[float]) -> dict:
             "cv_pct": round(100 * statistics.pstdev(xs) / statistics.fmean(xs), 2) if len(xs) > 1 else None}
 
 
-def steps(rows: list[dict]) -> tuple[float | None, float | None]:
-    """(tokens per engine step, ms per step) over one pass's completed requests; None without chunks."""
-    chunks = sum(r["itl_n"] or 0 for r in rows)
-    if not chunks:
-        return None, None
-    return (round(sum(r["output_tokens"] - 1 for r in rows) / chunks, 4),
-            round(sum(r["e2e_ms"] - r["ttft_ms"] for r in rows) / chunks, 4))
+steps = L.engine_steps  # (tokens per engine step, ms per step) of one pass's completed requests
 
 
 def study(path: str, rec: dict) -> list[dict]:

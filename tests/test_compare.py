@@ -148,6 +148,34 @@ def test_variance_splits_tpot_into_tokens_per_step_and_step_time(tmp_path):
         assert abs(t - ms / k) / t < 0.1
 
 
+def test_a_comparison_flags_a_side_whose_step_time_moved_between_passes():
+    """The 20:20 Qwen3.5 record: MTP's step time moved ~32% between passes at both levels, BF16's did
+    not; the warning says tokens per step held. A pass that agrees with the others clears it."""
+    from scripts.kit import compare as C
+    rec = load_record(SESSION2[0])
+    w = [x for x in C.warnings(rec["payload"], 2) if "step time moved" in x]
+    assert [x.split(":")[0] for x in w] == ["side b c=1", "side b c=8"]
+    assert "tokens per step moved 4%" in w[0]
+    steady = copy.deepcopy(rec["payload"])
+    steady["passes"] = [p for p in steady["passes"] if p["side"] == "a"]
+    assert not [x for x in C.warnings({**steady, "conditions": rec["payload"]["conditions"]}, 2) if "step time" in x]
+
+
+def test_probe_flags_a_level_whose_step_time_moved_between_repeats():
+    from scripts.kit import latency as L
+    def level(step_ms_by_repeat):
+        samples = {k: [] for k in ("repeat", "ok", "ttft_ms", "e2e_ms", "output_tokens", "itl_n")}
+        for i, ms in enumerate(step_ms_by_repeat):
+            for _ in range(2):
+                for k, v in (("repeat", i), ("ok", True), ("ttft_ms", 10.0), ("e2e_ms", 10.0 + 20 * ms),
+                             ("output_tokens", 81), ("itl_n", 20)):
+                    samples[k].append(v)
+        return {"concurrency": 1, "samples": samples, "conditions": []}
+    assert L.condition_warnings([level([10.0, 10.5, 11.0])]) == []
+    (w,) = L.condition_warnings([level([10.0, 13.0, 11.0])])
+    assert w.startswith("concurrency 1: step time moved 27%") and "tokens per step moved 0%" in w
+
+
 def test_variance_steps_of_a_pass_by_hand():
     from scripts.variance import steps
     rows = [{"output_tokens": 9, "itl_n": 2, "e2e_ms": 30.0, "ttft_ms": 10.0},

@@ -167,6 +167,19 @@ def warnings(payload: dict, own_processes: int) -> list[str]:
             out.append(f"side {s}: the GPU reported slowdowns while timing: {', '.join(cs[s]['slowdowns'])}")
     if cs["a"]["gpu_processes"] and cs["b"]["gpu_processes"] and cs["a"]["gpu_processes"] != cs["b"]["gpu_processes"]:
         out.append(f"GPU processes differed between the sides: {cs['a']['gpu_processes']} vs {cs['b']['gpu_processes']}")
+    return out + step_warnings(payload)
+
+
+def step_warnings(payload: dict) -> list[str]:
+    """Per side and level, a step time that moved between passes (latency.step_spread_warning)."""
+    out = []
+    for s in "ab":
+        for c in sorted({p["concurrency"] for p in payload["passes"]}):
+            per = [L.engine_steps([r for r in L.rows(p["samples"]) if r["ok"]]) for p in payload["passes"]
+                   if p["side"] == s and p["concurrency"] == c]
+            w = L.step_spread_warning(f"side {s} c={c}", per)
+            if w:
+                out.append(w)
     return out
 
 

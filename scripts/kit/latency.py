@@ -801,6 +801,39 @@ def preemption_warnings(levels: list[dict]) -> list[str]:
             for lv in levels if lv.get("preemptions")]
 
 
+# Per-pass step time moving more than this (% of its median) is flagged. BF16 on the H100 moved at most
+# 9% (c=8) per pass in the sessions of 2026-11-25; MTP K=4 moved 32%, its acceptance 4%
+# (results/gpu-sessions/20261125T2020Z/README.md): the host-bound speculating step.
+STEP_SPREAD_PCT = 15.0
+
+
+def engine_steps(rows_: list[dict]) -> tuple[float | None, float | None]:
+    """(tokens per engine step, ms per step) over completed requests: the server streams one chunk per
+    request per step, so tokens per step = sum(output tokens - 1) / sum(chunks after the first) (1
+    without speculation, the acceptance length with it), step time = sum(E2E - TTFT) / sum(chunks)."""
+    chunks = sum(r["itl_n"] or 0 for r in rows_)
+    if not chunks:
+        return None, None
+    return (round(sum(r["output_tokens"] - 1 for r in rows_) / chunks, 4),
+            round(sum(r["e2e_ms"] - r["ttft_ms"] for r in rows_) / chunks, 4))
+
+
+def step_spread_warning(where: str, per_pass: list[tuple[float | None, float | None]]) -> str | None:
+    """A warning when the per-pass step time moved more than STEP_SPREAD_PCT, with how far tokens per
+    step moved meanwhile (if they held, the engine's step itself moved, not the acceptance)."""
+    ks = [k for k, _ in per_pass if k is not None]
+    ms = [m for _, m in per_pass if m is not None]
+    if len(ms) < 2:
+        return None
+    spread = 100.0 * (max(ms) - min(ms)) / statistics.median(ms)
+    if spread <= STEP_SPREAD_PCT:
+        return None
+    kspread = 100.0 * (max(ks) - min(ks)) / statistics.median(ks) if ks else 0.0
+    return (f"{where}: step time moved {spread:.0f}% between passes ({min(ms):.2f}-{max(ms):.2f} ms) while tokens per "
+            f"step moved {kspread:.0f}%: the engine's own step varied (on the H100, the speculating step's host "
+            "time did); another session can land outside this run's figures")
+
+
 def condition_warnings(levels: list[dict]) -> list[str]:
     """Timed repeats during which the GPU reported a slowdown (power cap, thermal, power brake) or held
     other processes than at the level's first reading: conditions that can move a level between runs,
@@ -819,4 +852,10 @@ def condition_warnings(levels: list[dict]) -> list[str]:
         if len(procs) > 1:
             out.append(f"concurrency {lv['concurrency']}: GPU processes changed while timing ({sorted(procs)}): "
                        "a server started or stopped beside this one")
+        if lv.get("samples"):
+            ok = [r for r in rows(lv["samples"]) if r["ok"]]
+            per = [engine_steps([r for r in ok if r["repeat"] == i]) for i in sorted({r["repeat"] for r in ok})]
+            w = step_spread_warning(f"concurrency {lv['concurrency']}", per)
+            if w:
+                out.append(w)
     return out

@@ -35,6 +35,11 @@ def _rates(side: dict) -> str | None:
     return (c.get("SPEC_ACCEPTANCE") or None) if c.get("SPEC_METHOD") not in (None, "none") else None
 
 
+def step_warnings(payload: dict) -> list[str]:
+    from scripts.kit.compare import step_warnings as sw
+    return sw(payload)
+
+
 def row(path: str, rec: dict) -> dict:
     """One comparison record as a measurements.json row."""
     p = rec["payload"]
@@ -45,7 +50,10 @@ def row(path: str, rec: dict) -> dict:
             "device": dev["name"] + (f" x{dev['count']}" if (dev.get("count") or 1) > 1 else ""),
             "utc": rec["provenance"]["utc"], "rounds": p["rounds"],
             "acceptance": {"a": _rates(a), "b": _rates(b)},
-            "valid": p["validity"]["valid"], "errors": p["validity"]["errors"], "warnings": p["validity"]["warnings"],
+            "valid": p["validity"]["valid"], "errors": p["validity"]["errors"],
+            # A record made before a check existed gets it from its own samples, said as such.
+            "warnings": p["validity"]["warnings"] + [f"(checked since the record) {w}" for w in step_warnings(p)
+                                                     if w not in p["validity"]["warnings"]],
             "top_concurrency": top,
             "tpot_p50_ms_c1": _metric(rec, "tpot_p50_ms", 1),
             "output_tok_per_s_top": _metric(rec, "output_tok_per_s", top),
