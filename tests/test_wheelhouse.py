@@ -61,7 +61,7 @@ def run_main(monkeypatch, tmp_path, argv) -> list[list[str]]:
 
     monkeypatch.setattr(install, "WHEELHOUSE", None)
     monkeypatch.setattr(install.subprocess, "run", fake_run)
-    monkeypatch.setattr(install, "make_env", lambda name, groups, steps: steps(f"/{name}/bin/python"))
+    monkeypatch.setattr(install, "make_env", lambda name, groups, steps, **kw: steps(f"/{name}/bin/python"))
     monkeypatch.setattr(gates, "PUNKT_TAB", ROOT / ".venv" / "no-such-nltk-data" / "punkt_tab" / "english")
     assert install.main(argv) == 0
     return calls
@@ -250,3 +250,93 @@ def test_wheelhouse_refuses_an_out_folder_of_another_target(tmp_path):
                                                         "platform": "manylinux_2_28_x86_64"}))
     with pytest.raises(KitError, match="holds a wheelhouse for target=gpu, not cpu"):
         wheelhouse.main(["--target", "cpu", "--out", str(tmp_path)])
+
+
+# -- a host's own torch (PyTorch containers) ---------------------------------------------------
+
+def test_host_provided_names_torch_and_its_cuda_wheels_only():
+    for n in ("torch", "triton", "nvidia-cublas", "nvidia_cudnn_cu13", "cuda-bindings", "cuda-toolkit"):
+        assert install.host_provided(n), n
+    for n in ("vllm", "torchvision", "torchaudio", "xformers", "flashinfer-python", "numpy"):
+        assert not install.host_provided(n), n
+
+
+@pytest.mark.parametrize("mode,platform,found,use", [
+    ("auto", "gpu", "2.11.0+cu130", True), ("auto", "gpu", "2.11.0", True), ("auto", "gpu", "2.10.0+cu128", False),
+    ("auto", "gpu", None, False), ("auto", "cpu", "2.11.0", False), ("no", "gpu", "2.11.0+cu130", False),
+    ("yes", "gpu", "2.11.0+cu130", True)])
+def test_use_host_torch_only_for_the_pinned_version_on_a_gpu_host(mode, platform, found, use):
+    assert install.use_host_torch(mode, platform, "2.11.0", found) is use
+
+
+@pytest.mark.parametrize("platform,found,message", [("gpu", None, "has no torch"), ("gpu", "2.10.0", "has torch 2.10.0"),
+                                                    ("cpu", "2.11.0", "a CPU host")])
+def test_host_torch_yes_refuses_a_host_without_it(platform, found, message):
+    with pytest.raises(KitError, match=message):
+        install.use_host_torch("yes", platform, "2.11.0", found)
+
+
+def test_gpu_torch_is_the_one_vllm_pins_in_pyproject():
+    assert install.gpu_torch() == "2.11.0" and "vllm==0.26.0" in P["serve-gpu"]
+
+
+def test_host_torch_venv_sees_the_hosts_packages(monkeypatch, tmp_path):
+    calls = []
+    monkeypatch.setattr(install, "ROOT", tmp_path)
+    def fake_venv(cmd, **kw):
+        calls.append(cmd)
+        Path(cmd[-1]).mkdir(parents=True)
+    monkeypatch.setattr(install.subprocess, "run", fake_venv)
+    install.make_env(".venv", [["gpu"]], lambda py: None, system_site=True)
+    install.make_env(".venv-quant", [["gpu"]], lambda py: None)
+    assert "--system-site-packages" in calls[0] and "--system-site-packages" not in calls[1]
+
+
+def test_main_on_a_gpu_host_with_the_pinned_torch_builds_on_it(monkeypatch, tmp_path):
+    made = []
+    monkeypatch.setattr(install, "host_torch_version", lambda py=None: "2.11.0+cu130")
+    monkeypatch.setattr(install, "make_env", lambda name, groups, steps, system_site=False: made.append((name, system_site)))
+    monkeypatch.setattr(install, "install_nltk_data", lambda py: None)
+    assert install.main(["--platform", "gpu", "--skip-download"]) == 0
+    assert made == [(".venv", True), (".venv-quant", False)]
+    made.clear()
+    assert install.main(["--platform", "gpu", "--skip-download", "--host-torch", "no"]) == 0
+    assert made == [(".venv", False), (".venv-quant", False)]
+
+
+def test_a_wheelhouse_without_torch_is_refused_without_the_hosts_torch():
+    install.check_wheelhouse_torch({"host_torch": None}, False)
+    install.check_wheelhouse_torch({"host_torch": "2.11.0"}, True)
+    with pytest.raises(KitError, match="host_torch=2.11.0"):
+        install.check_wheelhouse_torch({"host_torch": "2.11.0"}, False)
+
+
+def test_fetch_with_host_torch_resolves_then_downloads_all_but_torch_and_cuda(monkeypatch, tmp_path):
+    calls = []
+    report = {"install": [{"metadata": {"name": n, "version": v}} for n, v in
+                          [("vllm", "0.26.0"), ("torch", "2.11.0"), ("nvidia-cublas", "13.1.0"), ("triton", "3.6.0"),
+                           ("numpy", "2.5.2"), ("Jinja2", "3.1.6")]]}
+
+    def fake_run(cmd, **kw):
+        calls.append(cmd)
+        if "--dry-run" in cmd:
+            Path(cmd[cmd.index("--report") + 1]).write_text(json.dumps(report))
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    (tmp_path / "numpy-2.5.2-cp312-cp312-manylinux_2_28_x86_64.whl").write_text("")  # already there: not again
+    monkeypatch.setattr(wheelhouse.subprocess, "run", fake_run)
+    left = set()
+    assert wheelhouse.fetch("py", ["install", "vllm==0.26.0"], python="3.12", platform="manylinux_2_28_x86_64",
+                            out=str(tmp_path), implementation="cp", host_torch=True, left_out=left) == []
+    resolve, download = calls
+    assert resolve[3:6] == ["install", "--dry-run", "--ignore-installed"] and "vllm==0.26.0" in resolve
+    assert download[3] == "download" and "--no-deps" in download
+    assert [a for a in download if "==" in a] == ["vllm==0.26.0", "jinja2==3.1.6"]
+    assert left == {"torch", "nvidia-cublas", "triton"}
+
+
+def test_wheelhouse_host_torch_is_for_gpu_targets_and_said_in_the_manifest(tmp_path):
+    with pytest.raises(KitError, match="only for --target gpu"):
+        wheelhouse.main(["--target", "cpu", "--host-torch", "--out", str(tmp_path / "w")])
+    m = wheelhouse.manifest("gpu", "3.12", "manylinux_2_28_x86_64", "cp", P, str(tmp_path), (), "2.11.0", ["torch"])
+    assert m["host_torch"] == "2.11.0" and m["left_out"] == ["torch"]
