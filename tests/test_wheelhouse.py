@@ -340,3 +340,28 @@ def test_wheelhouse_host_torch_is_for_gpu_targets_and_said_in_the_manifest(tmp_p
         wheelhouse.main(["--target", "cpu", "--host-torch", "--out", str(tmp_path / "w")])
     m = wheelhouse.manifest("gpu", "3.12", "manylinux_2_28_x86_64", "cp", P, str(tmp_path), (), "2.11.0", ["torch"])
     assert m["host_torch"] == "2.11.0" and m["left_out"] == ["torch"]
+
+
+def test_a_venv_host_python_gets_its_site_packages_linked(tmp_path):
+    """python3 inside a virtualenv (a PyTorch image's venv): --system-site-packages alone would reach
+    its base interpreter; the .pth puts the host venv's own site-packages (this test's .venv) on the path."""
+    import site
+    import sys
+    pth = install.link_host_site(tmp_path / "v")
+    lines = pth.read_text().splitlines()
+    assert lines and all(Path(d).is_dir() for d in lines)
+    assert set(lines) == {d for d in site.getsitepackages() if Path(d).is_dir()}
+    assert pth.parent == tmp_path / "v" / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
+
+
+def test_a_real_venv_on_the_host_site_sees_its_packages(tmp_path):
+    """A real venv made the kit's way from this test's interpreter (itself a venv) imports what only the
+    host venv has (jsonschema here, as torch on a GPU host), and pip there counts it installed."""
+    import sys
+    v = tmp_path / "v"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(v)], check=True)
+    if sys.prefix != sys.base_prefix:
+        install.link_host_site(v)
+    out = subprocess.run([str(v / "bin" / "python"), "-c", "import jsonschema, sys; print(jsonschema.__file__)"],
+                         capture_output=True, text=True)
+    assert out.returncode == 0 and str(v) not in out.stdout
