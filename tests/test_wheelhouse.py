@@ -188,16 +188,27 @@ def test_download_sets_are_installs_fetches_for_each_target():
 
 @pytest.mark.parametrize("target", ["cpu", "gpu"])
 def test_download_argv_for_the_target(target):
-    tags = ["--only-binary=:all:", "--python-version", "3.12", "--platform", "manylinux_2_28_x86_64",
+    plat = wheelhouse.platform_args("manylinux_2_28_x86_64")
+    tags = ["--only-binary=:all:", "--python-version", "3.12", *plat,
             "--implementation", "cp", "-d", "/out", "--find-links", "/out", "--progress-bar", "off"]
     argvs = [wheelhouse.download_argv("py", s, python="3.12", platform="manylinux_2_28_x86_64", out="/out")
              for s in wheelhouse.download_sets(target, P)]
-    assert all(a[:4] == ["py", "-m", "pip", "download"] and a[4:17] == tags for a in argvs)
-    reqs = [a[17:] for a in argvs]
+    n = 4 + len(tags)
+    assert all(a[:4] == ["py", "-m", "pip", "download"] and a[4:n] == tags for a in argvs)
+    reqs = [a[n:] for a in argvs]
     if target == "cpu":  # torch alone first, pinned, from wherever pip looks (as install.py installs it)
         assert reqs[0] == TORCH
     assert ["--no-deps", *P["data"]] in reqs and ["--no-deps", install.PUNKT_SOURCE] in reqs
     assert [*P["base"], *P[f"serve-{target}"], *P["router"]] in reqs
+
+
+def test_platform_args_take_every_older_glibc_tag_the_target_runs():
+    tags = wheelhouse.platform_args("manylinux_2_28_x86_64")[1::2]
+    assert tags[0] == "manylinux_2_28_x86_64" and "manylinux_2_17_x86_64" in tags and "manylinux_2_5_x86_64" in tags
+    assert {"manylinux2014_x86_64", "manylinux2010_x86_64", "manylinux1_x86_64"} <= set(tags)
+    assert "manylinux_2_29_x86_64" not in tags
+    assert wheelhouse.platform_args("manylinux_2_12_x86_64")[1::2][-2:] == ["manylinux1_x86_64", "manylinux2010_x86_64"]
+    assert wheelhouse.platform_args("macosx_11_0_arm64") == ["--platform", "macosx_11_0_arm64"]
 
 
 def test_fetch_builds_a_pure_wheel_for_a_source_only_requirement(monkeypatch, tmp_path):
@@ -230,6 +241,21 @@ def test_fetch_refuses_a_non_pure_build_and_a_repeat_failure(monkeypatch, tmp_pa
     monkeypatch.setattr(wheelhouse.subprocess, "run", fake_run)
     with pytest.raises(KitError, match="not pure Python"):
         wheelhouse.fetch("py", ["install", "x"], python="3.12", platform="p", out=str(tmp_path), implementation="cp")
+
+
+def test_fetch_names_the_platform_a_binary_only_requirement_needs(monkeypatch, tmp_path):
+    """llguidance 1.7 has manylinux_2_31 wheels only: under a 2_28 target the message says which PLATFORM
+    would take it, instead of 'not pure Python'."""
+    def fake_run(cmd, **kw):
+        if cmd[3] == "wheel":
+            (Path(cmd[cmd.index("-w") + 1]) / "llguidance-1.7.6-cp39-abi3-manylinux_2_31_x86_64.whl").write_text("")
+            return subprocess.CompletedProcess(cmd, 0, "", "")
+        return subprocess.CompletedProcess(cmd, 1, "", "ERROR: No matching distribution found for llguidance<1.8.0,>=1.7.0;\n")
+
+    monkeypatch.setattr(wheelhouse.subprocess, "run", fake_run)
+    with pytest.raises(KitError, match=r"need manylinux_2_31 or newer.*PLATFORM=manylinux_2_31_x86_64"):
+        wheelhouse.fetch("py", ["install", "vllm"], python="3.12", platform="manylinux_2_28_x86_64", out=str(tmp_path),
+                         implementation="cp")
 
 
 def test_manifest_names_target_files_sha256_and_the_tiny_model(tmp_path):
@@ -298,7 +324,7 @@ def test_main_on_a_gpu_host_with_the_pinned_torch_builds_on_it(monkeypatch, tmp_
     monkeypatch.setattr(install, "make_env", lambda name, groups, steps, system_site=False: made.append((name, system_site)))
     monkeypatch.setattr(install, "install_nltk_data", lambda py: None)
     assert install.main(["--platform", "gpu", "--skip-download"]) == 0
-    assert made == [(".venv", True), (".venv-quant", False)]
+    assert made == [(".venv", True), (".venv-quant", True)]  # llm-compressor runs on the host's torch too
     made.clear()
     assert install.main(["--platform", "gpu", "--skip-download", "--host-torch", "no"]) == 0
     assert made == [(".venv", False), (".venv-quant", False)]
