@@ -55,8 +55,8 @@ WHEELHOUSE_MANIFEST = "manifest.json"
 WHEELHOUSE_FIELDS = ("target", "implementation", "python", "platform")
 
 
-# What a host's own torch brings with it, left out of a HOST_TORCH wheelhouse: torch, its compiler and
-# its CUDA wheels (nvidia-*, cuda-*).
+# Of what torch requires (scripts/wheelhouse.py torch_closure), what a host's own torch brought with it
+# and a HOST_TORCH wheelhouse leaves out: its compiler and its CUDA wheels.
 HOST_PROVIDED = re.compile(r"^(torch|triton|nvidia-[a-z0-9-]+|cuda-[a-z0-9-]+)$")
 
 

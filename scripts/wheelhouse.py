@@ -114,14 +114,40 @@ def resolve_argv(py: str, args: list[str], *, python: str, platform: str, out: s
             *rest]
 
 
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def torch_closure(report: dict) -> set[str]:
+    """The host's torch and what it brought: torch, then every package its requirements reach (extras
+    aside) that install.HOST_PROVIDED names (triton, nvidia-*, cuda-*). Not vLLM's own nvidia-* needs
+    (nvidia-ml-py, nvidia-cutlass-dsl), nor a data package that happens to be called nvidia-ifbench."""
+    reqs = {_norm(i["metadata"]["name"]): i["metadata"].get("requires_dist") or [] for i in report.get("install", [])}
+    seen, todo = set(), ["torch"]
+    while todo:
+        n = todo.pop()
+        if n in seen or n not in reqs:
+            continue
+        seen.add(n)
+        for r in reqs[n]:
+            if "extra ==" in r.replace('"', "'").replace("extra=='", "extra == '"):
+                continue
+            m = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", r)
+            if m:
+                todo.append(_norm(m.group(1)))
+    return {n for n in seen if n == "torch" or install.host_provided(n)}
+
+
 def resolved_without_host(report: dict) -> tuple[list[str], list[str]]:
     """(name==version of each wheel to fetch, names left to the host's torch) from a pip install report."""
+    host = torch_closure(report)
     keep, left = [], []
     for item in report.get("install", []):
-        meta = item["metadata"]
-        name = re.sub(r"[-_.]+", "-", meta["name"]).lower()
-        (left if install.host_provided(name) else keep).append(name if install.host_provided(name)
-                                                                else f"{name}=={meta['version']}")
+        name = _norm(item["metadata"]["name"])
+        if name in host:
+            left.append(name)
+        else:
+            keep.append(f"{name}=={item['metadata']['version']}")
     return keep, left
 
 
