@@ -118,24 +118,29 @@ def _norm(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
+REQ = re.compile(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[([^\]]*)\])?")
+EXTRA = re.compile(r"extra\s*==\s*['\"]([^'\"]+)['\"]")
+
+
 def torch_closure(report: dict) -> set[str]:
-    """The host's torch and what it brought: torch, then every package its requirements reach (extras
-    aside) that install.HOST_PROVIDED names (triton, nvidia-*, cuda-*). Not vLLM's own nvidia-* needs
+    """The host's torch and what it brought: torch, then every package its requirements reach (with the
+    extras each asks for: torch wants cuda-toolkit[cublas,cufft,...], whose extras are the CUDA wheels)
+    that install.HOST_PROVIDED names (triton, nvidia-*, cuda-*). Not vLLM's own nvidia-* needs
     (nvidia-ml-py, nvidia-cutlass-dsl), nor a data package that happens to be called nvidia-ifbench."""
     reqs = {_norm(i["metadata"]["name"]): i["metadata"].get("requires_dist") or [] for i in report.get("install", [])}
-    seen, todo = set(), ["torch"]
+    done: dict[str, set] = {}
+    todo = [("torch", frozenset())]
     while todo:
-        n = todo.pop()
-        if n in seen or n not in reqs:
+        n, extras = todo.pop()
+        if n not in reqs or (n in done and extras <= done[n]):
             continue
-        seen.add(n)
+        done[n] = done.get(n, set()) | set(extras)
         for r in reqs[n]:
-            if "extra ==" in r.replace('"', "'").replace("extra=='", "extra == '"):
+            m, e = REQ.match(r), EXTRA.search(r)
+            if not m or (e and _norm(e.group(1)) not in {_norm(x) for x in done[n]}):
                 continue
-            m = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", r)
-            if m:
-                todo.append(_norm(m.group(1)))
-    return {n for n in seen if n == "torch" or install.host_provided(n)}
+            todo.append((_norm(m.group(1)), frozenset(x.strip() for x in (m.group(2) or "").split(",") if x.strip())))
+    return {n for n in done if n == "torch" or install.host_provided(n)}
 
 
 def resolved_without_host(report: dict) -> tuple[list[str], list[str]]:

@@ -340,12 +340,15 @@ def test_a_wheelhouse_without_torch_is_refused_without_the_hosts_torch():
 def test_fetch_with_host_torch_resolves_then_downloads_all_but_torch_and_cuda(monkeypatch, tmp_path):
     calls = []
     deps = {"vllm": ["torch==2.11.0", "nvidia-ml-py", "numpy", "nvidia-cutlass-dsl[cu13]==4.6.0"],
-            "torch": ["triton==3.6.0; platform_system == 'Linux'", "nvidia-cublas==13.1.0; platform_system == 'Linux'",
+            "torch": ["triton==3.6.0; platform_system == 'Linux'", "cuda-toolkit[cublas]==13.0.2; platform_system == 'Linux'",
                       "jinja2", "optree>=0.13.0; extra == 'optree'"],
-            "nvidia-cublas": [], "triton": [], "numpy": [], "Jinja2": [], "nvidia-ml-py": [], "nvidia-cutlass-dsl": [],
-            "optree": []}
+            # the CUDA wheels come through cuda-toolkit's extras, as torch 2.11's do
+            "cuda-toolkit": ['nvidia-cublas==13.1.0; extra == "cublas"', 'nvidia-cufft==12.0.0; extra == "cufft"'],
+            "nvidia-cublas": [], "nvidia-cufft": [], "triton": [], "numpy": [], "Jinja2": [], "nvidia-ml-py": [],
+            "nvidia-cutlass-dsl": [], "optree": []}
     versions = {"vllm": "0.26.0", "torch": "2.11.0", "nvidia-cublas": "13.1.0", "triton": "3.6.0", "numpy": "2.5.2",
-                "Jinja2": "3.1.6", "nvidia-ml-py": "13.580.82", "nvidia-cutlass-dsl": "4.6.0", "optree": "0.17.0"}
+                "Jinja2": "3.1.6", "nvidia-ml-py": "13.580.82", "nvidia-cutlass-dsl": "4.6.0", "optree": "0.17.0",
+                "cuda-toolkit": "13.0.2", "nvidia-cufft": "12.0.0"}
     report = {"install": [{"metadata": {"name": n, "version": versions[n], "requires_dist": d}} for n, d in deps.items()]}
 
     def fake_run(cmd, **kw):
@@ -363,9 +366,10 @@ def test_fetch_with_host_torch_resolves_then_downloads_all_but_torch_and_cuda(mo
     assert resolve[3:6] == ["install", "--dry-run", "--ignore-installed"] and "vllm==0.26.0" in resolve
     assert download[3] == "download" and "--no-deps" in download
     # vLLM's own nvidia-* needs stay; only torch and what it brought (its compiler, its CUDA wheels) go
-    assert [a for a in download if "==" in a] == ["vllm==0.26.0", "jinja2==3.1.6", "nvidia-ml-py==13.580.82",
-                                                  "nvidia-cutlass-dsl==4.6.0", "optree==0.17.0"]
-    assert left == {"torch", "nvidia-cublas", "triton"}
+    # (nvidia-cufft: an extra torch does not ask for, so not torch's; the resolver would not list it either)
+    assert [a for a in download if "==" in a] == ["vllm==0.26.0", "nvidia-cufft==12.0.0", "jinja2==3.1.6",
+                                                  "nvidia-ml-py==13.580.82", "nvidia-cutlass-dsl==4.6.0", "optree==0.17.0"]
+    assert left == {"torch", "cuda-toolkit", "nvidia-cublas", "triton"}
 
 
 def test_wheelhouse_host_torch_is_for_gpu_targets_and_said_in_the_manifest(tmp_path):
