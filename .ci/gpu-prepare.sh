@@ -17,8 +17,18 @@
 # p02 + w.tar.xz + the tree went over it that day. The wheel folders go in later calls (p01 + whl-eval is over it).
 # The largest chunk, p00 (50 MiB), leaves the tree about 14 MiB: prune or compress old session logs before
 # they reach that. So plan at least four calls before the first measurement.
+# WHEELHOUSE=1 (issue 20): also `make wheelhouse TARGET=gpu HOST_TORCH=1` into .gpu/wheelhouse (~3.5 min,
+# 1.45 GB, 236 files on 2026-11-25: vLLM's full dependency set, torch and its CUDA wheels left out) and its tar split
+# into .gpu/wh.NN, 50 MB each, one per call like the payload's; there: cat /tmp/pl/wh.* | tar -x -C /tmp,
+# then `bash .ci/gpu-session.sh whinstall /tmp/wheelhouse`. About 30 calls before the first measurement
+# (the payload: 3), so plan the session around it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [ -n "${WHEELHOUSE:-}" ]; then
+  [ -f .gpu/wheelhouse/manifest.json ] || python3 -m scripts.wheelhouse --target gpu --host-torch --out .gpu/wheelhouse
+  rm -f .gpu/wh.*; tar -C .gpu -cf - wheelhouse | split -b 50M -d -a 2 - .gpu/wh.
+  ls -la .gpu/wh.*
+fi
 shared=${SHARED:-../shared}
 [ -f .gpu/p02 ] || "$shared/gpu/build_payload.sh" .gpu
 cp "$shared/gpu/install_payload.sh" .gpu/

@@ -51,6 +51,7 @@
 #       issue 6: bake --no-bytecode, then four warm starts: SERVER_MAIN=vllm, kit main, bytecode compiled +
 #       SERVER_MAIN=vllm, both cuts (run it before anything compiles the payload's bytecode)
 #   bash .ci/gpu-session.sh multi      issue 21 on the 2-GPU machine: qwen3-4b-bf16 vs its tp2, then vs its dp2
+#   bash .ci/gpu-session.sh whinstall DIR   issue 20: make install WHEELHOUSE=DIR HOST_TORCH=yes into /tmp/kit
 #   bash .ci/gpu-session.sh chain MODE ARGS.. ++ MODE ARGS..   modes one after the other (detach NAME chain ...)
 #   bash .ci/gpu-session.sh up NAME PORT KV_BYTES VARIANT [--set K=V ...]
 #       make serve of VARIANT (dummy weights, fixed KV) in its own session until `down NAME`; pid in /tmp/kit-up/
@@ -93,6 +94,9 @@ set -uo pipefail
 [ -n "${KIT_GIT_COMMIT:-}" ] || echo "warning: KIT_GIT_COMMIT unset: records name the copy's own git state" >&2
 # /tmp/eval: lm-eval's wheels (`wheels .gpu/whl-eval /tmp/eval`), after the payload so they shadow nothing of vLLM's.
 export PYTHONPATH=/tmp/site:$PWD:/tmp/eval HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1
+# After `whinstall` (issue 20), the kit's own .venv, made by `make install WHEELHOUSE=...` on the machine's
+# torch, runs everything instead of the payload.
+if [ -x /tmp/kit/.venv/bin/python3 ]; then export PATH=/tmp/kit/.venv/bin:$PATH PYTHONPATH=$PWD; fi
 # step returns its command's status (it returned echo's, so parallel reported rc=0 for a failed start).
 # `timeout -s INT -k 120` below: the kit stops its servers on INT (TERM, 30 s grace, then KILL, per server);
 # -k 30 killed a tune mid-stop on 2026-11-24 and left its two servers running.
@@ -300,6 +304,13 @@ case "${1:-}" in
     bash "$0" ready 900 8122 && bash "$0" cmp 8120 8122 qwen3-4b-bf16 qwen3-4b-bf16-dp2 $(m) \
       --set-a PORT=8120 --set-b PORT=8122 $L
     bash "$0" down g1 dp ;;
+  whinstall)  # DIR: issue 20, the users' offline install on this machine: make install WHEELHOUSE=DIR on
+    # the machine's own torch (HOST_TORCH=yes), into /tmp/kit (the tree detach uses); later modes then run
+    # in its .venv (above). DIR: the chunks of `WHEELHOUSE=1 bash .ci/gpu-prepare.sh`, joined and unpacked.
+    [ -d /tmp/kit ] || { mkdir -p /tmp/kit.part && tar -C . --exclude=./.gpu -cf - . | tar -C /tmp/kit.part -xf - \
+      && mv /tmp/kit.part /tmp/kit; } || exit
+    cd /tmp/kit && if command -v make >/dev/null; then step make install WHEELHOUSE="$2" HOST_TORCH=yes
+    else step python3 -m scripts.install --wheelhouse "$2" --host-torch yes; fi ;;  # the recipe make runs
   chain)  # MODE ARGS.. ++ MODE ARGS..: one after the other in one (detached) job, so their GPU memory
     # never adds up; a failed step does not stop the next
     shift; cmd=()
