@@ -637,3 +637,24 @@ def test_hand_vs_tuned_lines_come_from_comparison_records_at_every_acceptance_le
             hint = next(x for x in hints if f"(`{path}`)" in x)
             assert f"at acceptance {S._rates(r)}" in hint
             assert f"`make compare A={v['BASE']} B={t} SET_B=SPEC_ACCEPTANCE={S._rates(r)}`" in hint
+
+
+def test_spec_padding_lever_is_offered_with_speculation_and_dropped_without():
+    """Issue 19's drafter lever: offered where speculation is; on an incumbent without speculation its
+    'off' is the incumbent again (fixup), so it is never a candidate."""
+    v = load("qwen3.5-4b-bf16")
+    ls, _ = T.levers(v.config, "gpu", lambda o: True, {"mtp_num_hidden_layers": 1}, (1, 8))
+    pad = next(lv for lv in ls if lv.name == "spec_padding")
+    assert {"SPEC_PADDED_DRAFTER_BATCH": "off"} in pad.values
+    assert T.fixup(v.config, {"SPEC_PADDED_DRAFTER_BATCH": "off"})["SPEC_PADDED_DRAFTER_BATCH"] == "on"
+    assert T.fixup(v.config, {"SPEC_METHOD": "mtp", "SPEC_K": 4, "SPEC_PADDED_DRAFTER_BATCH": "off"})[
+        "SPEC_PADDED_DRAFTER_BATCH"] == "off"
+
+
+def test_spec_padding_off_reaches_the_speculative_config_and_needs_speculation():
+    from scripts.kit.errors import KitError
+    v = load("qwen3.5-4b-bf16-tuned", ["SPEC_PADDED_DRAFTER_BATCH=off"])
+    assert v.speculative_config()["disable_padded_drafter_batch"] is True
+    assert "disable_padded_drafter_batch" not in load("qwen3.5-4b-bf16-tuned").speculative_config()
+    with pytest.raises(KitError, match="SPEC_PADDED_DRAFTER_BATCH.*needs speculation"):
+        load("qwen3.5-4b-bf16", ["SPEC_PADDED_DRAFTER_BATCH=off"])

@@ -89,8 +89,8 @@ class Lever:
 # QK-norm + RoPE fusion: off at every -O in vLLM 0.26 (shared/notes/vllm-0.26.md section 4).
 QK_NORM_ROPE = '{"pass_config":{"enable_qk_norm_rope_fusion":true}}'
 # Order = priority under a budget: the levers with the largest measured effects on a 4B model first.
-LEVER_ORDER = ("weights", "spec", "spec_schedule", "max_num_seqs", "max_num_batched_tokens", "kv_cache_dtype",
-               "prefix_caching", "cudagraph", "compilation")
+LEVER_ORDER = ("weights", "spec", "spec_schedule", "spec_padding", "max_num_seqs", "max_num_batched_tokens",
+               "kv_cache_dtype", "prefix_caching", "cudagraph", "compilation")
 MAX_SEQS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 BATCHED_TOKENS = (2048, 4096, 8192, 16384)
 SPEC_KS = (1, 2, 3, 4, 5)
@@ -127,6 +127,9 @@ def levers(cfg: dict, platform: str, weights_ok, arch: dict | None = None,
         out.append(Lever("spec", tuple(vals), f"speculation {method}: K in {ks}, or off"))
         # Values are computed from the spec lever's per-level measurements (schedule_from_levels).
         out.append(Lever("spec_schedule", (), "per-batch-size K (num_speculative_tokens_per_batch_size)"))
+        # The drafter's host time (issue 19): a value on an incumbent without speculation is dropped by fixup.
+        out.append(Lever("spec_padding", ({"SPEC_PADDED_DRAFTER_BATCH": "off"}, {"SPEC_PADDED_DRAFTER_BATCH": "on"}),
+                         "drafter input padding off (disable_padded_drafter_batch) or on"))
     else:
         skipped.append("spec: BASE has no MTP head and no draft model (a seed's drafter is measured as that seed)")
     hi = max(concurrency)
@@ -172,6 +175,8 @@ def fixup(cfg: dict, overrides: dict) -> dict:
         n = int(eff.get("SERVE_MAX_NUM_SEQS") or 8)
         sizes = [step * i for i in range(1, n + 1) if step * i <= 512]
         o["SERVE_CUDAGRAPH_CAPTURE_SIZES"] = " ".join(map(str, sizes))
+    if eff.get("SPEC_METHOD") == "none" and eff.get("SPEC_PADDED_DRAFTER_BATCH") == "off":
+        o["SPEC_PADDED_DRAFTER_BATCH"] = "on"  # padding is a drafter's; without speculation it is the default
     if "SPEC_K" in o and "SPEC_SCHEDULE" in cfg and "SPEC_SCHEDULE" not in o:
         o["SPEC_SCHEDULE"] = ""
     return cut_acceptance(cfg, o)

@@ -220,6 +220,8 @@ class Variant:
             sc["synthetic_acceptance_rates"] = [float(x) for x in self["SPEC_ACCEPTANCE"].split(",")]
         if self["SPEC_SCHEDULE"]:
             sc["num_speculative_tokens_per_batch_size"] = parse_schedule(self["SPEC_SCHEDULE"])
+        if self["SPEC_PADDED_DRAFTER_BATCH"] == "off":
+            sc["disable_padded_drafter_batch"] = True
         return sc
 
     def serve_flags(self) -> list[str]:
@@ -323,6 +325,8 @@ def _validate(v: Variant, schema: dict) -> None:
                        "(K>0 needs a method, a method needs K>0)")
     if c["SPEC_METHOD"] in ("dflash", "eagle3") and not c["SPEC_MODEL"]:
         raise KitError(f"{where('SPEC_METHOD')}: SPEC_METHOD={c['SPEC_METHOD']} needs SPEC_MODEL (the draft model)")
+    if c["SPEC_PADDED_DRAFTER_BATCH"] == "off" and c["SPEC_METHOD"] == "none":
+        raise KitError(f"{where('SPEC_PADDED_DRAFTER_BATCH')}: SPEC_PADDED_DRAFTER_BATCH=off needs speculation (SPEC_METHOD is none)")
     if c["SPEC_ACCEPTANCE"]:
         rates = [float(x) for x in c["SPEC_ACCEPTANCE"].split(",")]
         # Without speculation the rates are unused (a tune from a K=0 BASE passes the rates its
