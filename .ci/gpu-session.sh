@@ -59,7 +59,8 @@
 #   bash .ci/gpu-session.sh ready SECONDS PORT...   poll each port's /health until 200 or SECONDS pass
 #   bash .ci/gpu-session.sh cmp PORT_A PORT_B A B [--set-a K=V] [--set-b K=V] ...
 #       issue 18: make compare of two running servers (started by `up` with the same variant and --set)
-#   bash .ci/gpu-session.sh study [PHASE...]    PHASE: neighbour qwen3 profile nostack rates (default: all but nostack)
+#   bash .ci/gpu-session.sh study [PHASE...]    PHASE: neighbour qwen3 profile nostack rates vocab (default:
+#       neighbour qwen3 profile rates)
 #       Start it detached in the same call as the payload's install, and have the `collect` calls ready:
 #       the machine goes back after 30 s idle (2026-11-25: a fix written between calls took longer, and
 #       the next call ran on a bare machine).
@@ -278,6 +279,15 @@ case "${1:-}" in
       bash "$0" down q35z; a_up=1
     fi
     [ $a_up = 1 ] && bash "$0" down q35a
+    if has vocab; then  # issue 19 item 3: MTP K=4 drafting from 32768 tokens vs the full 248k, same rates
+      DV="SPEC_DRAFT_VOCAB=32768"
+      step python3 -m scripts.kit draft-vocab --variant qwen3.5-4b-bf16-tuned --set WEIGHTS=dummy --set "$DV"
+      bash "$0" up q35b 8101 $kv35 qwen3.5-4b-bf16-tuned --set "$R35"
+      bash "$0" up q35v 8107 $kv35 qwen3.5-4b-bf16-tuned --set "$R35" --set "$DV"
+      bash "$0" ready 900 8101 8107 && bash "$0" cmp 8101 8107 qwen3.5-4b-bf16-tuned qwen3.5-4b-bf16-tuned $(m $kv35) \
+        --set-a PORT=8101 --set-b PORT=8107 --set "$R35" --set-b "$DV" --requests 8
+      bash "$0" down q35b q35v
+    fi
     pids=()
     # `nostack`: Python stacks off, so the gaps (device idle) are true, the phases coarser.
     has profile && { prof qwen3.5-4b-bf16 8110 & pids+=($!); prof qwen3.5-4b-bf16-tuned 8111 --set "$R35" & pids+=($!); }

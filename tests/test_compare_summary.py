@@ -130,3 +130,14 @@ def test_probe_report_sets_the_baseline_beside_without_a_ratio():
 @pytest.mark.parametrize("path", [AB, AA])
 def test_the_committed_records_are_where_the_tests_expect(path):
     assert (RESULTS / path.split("results/", 1)[1]).is_file()
+
+
+def test_one_variant_with_a_change_on_b_is_named_by_the_change_not_as_itself():
+    """make compare A=v B=v --set-b K=V (a lever against the variant itself) is no A/A: the row names the change."""
+    t = copy.deepcopy(rec(AA))
+    t["payload"]["sides"]["b"]["config"] = {**t["payload"]["sides"]["b"]["config"], "SPEC_DRAFT_VOCAB": 32768,
+                                            "PORT": 9999}
+    r = C.row(AA, t)
+    assert not r["same_variant"] and r["b_change"] == {"SPEC_DRAFT_VOCAB": 32768}
+    assert C.pair_text(r) == "`qwen3-4b-bf16` → with `SPEC_DRAFT_VOCAB=32768`"
+    assert C.row(AA, rec(AA))["same_variant"]  # a port apart is still the same server config

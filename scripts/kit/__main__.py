@@ -10,8 +10,10 @@
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import sys
+from pathlib import Path
 
 from .errors import KitError, run_main
 from .paths import EXPERIMENTS, GOLDEN, ROOT
@@ -72,6 +74,12 @@ def main(argv=None) -> int:
     d = sub.add_parser("gates-data", help="write a DATA_DIR (Hugging Face datasets cache) that the default "
                                           "gates' lm-eval tasks load offline, from eval/data/gates_default")
     d.add_argument("dir")
+    v_ = sub.add_parser("draft-vocab", help="the token set SPEC_DRAFT_VOCAB=N drafts from (MTP), beside the weights: "
+                                            "the N most frequent tokens of calibration text")
+    v_.add_argument("--variant", required=True)
+    v_.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    v_.add_argument("--text", action="append", type=Path, metavar="FILE",
+                    help="calibration text (repeatable; e.g. a sample of your traffic); default: the kit's")
     a = p.parse_args(argv)
     if a.cmd == "list":
         print("\n".join(discover()))
@@ -100,6 +108,21 @@ def main(argv=None) -> int:
         for line in added:
             print(line)
         print(f"ledger: {len(added)} record(s) added", file=sys.stderr)
+    elif a.cmd == "draft-vocab":
+        from .draft_vocab import make
+        texts = source = None
+        if a.text:
+            missing = [str(f) for f in a.text if not f.is_file()]
+            if missing:
+                raise KitError(f"--text: no such file: {', '.join(missing)}")
+            texts, source = [f.read_text(errors="replace") for f in a.text], "files: " + ", ".join(str(f) for f in a.text)
+        out = make(load(a.variant, a.set), texts, source)
+        doc = json.loads(out.read_text())
+        print(f"{out.relative_to(ROOT)}: {len(doc['ids'])} ids of {doc['vocab_size']}, covering {100 * doc['coverage']:.2f}% "
+              f"of {doc['calibration_tokens']} calibration tokens")
+        if doc["filled_by_rank"]:
+            print(f"the text had {doc['distinct_tokens_seen']} distinct tokens: {doc['filled_by_rank']} more were taken by "
+                  "BPE rank (lowest ids); more --text makes the set fit your traffic better", file=sys.stderr)
     elif a.cmd == "gates-data":
         from .gates_data import build
         for name, splits in build(a.dir).items():

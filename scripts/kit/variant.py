@@ -268,6 +268,9 @@ class Variant:
         env["FLASHINFER_WORKSPACE_BASE"] = str(self.cache_root / "flashinfer")
         typed = _schema()["properties"]
         env.update({k: v for k, v in sorted(self.config.items()) if k not in typed and not k.startswith("SERVE_")})
+        if self["SPEC_DRAFT_VOCAB"]:  # read by sitecustomize.py in the engine process (scripts/_draft_vocab_patch.py)
+            from .draft_vocab import ENV, path_for
+            env[ENV] = str(path_for(self["MODEL"], self["SPEC_DRAFT_VOCAB"]))
         return env
 
 
@@ -325,6 +328,9 @@ def _validate(v: Variant, schema: dict) -> None:
                        "(K>0 needs a method, a method needs K>0)")
     if c["SPEC_METHOD"] in ("dflash", "eagle3") and not c["SPEC_MODEL"]:
         raise KitError(f"{where('SPEC_METHOD')}: SPEC_METHOD={c['SPEC_METHOD']} needs SPEC_MODEL (the draft model)")
+    if c["SPEC_DRAFT_VOCAB"] and c["SPEC_METHOD"] != "mtp":
+        raise KitError(f"{where('SPEC_DRAFT_VOCAB')}: SPEC_DRAFT_VOCAB={c['SPEC_DRAFT_VOCAB']} needs SPEC_METHOD=mtp "
+                       f"(is {c['SPEC_METHOD']})")
     if c["SPEC_PADDED_DRAFTER_BATCH"] == "off" and c["SPEC_METHOD"] == "none":
         raise KitError(f"{where('SPEC_PADDED_DRAFTER_BATCH')}: SPEC_PADDED_DRAFTER_BATCH=off needs speculation (SPEC_METHOD is none)")
     if c["SPEC_ACCEPTANCE"]:

@@ -38,7 +38,10 @@ def is_complete(d: Path) -> bool:
 
 
 def require(variant) -> Path:
-    """The served weights folder, or a KitError saying which command makes it."""
+    """The served weights folder, or a KitError saying which command makes it (the draft's weights
+    and draft-vocabulary set too, where the variant has them)."""
+    from .draft_vocab import require as require_draft_vocab
+    require_draft_vocab(variant)
     d = variant.weights_dir
     draft = variant.draft_dir
     if draft is not None and not is_complete(draft):

@@ -46,7 +46,12 @@ def row(path: str, rec: dict) -> dict:
     a, b = p["sides"]["a"], p["sides"]["b"]
     top = max((m["concurrency"] for m in p["metrics"]), default=None)
     dev = rec["provenance"]["device"]
-    return {"record": path, "a": a["variant"], "b": b["variant"], "same_variant": a["variant"] == b["variant"],
+    # One variant on both sides is an A/A only with one config: otherwise B is that variant with a change
+    # (a lever measured against itself, e.g. SPEC_DRAFT_VOCAB), said in the pair's name.
+    delta = {k: v for k, v in sorted((b.get("config") or {}).items())
+             if k not in ("PORT", "HOST") and (a.get("config") or {}).get(k) != v} if a["variant"] == b["variant"] else {}
+    return {"record": path, "a": a["variant"], "b": b["variant"], "same_variant": a["variant"] == b["variant"] and not delta,
+            "b_change": delta,
             "device": dev["name"] + (f" x{dev['count']}" if (dev.get("count") or 1) > 1 else ""),
             "utc": rec["provenance"]["utc"], "rounds": p["rounds"],
             "acceptance": {"a": _rates(a), "b": _rates(b)},
@@ -91,7 +96,11 @@ def ratio_text(m: dict | None) -> str:
 
 
 def pair_text(r: dict) -> str:
-    return f"`{r['a']}` → itself" if r["same_variant"] else f"`{r['a']}` → `{r['b']}`"
+    if r["same_variant"]:
+        return f"`{r['a']}` → itself"
+    if r.get("b_change"):
+        return f"`{r['a']}` → with " + ", ".join(f"`{k}={v}`" for k, v in r["b_change"].items())
+    return f"`{r['a']}` → `{r['b']}`"
 
 
 def verdict_text(r: dict, metric: str = "tpot_p50_ms_c1") -> str:

@@ -1,0 +1,95 @@
+"""Draft-vocabulary trimming in vLLM's drafter, behind sitecustomize.py (KIT_DRAFT_VOCAB=<set file>).
+
+What it changes (vLLM 0.26, vllm/v1/spec_decode/llm_base_proposer.py): the proposer's `_greedy_sample`,
+which computes the draft model's full logits (`self.model.compute_logits`, the whole lm_head) and takes
+their argmax. Patched, it multiplies the hidden states by the lm_head rows of the set only (copied once,
+N x hidden) and maps the winning row back to its token id. Greedy drafts only, as vLLM's default
+(`draft_sample_method: greedy`); the local-argmax (TP) and heterogeneous-vocabulary paths are left as
+they are. The target's verification is untouched, so the output is the same; acceptance may drop when
+the target's token is outside the set. Upstream: the same idea exists in EAGLE-3 checkpoints (a d2t
+draft-to-target map trained into the drafter, vllm/model_executor/models/llama_eagle3.py); vLLM has
+nothing of the kind for MTP heads, whose lm_head is the target's.
+
+Why an import hook: the drafter runs in vLLM's engine process, started with spawn, where only
+sitecustomize can reach it; the patch is applied right after the proposer's module is imported.
+"""
+from __future__ import annotations
+
+import importlib.abc
+import importlib.util
+import os
+import sys
+
+TARGET = "vllm.v1.spec_decode.llm_base_proposer"
+_MARK = "_kit_draft_vocab"
+
+
+def trimmed_argmax(hidden, rows, ids):
+    """Token ids of the best-scoring rows: hidden (T, H) @ rows (N, H)^T, argmax over N, mapped by ids (N,)."""
+    return ids[(hidden @ rows.t()).argmax(dim=-1)]
+
+
+def patch_class(cls, ids_list: list[int]) -> bool:
+    """Wrap cls._greedy_sample; False when cls has none (or is patched already)."""
+    orig = cls.__dict__.get("_greedy_sample")
+    if orig is None or getattr(orig, _MARK, False):
+        return False
+
+    def _greedy_sample(self, hidden_states):
+        if getattr(self, "use_local_argmax_reduction", False) or getattr(self, "use_heterogeneous_vocab", False):
+            return orig(self, hidden_states)
+        state = getattr(self, "_kit_dv_state", None)
+        if state is None:
+            import torch
+            weight = self.model.lm_head.weight
+            ids = torch.tensor(ids_list, dtype=torch.long, device=weight.device)
+            state = (weight.index_select(0, ids).contiguous(), ids)
+            self._kit_dv_state = state
+            print(f"kit: draft vocabulary {len(ids_list)} of {weight.shape[0]} lm_head rows", file=sys.stderr, flush=True)
+        rows, ids = state
+        return trimmed_argmax(hidden_states.to(rows.dtype), rows, ids)
+
+    setattr(_greedy_sample, _MARK, True)
+    cls._greedy_sample = _greedy_sample
+    return True
+
+
+def patch_module(mod, ids_list: list[int]) -> int:
+    """Patch every class defined in mod that defines _greedy_sample; how many were."""
+    return sum(patch_class(obj, ids_list) for obj in list(vars(mod).values())
+               if isinstance(obj, type) and obj.__module__ == mod.__name__)
+
+
+class _Finder(importlib.abc.MetaPathFinder):
+    def __init__(self, target: str, ids_list: list[int]):
+        self.target, self.ids = target, ids_list
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != self.target:
+            return None
+        sys.meta_path.remove(self)  # find the real spec, then wrap its loader
+        try:
+            spec = importlib.util.find_spec(fullname)
+        finally:
+            sys.meta_path.insert(0, self)
+        if spec is None or spec.loader is None:
+            return None
+        real_exec, ids = spec.loader.exec_module, self.ids
+
+        def exec_module(module):
+            real_exec(module)
+            if not patch_module(module, ids):
+                print(f"kit: draft vocabulary NOT active: no _greedy_sample in {module.__name__}", file=sys.stderr)
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+def install(target: str = TARGET) -> None:
+    """Patch `target` when it is imported (now, if it already is), with the set in $KIT_DRAFT_VOCAB."""
+    from scripts.kit.draft_vocab import ENV, load_ids
+    ids = load_ids(os.environ[ENV])
+    if target in sys.modules:
+        patch_module(sys.modules[target], ids)
+    elif not any(isinstance(f, _Finder) and f.target == target for f in sys.meta_path):
+        sys.meta_path.insert(0, _Finder(target, ids))
