@@ -40,18 +40,35 @@ def patch_class(cls, ids_list: list[int]) -> bool:
             return orig(self, hidden_states)
         state = getattr(self, "_kit_dv_state", None)
         if state is None:
-            import torch
-            weight = self.model.lm_head.weight
-            ids = torch.tensor(ids_list, dtype=torch.long, device=weight.device)
-            state = (weight.index_select(0, ids).contiguous(), ids)
-            self._kit_dv_state = state
-            print(f"kit: draft vocabulary {len(ids_list)} of {weight.shape[0]} lm_head rows", file=sys.stderr, flush=True)
+            state = self._kit_dv_state = _rows_for(self, ids_list)
+        if state is False:  # not applicable here (said once): vLLM's own full-vocabulary draft
+            return orig(self, hidden_states)
         rows, ids = state
         return trimmed_argmax(hidden_states.to(rows.dtype), rows, ids)
 
     setattr(_greedy_sample, _MARK, True)
     cls._greedy_sample = _greedy_sample
     return True
+
+
+def _rows_for(proposer, ids_list: list[int]):
+    """(lm_head rows of the set, ids) on the drafter's device, or False where the set cannot apply: no
+    lm_head weight (pipeline stages), or a head with fewer rows than the set's largest id (a tensor-
+    parallel shard of the vocabulary). Never an exception inside the engine."""
+    try:
+        import torch
+        weight = proposer.model.lm_head.weight
+        if weight.dim() != 2 or weight.shape[0] <= ids_list[-1]:
+            raise ValueError(f"lm_head has {tuple(weight.shape)}, the set's largest id is {ids_list[-1]} "
+                             "(a vocabulary shard? the set needs the whole head)")
+        ids = torch.tensor(ids_list, dtype=torch.long, device=weight.device)
+        rows = weight.index_select(0, ids).contiguous()
+    except Exception as e:
+        print(f"kit: draft vocabulary NOT active, drafting over the full vocabulary ({type(e).__name__}: {e})",
+              file=sys.stderr, flush=True)
+        return False
+    print(f"kit: draft vocabulary {len(ids_list)} of {weight.shape[0]} lm_head rows", file=sys.stderr, flush=True)
+    return rows, ids
 
 
 def patch_module(mod, ids_list: list[int]) -> int:

@@ -96,6 +96,24 @@ def test_patched_proposer_drafts_from_the_set_only(capfd):
     assert torch.equal(p._greedy_sample(hidden), (hidden @ weight.t()).argmax(-1))
 
 
+@pytest.mark.parametrize("model,why", [(types.SimpleNamespace(lm_head=types.SimpleNamespace()), "AttributeError"),
+                                        (None, "largest id is 499")])
+def test_a_set_that_cannot_apply_drafts_over_the_full_vocabulary(capfd, model, why):
+    """No lm_head weight (a pipeline stage), or a head with fewer rows than the set needs (a tensor-parallel
+    shard): one line says so, and the draft is vLLM's own."""
+    weight = torch.randn(100, 8, generator=torch.Generator().manual_seed(3))
+    hidden = torch.randn(4, 8, generator=torch.Generator().manual_seed(4))
+    cls = type("P", (FakeProposer,), {"_greedy_sample": FakeProposer._greedy_sample})
+    DP.patch_class(cls, [0, 10, 499])
+    p = cls(weight)
+    if model is not None:
+        p.model = types.SimpleNamespace(lm_head=model.lm_head, compute_logits=lambda h: h @ weight.t())
+    assert torch.equal(p._greedy_sample(hidden), (hidden @ weight.t()).argmax(-1))
+    assert torch.equal(p._greedy_sample(hidden), (hidden @ weight.t()).argmax(-1))  # decided once
+    err = capfd.readouterr().err
+    assert err.count("draft vocabulary NOT active") == 1 and why in err
+
+
 def test_install_patches_the_module_when_it_is_imported(tmp_path, monkeypatch):
     """The import hook, as in vLLM's engine process: the module is patched right after its import."""
     (tmp_path / "fake_proposer_mod.py").write_text(
