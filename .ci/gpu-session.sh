@@ -319,8 +319,9 @@ case "${1:-}" in
     # in its .venv (above). DIR: the chunks of `WHEELHOUSE=1 bash .ci/gpu-prepare.sh`, joined and unpacked.
     [ -d /tmp/kit ] || { mkdir -p /tmp/kit.part && tar -C . --exclude=./.gpu -cf - . | tar -C /tmp/kit.part -xf - \
       && mv /tmp/kit.part /tmp/kit; } || exit
-    cd /tmp/kit && if command -v make >/dev/null; then step make install WHEELHOUSE="$2" HOST_TORCH=yes
-    else step python3 -m scripts.install --wheelhouse "$2" --host-torch yes; fi ;;  # the recipe make runs
+    # env -u PYTHONPATH: the payload's path (set above for the other modes) must not reach pip or the venv.
+    cd /tmp/kit && if command -v make >/dev/null; then step env -u PYTHONPATH make install WHEELHOUSE="$2" HOST_TORCH=yes
+    else step env -u PYTHONPATH python3 -m scripts.install --wheelhouse "$2" --host-torch yes; fi ;;  # make's recipe
   chain)  # MODE ARGS.. ++ MODE ARGS..: one after the other in one (detached) job, so their GPU memory
     # never adds up; a failed step does not stop the next
     shift; cmd=()
