@@ -18,7 +18,7 @@ host's target, Python and platform, and every file must match its sha256, or not
 A GPU host whose python3 already has the torch vLLM pins (pyproject.toml [tool.kit] gpu-torch; a PyTorch
 container) keeps it (--host-torch auto, the default): .venv and .venv-quant are made with
 --system-site-packages (and a .pth to the host's site-packages when python3 is itself a venv), so pip
-finds torch and its CUDA libraries installed and fetches neither (about 3 GB). --host-torch no makes a
+finds torch and its CUDA libraries installed and fetches neither. --host-torch no makes a
 .venv of its own; --host-torch yes refuses a host without that torch. A wheelhouse made with
 `make wheelhouse HOST_TORCH=1` holds no torch, and needs such a host.
 """
@@ -70,8 +70,13 @@ def gpu_torch() -> str:
     return tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["kit"]["gpu-torch"]
 
 
+def normalize(name: str) -> str:
+    """A distribution name as PEP 503 compares them: Jinja2, jinja_2 -> jinja2, jinja-2."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
 def host_provided(name: str) -> bool:
-    return bool(HOST_PROVIDED.match(re.sub(r"[-_.]+", "-", name).lower()))
+    return bool(HOST_PROVIDED.match(normalize(name)))
 
 
 def host_torch_version(py: str = sys.executable) -> str | None:

@@ -67,9 +67,6 @@ def spread(xs: list[float]) -> dict:
             "cv_pct": round(100 * statistics.pstdev(xs) / statistics.fmean(xs), 2) if len(xs) > 1 else None}
 
 
-steps = L.engine_steps  # (tokens per engine step, ms per step) of one pass's completed requests
-
-
 def study(path: str, rec: dict) -> list[dict]:
     """One entry per (side, concurrency) of a comparison record."""
     p = rec["payload"]
@@ -82,7 +79,7 @@ def study(path: str, rec: dict) -> list[dict]:
                 rows = [r for r in L.rows(x["samples"]) if r["ok"]]
                 tpot.append(L.percentile([r["tpot_ms"] for r in rows if r["tpot_ms"] is not None], 50))
                 tps.append(sum(r["output_tokens"] for r in rows) / x["duration_s"])
-                k, ms = steps(rows)
+                k, ms = L.engine_steps(rows)
                 per_step.append(k)
                 step_ms.append(ms)
             conds = {k: [pass_condition(x, k) for x in ps] for k in CONDITIONS}

@@ -18,7 +18,7 @@ resolved (name -> version), each file's sha256 and size, and the tiny model's pa
 --host-torch (TARGET=gpu): for a host whose python3 already has the torch vLLM pins (a PyTorch
 container; pyproject.toml [tool.kit] gpu-torch). Each set is resolved for the target first (`pip install
 --dry-run --report`), then every resolved wheel is downloaded on its own (--no-deps) except torch,
-triton and the nvidia-*/cuda-* wheels (install.HOST_PROVIDED), about 3 GB. The manifest says so
+triton and the nvidia-*/cuda-* wheels torch requires (install.HOST_PROVIDED, torch_closure). The manifest says so
 (host_torch, left_out); `make install` then builds .venv on the host's torch, and refuses a host without it.
 """
 from __future__ import annotations
@@ -114,10 +114,6 @@ def resolve_argv(py: str, args: list[str], *, python: str, platform: str, out: s
             *rest]
 
 
-def _norm(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
 REQ = re.compile(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[([^\]]*)\])?")
 EXTRA = re.compile(r"extra\s*==\s*['\"]([^'\"]+)['\"]")
 
@@ -127,7 +123,7 @@ def torch_closure(report: dict) -> set[str]:
     extras each asks for: torch wants cuda-toolkit[cublas,cufft,...], whose extras are the CUDA wheels)
     that install.HOST_PROVIDED names (triton, nvidia-*, cuda-*). Not vLLM's own nvidia-* needs
     (nvidia-ml-py, nvidia-cutlass-dsl), nor a data package that happens to be called nvidia-ifbench."""
-    reqs = {_norm(i["metadata"]["name"]): i["metadata"].get("requires_dist") or [] for i in report.get("install", [])}
+    reqs = {install.normalize(i["metadata"]["name"]): i["metadata"].get("requires_dist") or [] for i in report.get("install", [])}
     done: dict[str, set] = {}
     todo = [("torch", frozenset())]
     while todo:
@@ -137,9 +133,9 @@ def torch_closure(report: dict) -> set[str]:
         done[n] = done.get(n, set()) | set(extras)
         for r in reqs[n]:
             m, e = REQ.match(r), EXTRA.search(r)
-            if not m or (e and _norm(e.group(1)) not in {_norm(x) for x in done[n]}):
+            if not m or (e and install.normalize(e.group(1)) not in {install.normalize(x) for x in done[n]}):
                 continue
-            todo.append((_norm(m.group(1)), frozenset(x.strip() for x in (m.group(2) or "").split(",") if x.strip())))
+            todo.append((install.normalize(m.group(1)), frozenset(x.strip() for x in (m.group(2) or "").split(",") if x.strip())))
     return {n for n in done if n == "torch" or install.host_provided(n)}
 
 
@@ -148,7 +144,7 @@ def resolved_without_host(report: dict) -> tuple[list[str], list[str]]:
     host = torch_closure(report)
     keep, left = [], []
     for item in report.get("install", []):
-        name = _norm(item["metadata"]["name"])
+        name = install.normalize(item["metadata"]["name"])
         if name in host:
             left.append(name)
         else:
@@ -170,7 +166,8 @@ def fetch(py: str, args: list[str], *, python: str, platform: str, out: str, imp
                 proc = subprocess.run(argv, capture_output=True, text=True)
                 if proc.returncode == 0:
                     keep, left = resolved_without_host(json.loads(open(report).read()))
-                    (left_out if left_out is not None else set()).update(left)
+                    if left_out is not None:
+                        left_out.update(left)
                     have = {nv[0] for nv in map(wheel_name_version, os.listdir(out)) if nv}
                     todo = [r for r in keep if r.split("==")[0] not in have]
                     if todo:
@@ -199,7 +196,7 @@ def wheel_name_version(filename: str) -> tuple[str, str] | None:
     if not filename.endswith(".whl"):
         return None
     name, version = filename.split("-")[:2]
-    return re.sub(r"[-_.]+", "-", name).lower(), version
+    return install.normalize(name), version
 
 
 def manifest(target: str, python: str, platform: str, implementation: str, P: dict, out: str,

@@ -176,8 +176,8 @@ def test_probe_flags_a_level_whose_step_time_moved_between_repeats():
     assert w.startswith("concurrency 1: step time moved 27%") and "tokens per step moved 0%" in w
 
 
-def test_variance_steps_of_a_pass_by_hand():
-    from scripts.variance import steps
+def test_engine_steps_of_a_pass_by_hand():
+    from scripts.kit.latency import engine_steps as steps
     rows = [{"output_tokens": 9, "itl_n": 2, "e2e_ms": 30.0, "ttft_ms": 10.0},
             {"output_tokens": 5, "itl_n": 2, "e2e_ms": 26.0, "ttft_ms": 6.0}]
     assert steps(rows) == (3.0, 10.0)

