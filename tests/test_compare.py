@@ -208,3 +208,18 @@ def test_real_tiny_server_as_both_sides_writes_a_record_the_checker_recomputes(t
     assert p["sides"]["a"]["started_here"] is False and "--enforce-eager" in p["sides"]["a"]["argv"]
     assert rec["provenance"]["acceptance"] == "none" and rec["provenance"]["weights"] == "real"
     assert record_mismatches(rec) == []
+
+
+def test_conditions_of_a_two_gpu_host_cover_every_gpu():
+    """A TP/DP side runs on GPU 1 too: its clock and a slowdown there reach the summary, not only GPU 0's."""
+    from scripts.kit import device
+    fields = "1980, 2619, 120.5, 40, 0, P0, 0x0000000000000000"
+    g0, g1 = device.parse_gpu_state(fields), device.parse_gpu_state("1410, 2619, 690.0, 71, 99, P0, 0x0000000000000004")
+    two = dict(g0, gpu_processes=3, per_gpu=[g0, g1])
+    one = dict(g0, gpu_processes=1)
+    passes = [{"side": "a", "conditions": {"before": {"gpu": one}, "after": {"gpu": one}}},
+              {"side": "b", "conditions": {"before": {"gpu": two}, "after": {"gpu": two}}}]
+    cs = C.conditions_summary(passes)
+    assert cs["a"]["sm_clock_mhz"] == [1980, 1980] and cs["a"]["slowdowns"] == []
+    assert cs["b"]["sm_clock_mhz"] == [1410, 1980] and cs["b"]["power_w"] == [120.5, 690.0]
+    assert cs["b"]["slowdowns"] == ["sw_power_cap"] and cs["b"]["gpu_processes"] == [3, 3]

@@ -130,8 +130,8 @@ def metric_rows(passes: list[dict], slo: L.SLO, rounds: int, iterations: int = B
 
 
 def conditions_summary(passes: list[dict]) -> dict:
-    """Per side: the range of SM clock, power, temperature and GPU processes over its passes, and any
-    slowdown reason seen; the host's load range. A clock or neighbour count that differs between the
+    """Per side: the range of SM clock, power, temperature (over every GPU the record saw) and GPU
+    processes over its passes, and any slowdown reason seen; the host's load range. A clock or neighbour count that differs between the
     sides is a reason to doubt the ratio (validity warnings)."""
     out = {}
     for s in "ab":
@@ -143,10 +143,14 @@ def conditions_summary(passes: list[dict]) -> dict:
             for when in ("before", "after"):
                 cond = (p.get("conditions") or {}).get(when) or {}
                 g = cond.get("gpu") or {}
-                for k in ("sm_clock_mhz", "power_w", "temperature_c", "gpu_processes"):
-                    if g.get(k) is not None:
-                        vals[k].append(g[k])
-                slow.update(g.get("slowdowns") or [])
+                if g.get("gpu_processes") is not None:
+                    vals["gpu_processes"].append(g["gpu_processes"])
+                # every GPU of the host where the record has them (a TP/DP side runs on all)
+                for one in g.get("per_gpu") or [g]:
+                    for k in ("sm_clock_mhz", "power_w", "temperature_c"):
+                        if one.get(k) is not None:
+                            vals[k].append(one[k])
+                    slow.update(one.get("slowdowns") or [])
                 if (cond.get("host") or {}).get("loadavg_1m") is not None:
                     vals["loadavg_1m"].append(cond["host"]["loadavg_1m"])
         out[s] = {k: [min(v), max(v)] if v else None for k, v in vals.items()}

@@ -83,19 +83,24 @@ def parse_gpu_state(line: str) -> dict:
 
 def gpu_state() -> dict | None:
     """Clocks, power, temperature, throttle reasons of GPU 0 now, GPU processes and host load; None
-    without nvidia-smi (a CPU host records only the host part through host_load)."""
+    without nvidia-smi (a CPU host records only the host part through host_load). On a host of several
+    GPUs, `per_gpu` holds each one's state too: a TP or DP server spans them all, and a neighbour may
+    sit on any."""
     smi = shutil.which("nvidia-smi")
     if not smi:
         return None
     out = None
     for fields in (GPU_STATE_FIELDS, GPU_STATE_FIELDS[:-1] + ("clocks_throttle_reasons.active",)):
         try:
-            r = subprocess.run([smi, "--id=0", "--query-gpu=" + ",".join(fields), "--format=csv,noheader,nounits"],
+            r = subprocess.run([smi, "--query-gpu=" + ",".join(fields), "--format=csv,noheader,nounits"],
                                capture_output=True, text=True, timeout=30)
         except (OSError, subprocess.TimeoutExpired):
             return None
         if r.returncode == 0 and r.stdout.strip():
-            out = parse_gpu_state(r.stdout.strip().splitlines()[0])
+            lines = r.stdout.strip().splitlines()
+            out = parse_gpu_state(lines[0])
+            if len(lines) > 1:
+                out["per_gpu"] = [parse_gpu_state(line) for line in lines]
             break
     if out is None:
         return None
