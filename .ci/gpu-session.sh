@@ -306,19 +306,22 @@ case "${1:-}" in
     # engine (a TP=2 or DP=2 server has 8 GiB on each GPU): ~64 of 79 GiB a GPU. Levels up to c=128, past
     # where one GPU breaks the SLO (the catalog's c=8 passes everywhere); --requests 8 keeps c=1 short.
     # That machine's rule: NVLink multicast stays off, in every process the kit starts (they inherit it).
-    export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-    kv=8589934592; L="--concurrency 1,8,32,64,128 --requests 8"; R35="SPEC_ACCEPTANCE=0.98,0.82,0.70,0.54"
+    # vLLM's FlashInfer all-reduce picks its multicast (mnnvl) backend by default: the tp2 variant turns that
+    # fusion off (2026-11-25 23:34 it ran here and both TP workers died); trtllm, should anything still ask.
+    export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 VLLM_FLASHINFER_ALLREDUCE_BACKEND=trtllm
+    # Qwen3.5: 256 sequences, both sides (8 GiB holds 428 Mamba blocks; vLLM's default 1024 failed to start).
+    kv=8589934592; L="--concurrency 1,8,32,128 --requests 8"; R35="SPEC_ACCEPTANCE=0.98,0.82,0.70,0.54"; S35="SERVE_MAX_NUM_SEQS=256"
     m() { echo "--set SERVE_KV_CACHE_MEMORY_BYTES=$kv --set SERVE_GPU_MEMORY_UTILIZATION=0.2"; }
     bash "$0" up g1 8120 $kv qwen3-4b-bf16; bash "$0" up tp 8121 $kv qwen3-4b-bf16-tp2; bash "$0" up dp 8122 $kv qwen3-4b-bf16-dp2
-    CUDA_VISIBLE_DEVICES=1 bash "$0" up q35 8123 $kv qwen3.5-4b-bf16-tuned --set "$R35"
-    bash "$0" up q35dp 8124 $kv qwen3.5-4b-bf16-tuned-dp2 --set "$R35"
+    CUDA_VISIBLE_DEVICES=1 bash "$0" up q35 8123 $kv qwen3.5-4b-bf16-tuned --set "$R35" --set "$S35"
+    bash "$0" up q35dp 8124 $kv qwen3.5-4b-bf16-tuned-dp2 --set "$R35" --set "$S35"
     # one port at a time: `ready` stops at the first that fails, and a failed server must not cut the wait for the rest
     end=$((SECONDS + 900)); for p in 8120 8121 8122 8123 8124; do bash "$0" ready $((end > SECONDS ? end - SECONDS : 1)) $p; done; nvidia-smi
     for pair in "8120 8121 qwen3-4b-bf16 qwen3-4b-bf16-tp2" "8120 8122 qwen3-4b-bf16 qwen3-4b-bf16-dp2"; do
       set -- $pair; bash "$0" ready 5 "$1" "$2" && bash "$0" cmp "$1" "$2" "$3" "$4" $(m) --set-a PORT="$1" --set-b PORT="$2" $L
     done
     bash "$0" ready 5 8123 8124 && bash "$0" cmp 8123 8124 qwen3.5-4b-bf16-tuned qwen3.5-4b-bf16-tuned-dp2 $(m) \
-      --set "$R35" --set-a PORT=8123 --set-b PORT=8124 $L
+      --set "$R35" --set "$S35" --set-a PORT=8123 --set-b PORT=8124 $L
     bash "$0" down g1 tp dp q35 q35dp ;;
   whinstall)  # DIR: issue 20, the users' offline install on this machine: make install WHEELHOUSE=DIR on
     # the machine's own torch (HOST_TORCH=yes), into /tmp/kit (the tree detach uses); later modes then run
