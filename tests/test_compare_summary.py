@@ -31,7 +31,7 @@ def test_row_of_the_committed_h100_comparison():
     assert C.ratio_text(r["goodput_req_per_s_top"]) == "2.23x [2.08, 2.37]"
     line = C.table_row(r)
     assert line == (f"| `qwen3-4b-bf16` → `qwen3-4b-bf16-tuned` | NVIDIA H100 80GB HBM3 | 2026-11-25 17:57 | - / {RATES} | "
-                    f"5.24x [5.01, 5.46] | 2.23x [2.02, 2.44] (c=8) | 2.23x [2.08, 2.37] (c=8) | "
+                    f"5.24x [5.01, 5.46] | 2.23x [2.02, 2.44] (c=8) | 2.23x [2.08, 2.37] (c=8) | {C.slo_text(r)} | "
                     f"`qwen3-4b-bf16-tuned` better | `{AB}` |")
     assert line.count("|") == C.HEADER.count("|")
     # The record's warnings (power cap on both sides) are printed with it.
@@ -141,3 +141,21 @@ def test_one_variant_with_a_change_on_b_is_named_by_the_change_not_as_itself():
     assert not r["same_variant"] and r["b_change"] == {"SPEC_DRAFT_VOCAB": 32768}
     assert C.pair_text(r) == "`qwen3-4b-bf16` → with `SPEC_DRAFT_VOCAB=32768`"
     assert C.row(AA, rec(AA))["same_variant"]  # a port apart is still the same server config
+
+
+DP = "results/qwen3-4b-bf16-dp2/20261125T235840Z-comparison.json"  # 2-GPU host, levels 1,8,32,128
+
+
+def test_slo_levels_name_where_each_side_breaks_the_slo_and_its_peak_goodput():
+    """One GPU's TTFT p99 passes 500 ms at c=32 (531.7 ms), DP=2 holds it there (384.4 ms); both break at c=128."""
+    r = C.row(DP, rec(DP))
+    lv = r["slo_levels"]
+    assert (lv["a"]["slo_held_to_c"], lv["b"]["slo_held_to_c"]) == (8, 32)
+    assert (lv["a"]["peak_goodput_c"], lv["b"]["peak_goodput_c"]) == (32, 128)
+    assert lv["b"]["peak_goodput_req_per_s"] == max(m["b"] for m in rec(DP)["payload"]["metrics"]
+                                                     if m["metric"] == "goodput_req_per_s")
+    assert C.slo_text(r) == "c=8 / c=32 (peak goodput req/s 21.2 at c=32 / 54.9 at c=128)"
+    # A tighter SLO moves the answer: nothing holds a 30 ms TTFT p99 past c=1.
+    tight = copy.deepcopy(rec(DP))
+    tight["payload"]["slo"]["ttft_p99_ms"] = 30
+    assert C.slo_levels(tight)["a"]["slo_held_to_c"] is None and C.slo_levels(tight)["b"]["slo_held_to_c"] is None
