@@ -64,7 +64,7 @@ check-schemas: ## validate schemas, every config.env, every record, freshness of
 	$(PY) -m scripts.check
 test: ## the fast suite (CPU; real vLLM on the tiny model, one shared server): skips and names the slow e2e tests
 	$(PY) -m pytest -m "not gpu and not slow" --durations=10 $(PYTEST_ARGS)
-test-all: ## every CPU test, the slow e2e ones too (bake, tune, quantize, gates, sweep, fleet, profile): what CI runs
+test-all: ## every CPU test, the slow e2e ones too (bake, tune, quantize, gates, sweep, profile): what CI runs
 	$(PY) -m pytest -m "not gpu" --durations=10 $(PYTEST_ARGS)
 golden: ## regenerate tests/golden/argv from every variant (review the diff)
 	$(PY) -m scripts.kit golden
