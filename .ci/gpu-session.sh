@@ -51,6 +51,7 @@
 #       issue 6: bake --no-bytecode, then four warm starts: SERVER_MAIN=vllm, kit main, bytecode compiled +
 #       SERVER_MAIN=vllm, both cuts (run it before anything compiles the payload's bytecode)
 #   bash .ci/gpu-session.sh multi      issue 21 on the 2-GPU machine: qwen3-4b-bf16 vs its tp2, then vs its dp2
+#   bash .ci/gpu-session.sh route      issue 21 on the 2-GPU machine: router cache_aware vs round_robin vs DP=2
 #   bash .ci/gpu-session.sh whinstall DIR   issue 20: make install WHEELHOUSE=DIR HOST_TORCH=yes into /tmp/kit
 #   bash .ci/gpu-session.sh chain MODE ARGS.. ++ MODE ARGS..   modes one after the other (detach NAME chain ...)
 #   bash .ci/gpu-session.sh up NAME PORT KV_BYTES VARIANT [--set K=V ...]
@@ -205,6 +206,13 @@ case "${1:-}" in
       --set SERVE_KV_CACHE_MEMORY_BYTES="$kv" --set SERVE_GPU_MEMORY_UTILIZATION=0.2 "$@" \
       > "$LOGS/up-$name.log" 2>&1 < /dev/null & echo $! > "/tmp/kit-up/$name.pid"; echo $! > "/tmp/kit-up/port-$port.pid"
     echo "up $name: $v on $port (pid $!)" ;;
+  fleetup)  # NAME PORT KV VARIANT [--set ...]: `make serve-fleet` (FLEET_REPLICAS replicas, replica i on GPU i, ports
+    # PORT+1..) behind vllm-router on PORT, in its own session like `up`; `down NAME` stops router and replicas
+    name=$2; port=$3; kv=$4; v=$5; shift 5; mkdir -p /tmp/kit-up
+    setsid python3 -m scripts.fleet --variant "$v" --set WEIGHTS=dummy --set PORT="$port" \
+      --set SERVE_KV_CACHE_MEMORY_BYTES="$kv" --set SERVE_GPU_MEMORY_UTILIZATION=0.2 "$@" \
+      > "$LOGS/fleet-$name.log" 2>&1 < /dev/null & echo $! > "/tmp/kit-up/$name.pid"; echo $! > "/tmp/kit-up/port-$port.pid"
+    echo "fleet $name: $v behind the router on $port (pid $!)" ;;
   down)  # INT to all, then one wait for all (2026-11-25 20:34: waited one by one, 120 s each, 240 s in all)
     shift; pids=(); for name in "$@"; do pid=$(cat "/tmp/kit-up/$name.pid" 2>/dev/null) || continue
       kill -INT "$pid" 2>/dev/null; pids+=("$name:$pid"); done
@@ -323,6 +331,22 @@ case "${1:-}" in
     bash "$0" ready 5 8123 8124 && bash "$0" cmp 8123 8124 qwen3.5-4b-bf16-tuned qwen3.5-4b-bf16-tuned-dp2 $(m) \
       --set "$R35" --set "$S35" --set-a PORT=8123 --set-b PORT=8124 $L
     bash "$0" down g1 tp dp q35 q35dp ;;
+  route)  # issue 21 item 3, on the 2-GPU machine: what routing buys. Two one-GPU replicas of Qwen3-4B BF16 behind
+    # vllm-router with cache_aware vs the same behind round_robin (both fleets resident: replica i of each on
+    # GPU i), then cache_aware vs vLLM's own DP=2, on requests that share prefixes: 8 prefixes of 2048 tokens a
+    # pass, so at c=32 four requests open with each. Prefix-cache hits are read from the replicas (--metrics-url-*).
+    export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 VLLM_FLASHINFER_ALLREDUCE_BACKEND=trtllm
+    kv=8589934592; u() { for p in "$@"; do echo "http://127.0.0.1:$p"; done; }
+    W="--concurrency 8,32 --requests 32 --shared-prefixes 8 --prefix-tokens 2048"
+    m() { echo "--set SERVE_KV_CACHE_MEMORY_BYTES=$kv --set SERVE_GPU_MEMORY_UTILIZATION=0.2"; }
+    bash "$0" fleetup ca 8130 $kv qwen3-4b-bf16; bash "$0" fleetup rr 8140 $kv qwen3-4b-bf16 --set FLEET_POLICY=round_robin
+    bash "$0" up dp 8122 $kv qwen3-4b-bf16-dp2
+    end=$((SECONDS + 900)); for p in 8130 8140 8122; do bash "$0" ready $((end > SECONDS ? end - SECONDS : 1)) $p; done
+    bash "$0" ready 5 8130 8140 && bash "$0" cmp 8130 8140 qwen3-4b-bf16 qwen3-4b-bf16 $(m) --set-b FLEET_POLICY=round_robin \
+      $(for x in $(u 8131 8132); do echo --metrics-url-a $x; done) $(for x in $(u 8141 8142); do echo --metrics-url-b $x; done) $W
+    bash "$0" ready 5 8130 8122 && bash "$0" cmp 8130 8122 qwen3-4b-bf16 qwen3-4b-bf16-dp2 $(m) \
+      $(for x in $(u 8131 8132); do echo --metrics-url-a $x; done) $W
+    bash "$0" down ca rr dp ;;
   whinstall)  # DIR: issue 20, the users' offline install on this machine: make install WHEELHOUSE=DIR on
     # the machine's own torch (HOST_TORCH=yes), into /tmp/kit (the tree detach uses); later modes then run
     # in its .venv (above). DIR: the chunks of `WHEELHOUSE=1 bash .ci/gpu-prepare.sh`, joined and unpacked.

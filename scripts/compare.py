@@ -46,6 +46,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--set-b", action="append", default=[], metavar="KEY=VALUE", help="override for B only (repeatable)")
     p.add_argument("--url-a", help="time a running server as A instead of starting one")
     p.add_argument("--url-b", help="time a running server as B instead of starting one")
+    for k in "ab":
+        p.add_argument(f"--metrics-url-{k}", action="append", default=[], metavar="URL",
+                       help=f"read {k.upper()}'s /metrics here, summed (repeatable): the replicas behind a router")
     p.add_argument("--rounds", type=int, default=C.ROUNDS, help=f"interleaved rounds (default: {C.ROUNDS}; at least 5)")
     P.add_workload_args(p, per_variant=True)
     p.add_argument("--results-dir", type=Path, default=RESULTS, help="where the record goes (default: results/)")
@@ -71,7 +74,8 @@ class Side:
 
     def describe(self) -> dict:
         return {"variant": self.v.name, "config_sha256": self.v.config_sha256, "config": dict(sorted(self.v.config.items())),
-                "argv": self.argv, "started_here": self.proc is not None, "url": self.url, "ready_s": self.ready_s}
+                "argv": self.argv, "started_here": self.proc is not None, "url": self.url, "ready_s": self.ready_s,
+                **({"metrics_urls": self.srv.metrics_urls} if self.srv and self.srv.metrics_urls != [self.srv.url] else {})}
 
 
 def fill_defaults(a) -> None:
@@ -120,9 +124,9 @@ def main(argv=None) -> int:
                     with tqdm(desc=f"starting {s.v.name} ({s.key.upper()})", unit="s", file=sys.stderr) as wbar:
                         s.proc.on_wait = lambda t, b=wbar: b.update(round(t) - b.n)
                         s.ready_s = round(s.proc.wait_ready(), 2)
-                    s.srv = P.Server(s.proc.url, s.proc)
+                    s.srv = P.Server(s.proc.url, s.proc, getattr(a, f"metrics_url_{s.key}"))
                 else:
-                    s.srv = P.Server(s.url)
+                    s.srv = P.Server(s.url, metrics_urls=getattr(a, f"metrics_url_{s.key}"))
                     if not s.srv.alive():
                         raise KitError(f"--url-{s.key} {s.url}: GET /health does not answer 200")
                 models = [m["id"] for m in s.srv.get("/v1/models", 30).json().get("data", [])]
@@ -188,6 +192,7 @@ def build_payload(sides: dict, w: L.Workload, a, passes: list[dict]) -> dict:
                                        "within each pass; 2.5th-97.5th percentile of the B-vs-A ratio"},
                "passes": passes}
     payload["metrics"] = C.metric_rows(passes, a.slo, a.rounds, margin=C.MARGIN)
+    payload["prefix_cache"] = C.prefix_cache_rows(passes)
     payload["conditions"] = C.conditions_summary(passes)
     own = sum(int(s.v.config.get("SERVE_TENSOR_PARALLEL_SIZE") or 1) * int(s.v.config.get("SERVE_DATA_PARALLEL_SIZE") or 1)
               for s in sides.values())
@@ -202,6 +207,11 @@ def report_text(p: dict) -> str:
     a, b = p["sides"]["a"]["variant"], p["sides"]["b"]["variant"]
     rows = [f"B vs A (> 1: B better), {p['rounds']} rounds, bootstrap 95% interval:"]
     rows += ["  " + C.describe(r, a, b) for r in p["metrics"]]
+    hits = [r for r in p.get("prefix_cache") or [] if r["hits_tokens"]]
+    if hits:  # only where something hit: a routing comparison's figure, noise elsewhere
+        rows.append("prefix-cache token hit rate (all rounds): " + ", ".join(
+            f"{(a if r['side'] == 'a' else b)} c={r['concurrency']} {r['hit_rate']:.1%}"
+            for r in p["prefix_cache"]))
     rows += [f"warning: {x}" for x in p["validity"]["warnings"]]
     return "\n".join(rows)
 

@@ -17,7 +17,7 @@ import sys
 
 from scripts.kit import weights
 from scripts.kit.errors import KitError, run_main
-from scripts.kit.fleet import DEFAULT_POLICY, POLICIES, Fleet
+from scripts.kit.fleet import POLICIES, Fleet
 from scripts.kit.variant import load
 from scripts.serve import add_variant_args, command_text, describe
 
@@ -26,13 +26,13 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="make serve-fleet", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     add_variant_args(p)
-    p.add_argument("--replicas", type=int, default=2, help="how many servers of the variant (default 2)")
-    p.add_argument("--policy", default=DEFAULT_POLICY, choices=POLICIES,
-                   help=f"vllm-router's load-balancing policy (default {DEFAULT_POLICY})")
+    p.add_argument("--replicas", type=int, help="how many servers of the variant (default: its FLEET_REPLICAS)")
+    p.add_argument("--policy", choices=POLICIES, help="vllm-router's load-balancing policy (default: the variant's FLEET_POLICY)")
     p.add_argument("--dry-run", action="store_true", help="print every command and its placement; start nothing")
     a = p.parse_args(argv)
     v = load(a.variant, a.set)
     fleet = Fleet(v, a.replicas, a.policy)
+    a.replicas, a.policy = fleet.n, fleet.policy
     print(describe(v, fleet.platform), file=sys.stderr)
     if a.dry_run:
         for r in fleet.replicas:

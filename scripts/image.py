@@ -498,7 +498,7 @@ def main(argv=None) -> int:
     kk.add_argument("--storage-class")
     kk.add_argument("--cache-on-pvc", action="store_true",
                     help="mount weights/cache/<variant> from the PVC instead of using the image's baked cache")
-    kk.add_argument("--policy", default="cache_aware", help="vllm-router's policy (make serve-fleet's POLICY)")
+    kk.add_argument("--policy", help="vllm-router's policy (default: the variant's FLEET_POLICY; make k8s POLICY=)")
     kk.add_argument("--router-image", help="image with vllm-router on PATH (default: the --image)")
     a = p.parse_args(argv)
     v = load(a.variant, a.set)

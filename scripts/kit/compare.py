@@ -187,6 +187,24 @@ def step_warnings(payload: dict) -> list[str]:
     return out
 
 
+def prefix_cache_rows(passes: list[dict]) -> list[dict]:
+    """Per side and level, the prefix cache's token hit rate over all rounds, from each pass's /metrics
+    delta (the engines', summed: a router's replicas where --metrics-url-* named them); a level whose
+    passes lack the counters is left out. What a routing policy changes: a cache-aware router sends a
+    shared prefix back to the replica that holds it."""
+    out = []
+    for s in "ab":
+        for c in sorted({p["concurrency"] for p in passes if p["side"] == s}):
+            ds = [p.get("metrics_delta") or {} for p in passes if p["side"] == s and p["concurrency"] == c]
+            if not ds or any("prefix_cache_queries_total" not in d for d in ds):
+                continue
+            q = sum(d["prefix_cache_queries_total"] for d in ds)
+            h = sum(d.get("prefix_cache_hits_total", 0.0) for d in ds)
+            out.append({"side": s, "concurrency": c, "queries_tokens": int(q), "hits_tokens": int(h),
+                        "hit_rate": round(h / q, 4) if q else None})
+    return out
+
+
 def mismatches(payload: dict) -> list[str]:
     """Every figure of a comparison payload that its passes' samples do not give back."""
     slo = L.SLO(payload["slo"]["ttft_p99_ms"], payload["slo"]["tpot_p99_ms"])
@@ -199,6 +217,9 @@ def mismatches(payload: dict) -> list[str]:
             out.append(f"comparison c={old['concurrency']} {old['metric']}: recorded {old} but the samples give {new}")
     if len(payload["metrics"]) != len(again):
         out.append(f"comparison: {len(payload['metrics'])} metric rows recorded, the samples give {len(again)}")
+    # Records made before the rows existed have none to check.
+    if "prefix_cache" in payload and payload["prefix_cache"] != prefix_cache_rows(payload["passes"]):
+        out.append("comparison prefix_cache: the recorded rows are not what the passes' /metrics deltas give")
     return out
 
 

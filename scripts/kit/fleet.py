@@ -32,10 +32,17 @@ from .errors import KitError
 from .procs import ServerProcess, port_free
 
 ROUTER_PACKAGE = "vllm-router"
+
+
+def _policies() -> tuple:
+    from .schema import load_schema
+    return tuple(load_schema("variant.schema.json")["properties"]["FLEET_POLICY"]["enum"])
+
+
 # The policies vllm-router 0.1.17 names (`vllm-router --help`) that need nothing beyond the worker
-# URLs (kv_aware needs KV-event sources; sticky_least_loaded is for program scheduling).
-POLICIES = ("cache_aware", "round_robin", "power_of_two", "consistent_hash", "random")
-DEFAULT_POLICY = "cache_aware"
+# URLs (kv_aware needs KV-event sources; sticky_least_loaded is for program scheduling): the schema's
+# FLEET_POLICY enum, which also holds the default.
+POLICIES = _policies()
 # Routing around a dead replica. The router's defaults notice one only after 3 failed health checks
 # 60 s apart, and its circuit breaker opens after 10 failures, while cache affinity keeps choosing the
 # dead replica for its prompts through all 5 retries: in a trial with the defaults (vllm-router 0.1.17,
@@ -101,11 +108,13 @@ def placements(variant, n: int, platform: str) -> list[dict]:
 
 
 class Fleet:
-    def __init__(self, variant, replicas: int, policy: str = DEFAULT_POLICY, *, platform: str | None = None,
+    def __init__(self, variant, replicas: int | None = None, policy: str | None = None, *, platform: str | None = None,
                  router_port: int | None = None, replica_ports: list[int] | None = None,
                  metrics_port: int | None = None, log_dir: Path | None = None, say=None):
         import dataclasses
         from .device import host_platform
+        replicas = int(variant["FLEET_REPLICAS"]) if replicas is None else replicas
+        policy = variant["FLEET_POLICY"] if policy is None else policy
         if replicas < 1:
             raise KitError(f"REPLICAS={replicas}: at least 1")
         self.variant, self.n, self.policy = variant, replicas, policy

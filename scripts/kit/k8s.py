@@ -72,13 +72,15 @@ def server_args(overrides: list[str] | tuple = ()) -> list[str]:
 
 def render(variant, image: str, root, *, overrides=(), namespace: str | None = None, max_replicas: int = 4,
            waiting_per_pod: int = 4, pvc_size: str = "64Gi", storage_class: str | None = None,
-           cache_on_pvc: bool = False, policy: str = "cache_aware", router_image: str | None = None) -> list[dict]:
+           cache_on_pvc: bool = False, policy: str | None = None, router_image: str | None = None) -> list[dict]:
     """PVC, Deployment, Service and HPA for `variant` served from `image`, then the router in front.
 
     waiting_per_pod: target average of queued requests per pod before the HPA adds one.
     cache_on_pvc: also mount weights/cache/<variant> from the PVC (default: the cache baked into the image).
-    policy, router_image: vllm-router's policy and image (default: the kit's image, which carries it).
+    policy, router_image: vllm-router's policy (default: the variant's FLEET_POLICY) and image (default: the
+    kit's image, which carries it).
     """
+    policy = variant["FLEET_POLICY"] if policy is None else policy
     name = k8s_name(variant.name)
     labels = {"app.kubernetes.io/name": name, "app.kubernetes.io/part-of": "vllm-serving-kit",
               "kit/variant": k8s_name(variant.name)}

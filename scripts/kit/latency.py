@@ -117,9 +117,14 @@ class Workload:
         "help": "shared prefix of the prefix-cache run (Qwen3.5 caches in 528-token blocks: keep it >> 528); 0 = no run"})
     prefix_suffix_tokens: int = field(default=128, metadata={"help": "distinct suffix after the shared prefix"})
     prefix_requests: int = field(default=8, metadata={"help": "requests of the prefix-cache run (the first is cold)"})
+    shared_prefixes: int = field(default=0, metadata={
+        "help": "timed requests share this many prefixes of --prefix-tokens each, drawn afresh every pass "
+                "(prefix + the request's own prompt): what a router's cache-aware policy can exploit; 0 = none"})
 
     def spec(self) -> dict:
         d = asdict(self)
+        if not d["shared_prefixes"]:  # absent unless used: every earlier record's hash stays its own
+            del d["shared_prefixes"]
         d.update(token_range=[TOKEN_LO, TOKEN_HI], input_lens=list(self.input_lens),
                  class_weights=list(self.class_weights), draw=DRAW)
         return d
@@ -164,7 +169,13 @@ def level_requests(w: Workload, concurrency: int, repeat: int, warmup: bool = Fa
         i = shape_rng.choices(range(len(names)), weights=w.class_weights[:len(names)])[0]
         shapes.append((i, shape_rng.randint(w.output_min, w.output_max)))
     rng = random.Random(f"{w.seed}:{concurrency}:{f'warmup{repeat}' if warmup else repeat}")
-    return [Request(_prompt(rng, w.input_lens[i]), out, names[i]) for i, out in shapes]
+    if not w.shared_prefixes:
+        return [Request(_prompt(rng, w.input_lens[i]), out, names[i]) for i, out in shapes]
+    # Request j opens with prefix j mod K. Drawn per pass like the prompts, so one pass's prefixes never
+    # warm another's: a hit is a reuse within the pass, which is what routing decides.
+    prefixes = [_prompt(rng, w.prefix_tokens) for _ in range(w.shared_prefixes)]
+    return [Request(prefixes[j % w.shared_prefixes] + _prompt(rng, w.input_lens[i]), out, names[i])
+            for j, (i, out) in enumerate(shapes)]
 
 
 def prefix_requests(w: Workload) -> list[Request]:
