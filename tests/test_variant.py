@@ -26,6 +26,8 @@ def test_minimal_variant_gets_schema_defaults(tree):
     ("PORT=eighty\n", "is not an integer"),
     ("QUANT=int3\n", "QUANT"),
     ("SPEC_ACCEPTANCE=1.5\n", "SPEC_ACCEPTANCE"),
+    # Unquoted JSON: the shell reading strips its double quotes ({pass_config:...}); named before vLLM sees it.
+    ('SERVE_COMPILATION_CONFIG={"pass_config":{"fuse_allreduce_rms":false}}\n', "wrap the whole value in single quotes"),
 ])
 def test_grammar_and_type_errors_name_file_and_line(tree, body, needle):
     tree("bad", "# header\n" + body)

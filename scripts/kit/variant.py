@@ -81,6 +81,14 @@ def parse_file(path: Path) -> list[tuple[str, str, int]]:
         if len(toks) != 1 or "=" not in toks[0]:
             raise KitError(f"{where}: expected one KEY=value, got {line.strip()!r} (quote values with spaces)")
         key, value = toks[0].split("=", 1)
+        # A shell drops unescaped double quotes, so KEY={"a":1} reads as {a:1}: say so here rather than
+        # hand vLLM a JSON flag it rejects after a minute of start-up (2026-11-25, a compilation config).
+        if value[:1] in "{[" and '"' in line.split("=", 1)[1]:
+            try:
+                json.loads(value)
+            except ValueError:
+                raise KitError(f"{where}: {key}'s value is not JSON once its double quotes are read as shell "
+                               f"quoting ({value!r}); wrap the whole value in single quotes: {key}='...'") from None
         if not KEY_RE.match(key):
             raise KitError(f"{where}: bad key {key!r} (keys are UPPER_CASE)")
         if key in seen:
