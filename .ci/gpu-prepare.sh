@@ -26,11 +26,16 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ -n "${WHEELHOUSE:-}" ]; then
   [ -f .gpu/wheelhouse/manifest.json ] || python3 -m scripts.wheelhouse --target gpu --host-torch --out .gpu/wheelhouse
-  rm -f .gpu/wh.*; tar -C .gpu -cf - wheelhouse | split -b 50M -d -a 2 - .gpu/wh.
+  # 36 MiB a chunk: the tree travels with each call and was 21 MB on 2026-11-26 (two profile traces), so a 50 MB
+  # chunk went over the 64 MiB a call carries. ~40 calls, ~5 s each on a warm machine (2026-11-25 23:31).
+  rm -f .gpu/wh.*; tar -C .gpu -cf - wheelhouse | split -b 36M -d -a 2 - .gpu/wh.
   ls -la .gpu/wh.*
 fi
 shared=${SHARED:-../shared}
 [ -f .gpu/p02 ] || "$shared/gpu/build_payload.sh" .gpu
+# The same payload in 37 MiB pieces (.gpu/pl4/p00..p03, with install_payload.sh and w.tar.xz beside the last):
+# p00 (50 MB) + the 21 MB tree went over a call's 64 MiB on 2026-11-26. Four carry calls instead of three.
+if [ ! -f .gpu/pl4/p03 ]; then mkdir -p .gpu/pl4 && cat .gpu/p00 .gpu/p01 .gpu/p02 | split -b 37M -d -a 2 - .gpu/pl4/p; fi
 cp "$shared/gpu/install_payload.sh" .gpu/
 for v in $(.venv/bin/python -m scripts.kit list); do
   [ "$v" = tiny ] && continue
@@ -42,6 +47,7 @@ for g in 64 128; do
   .venv/bin/python -m scripts.download --variant qwen3-4b-awq --set WEIGHTS=dummy --set QUANT_GROUP_SIZE=$g >/dev/null
 done
 tar -cJf .gpu/w.tar.xz weights/*/dummy-*
+cp "$shared/gpu/install_payload.sh" .gpu/w.tar.xz .gpu/pl4/
 # Versions as resolved in the local environments; wheels for CPython 3.12 (the GPU machine's), built
 # here (pure Python) where PyPI has only an sdist.
 wheels() {  # DIR VENV NAME...
