@@ -210,7 +210,7 @@ def report_text(p: dict) -> str:
     hits = [r for r in p.get("prefix_cache") or [] if r["hits_tokens"]]
     if hits:  # only where something hit: a routing comparison's figure, noise elsewhere
         rows.append("prefix-cache token hit rate (all rounds): " + ", ".join(
-            f"{(a if r['side'] == 'a' else b)} c={r['concurrency']} {r['hit_rate']:.1%}"
+            f"{r['side'].upper()} c={r['concurrency']} {'-' if r['hit_rate'] is None else format(r['hit_rate'], '.1%')}"
             for r in p["prefix_cache"]))
     rows += [f"warning: {x}" for x in p["validity"]["warnings"]]
     return "\n".join(rows)

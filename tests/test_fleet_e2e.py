@@ -208,3 +208,41 @@ def test_fleet_size_and_policy_come_from_the_variant_and_are_not_its_identity():
     from scripts.kit.errors import KitError
     with pytest.raises(KitError, match="FLEET_POLICY"):
         load("tiny", ["FLEET_POLICY=fastest"])
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_two_router_policies_compared_on_shared_prefixes(tmp_path):
+    """Issue 21's routing comparison as `.ci/gpu-session.sh route` runs it on GPUs, end to end on CPU: two fleets
+    of two real `tiny` replicas (cache_aware, round_robin), `make compare` of the two routers on requests that
+    share 3 prefixes, /metrics read from each fleet's replicas. The record names the policy as B's change and
+    keeps each side's prefix-cache hit rate; cache_aware reuses more prefix tokens than round_robin."""
+    if not tiny_ready():
+        pytest.fail("tiny weights missing: run `make install` (it fetches them)")
+    from scripts import compare
+    from scripts.kit.record import records
+    from scripts.kit.summaries import comparison as S
+    ports = distinct_ports(8)
+    ca = Fleet(load("tiny"), 2, router_port=ports[0], replica_ports=ports[1:3], metrics_port=ports[3], log_dir=tmp_path)
+    rr = Fleet(load("tiny", ["FLEET_POLICY=round_robin"]), 2, router_port=ports[4], replica_ports=ports[5:7],
+               metrics_port=ports[7], log_dir=tmp_path)
+    assert (ca.policy, rr.policy) == ("cache_aware", "round_robin")
+    with ca, rr:
+        metrics = [a for k, f in (("a", ca), ("b", rr)) for r in f.replicas for a in (f"--metrics-url-{k}", r.url)]
+        rc = compare.main(["--a", "tiny", "--b", "tiny", "--set-b", "FLEET_POLICY=round_robin", "--url-a", ca.url,
+                           "--url-b", rr.url, *metrics, "--results-dir", str(tmp_path / "results"),
+                           "--concurrency", "3", "--requests", "9", "--warmup-waves", "1", "--input-lens", "16",
+                           "--class-weights", "1", "--output-min", "4", "--output-max", "4",
+                           "--prefix-tokens", "320", "--shared-prefixes", "3"])
+        assert rc == 0
+    for f in (ca, rr):
+        assert not any(s.alive() for s in [*f.replicas, f.router])
+    (path, rec), = records("tiny", "comparison", tmp_path / "results")
+    row = S.row(str(path), rec)
+    assert row["b_change"] == {"FLEET_POLICY": "round_robin"} and not row["same_variant"]
+    assert S.pair_text(row) == "`tiny` → with `FLEET_POLICY=round_robin`"
+    pay = rec["payload"]
+    assert [u.rsplit(":", 1)[1] for u in pay["sides"]["b"]["metrics_urls"]] == [str(p) for p in ports[5:7]]
+    hits = {r["side"]: r for r in pay["prefix_cache"]}
+    assert hits["a"]["queries_tokens"] >= 5 * 9 * 336 and hits["b"]["queries_tokens"] >= 5 * 9 * 336, hits
+    assert hits["a"]["hits_tokens"] > hits["b"]["hits_tokens"], hits
