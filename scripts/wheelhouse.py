@@ -119,13 +119,20 @@ REQ = re.compile(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[([^\]]*)\])?")
 EXTRA = re.compile(r"extra\s*==\s*['\"]([^'\"]+)['\"]")
 
 
+EXACT = re.compile(r"\(?\s*===?\s*[^,;()\s]+\s*\)?")
+
+
 def torch_closure(report: dict) -> set[str]:
     """The host's torch and what it brought: torch, then every package its requirements reach (with the
     extras each asks for: torch wants cuda-toolkit[cublas,cufft,...], whose extras are the CUDA wheels)
-    that install.HOST_PROVIDED names (triton, nvidia-*, cuda-*). Not vLLM's own nvidia-* needs
-    (nvidia-ml-py, nvidia-cutlass-dsl), nor a data package that happens to be called nvidia-ifbench."""
+    that install.HOST_PROVIDED names (triton, nvidia-*, cuda-*) AND that some package on the way pins
+    exactly (triton==3.6.0, nvidia-cublas==13.1.0.3.*): only those are the same on every host with this
+    torch. torch asks for cuda-bindings>=13.0.3,<14: the GPU host had 13.3.1 while vLLM's cuda-python
+    wants ~=13.4.4, so it stays in the wheelhouse (left out, the install failed there, 2026-11-26).
+    Not vLLM's own nvidia-* needs (nvidia-ml-py, nvidia-cutlass-dsl), nor a data package called nvidia-ifbench."""
     reqs = {install.normalize(i["metadata"]["name"]): i["metadata"].get("requires_dist") or [] for i in report.get("install", [])}
     done: dict[str, set] = {}
+    exact = {"torch"}
     todo = [("torch", frozenset())]
     while todo:
         n, extras = todo.pop()
@@ -136,8 +143,11 @@ def torch_closure(report: dict) -> set[str]:
             m, e = REQ.match(r), EXTRA.search(r)
             if not m or (e and install.normalize(e.group(1)) not in {install.normalize(x) for x in done[n]}):
                 continue
-            todo.append((install.normalize(m.group(1)), frozenset(x.strip() for x in (m.group(2) or "").split(",") if x.strip())))
-    return {n for n in done if n == "torch" or install.host_provided(n)}
+            dep = install.normalize(m.group(1))
+            if EXACT.fullmatch(r[m.end():].split(";", 1)[0].strip()):
+                exact.add(dep)
+            todo.append((dep, frozenset(x.strip() for x in (m.group(2) or "").split(",") if x.strip())))
+    return {n for n in done if n == "torch" or (install.host_provided(n) and n in exact)}
 
 
 def resolved_without_host(report: dict) -> tuple[list[str], list[str]]:

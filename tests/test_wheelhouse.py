@@ -467,3 +467,18 @@ def test_install_refuses_to_run_in_the_venv_it_rebuilds(monkeypatch, tmp_path):
     with pytest.raises(KitError, match=r"\.venv's own Python.*host's python3"):
         install.make_env(".venv", [["gpu"]], lambda py: None)
     assert not (tmp_path / ".venv").exists()
+
+
+def test_a_torch_dependency_pinned_only_by_range_stays_in_the_wheelhouse():
+    """torch 2.11 asks for cuda-bindings>=13.0.3,<14; the GPU host had 13.3.1 and vLLM's cuda-python wants ~=13.4.4.
+    Only what torch's chain pins exactly (triton==3.6.0) is surely the host's; a range leaves the version open."""
+    report = {"install": [
+        {"metadata": {"name": "torch", "version": "2.11.0", "requires_dist": [
+            'triton==3.6.0; platform_system == "Linux"', 'cuda-bindings<14,>=13.0.3; platform_system == "Linux"']}},
+        {"metadata": {"name": "triton", "version": "3.6.0", "requires_dist": []}},
+        {"metadata": {"name": "cuda-bindings", "version": "13.4.4", "requires_dist": ["cuda-pathfinder>=1.4.2"]}},
+        {"metadata": {"name": "cuda-pathfinder", "version": "1.9.1", "requires_dist": []}},
+        {"metadata": {"name": "cuda-python", "version": "13.4.4", "requires_dist": ["cuda-bindings~=13.4.4"]}}]}
+    assert wheelhouse.torch_closure(report) == {"torch", "triton"}
+    keep, left = wheelhouse.resolved_without_host(report)
+    assert "cuda-bindings==13.4.4" in keep and "cuda-pathfinder==1.9.1" in keep and sorted(left) == ["torch", "triton"]
