@@ -19,13 +19,16 @@
 # they reach that. So plan at least four calls before the first measurement.
 # WHEELHOUSE=1 (issue 20): also `make wheelhouse TARGET=gpu HOST_TORCH=1` into .gpu/wheelhouse (~3.5 min,
 # 1.45 GB, 236 files on 2026-11-25: vLLM's full dependency set, torch and its CUDA wheels left out) and its tar split
-# into .gpu/wh.NN, 50 MB each, one per call like the payload's; there: cat /tmp/pl/wh.* | tar -x -C /tmp,
+# into .gpu/wh.NN, 36 MiB each, one per call like the payload's; there: cat /tmp/pl/wh.* | tar -x -C /tmp,
 # then `bash .ci/gpu-session.sh whinstall /tmp/wheelhouse`. About 30 calls before the first measurement
 # (the payload: 3), so plan the session around it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ -n "${WHEELHOUSE:-}" ]; then
-  [ -f .gpu/wheelhouse/manifest.json ] || python3 -m scripts.wheelhouse --target gpu --host-torch --out .gpu/wheelhouse
+  # .gpu/host-freeze.txt: `python3 -m pip freeze` on the GPU machine (2026-11-25 23:31, 290 packages): the wheelhouse is
+  # resolved against its torch and CUDA wheels here before ~40 calls carry it (three faults were found there first).
+  [ -f .gpu/wheelhouse/manifest.json ] || python3 -m scripts.wheelhouse --target gpu --host-torch --out .gpu/wheelhouse \
+    $([ -f .gpu/host-freeze.txt ] && echo --host-freeze .gpu/host-freeze.txt)
   # 36 MiB a chunk: the tree travels with each call and was 21 MB on 2026-11-26 (two profile traces), so a 50 MB
   # chunk went over the 64 MiB a call carries. ~40 calls, ~5 s each on a warm machine (2026-11-25 23:31).
   rm -f .gpu/wh.*; tar -C .gpu -cf - wheelhouse | split -b 36M -d -a 2 - .gpu/wh.
