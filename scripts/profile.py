@@ -291,6 +291,7 @@ def main(argv=None) -> int:
         "step_ms": red["step_ms"],
         "phases": phases,
         "gaps_by_host": red["gaps_by_host"],
+        "gaps_by_frame": red["gaps_by_frame"],
         "floor": floor,
         "rules": [{"phase": ph, "pattern": pat} for ph, pat, _ in P.RULES],
         "trace": None,
@@ -302,7 +303,8 @@ def main(argv=None) -> int:
     rec["payload"]["trace"] = {"path": rel(kept), "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest(),
                                "worker_traces": len(files), "source": files[0].name}
     path = write_record(rec, a.results_dir)
-    print(P.table_text(phases, red["steps"], red["timeline"], red["step_ms"], red["gaps_by_host"]), file=sys.stderr)
+    print(P.table_text(phases, red["steps"], red["timeline"], red["step_ms"], red["gaps_by_host"], red["gaps_by_frame"]),
+          file=sys.stderr)
     if floor["note"].startswith("n/a"):
         print(f"floor {floor['note']}", file=sys.stderr)
     print(f"record: {rel(path)}\ntrace: {rel(kept)}", file=sys.stderr)
@@ -324,7 +326,8 @@ def reduce_only(trace: Path) -> int:
         raise KitError(f"--reduce {trace}: not a torch-profiler chrome trace ({e})") from None
     if not red["steps"]["decode_steps"]:
         raise KitError(f"{trace}: no decode step annotation (execute_context_0(0)_generation_...) in the trace")
-    print(P.table_text(red["phases"], red["steps"], red["timeline"], red["step_ms"], red["gaps_by_host"]))
+    print(P.table_text(red["phases"], red["steps"], red["timeline"], red["step_ms"], red["gaps_by_host"],
+                       red["gaps_by_frame"]))
     return 0
 
 

@@ -306,3 +306,30 @@ def test_reduce_only_a_committed_h100_trace_says_where_the_device_idled(capsys, 
     bad.write_bytes(b"not gzip")
     with pytest.raises(KitError, match="not a torch-profiler chrome trace"):
         S.main(["--reduce", str(bad)])
+
+
+def test_gpu_gaps_charged_to_the_innermost_vllm_function():
+    """Step 0: kernel 0-10, then the GPU idles 10-50 while the host is in the runner's _prepare_inputs (10-30),
+    inside it a GDN metadata build (15-25) that calls into torch (18-22: charged to the build, its vLLM caller),
+    then in no vLLM frame (30-40), then in propose (40-50); the next step's kernel starts at 50."""
+    ev = [ann(DECODE, 0, 5), launch(1, 0), kernel("gemm", 1, 0, 10),
+          py("vllm/v1/worker/gpu_model_runner.py(1937): _prepare_inputs", 10, 20),
+          py("vllm/v1/attention/backends/gdn_attn.py(168): build", 15, 10),
+          py("torch/_tensor.py(40): item", 18, 4),
+          py("vllm/v1/spec_decode/llm_base_proposer.py(502): propose", 40, 10),
+          ann(DECODE, 50, 5), launch(2, 50), kernel("gemm", 2, 50, 10),
+          ann("execute_context_0(0)_generation_0(0)", 100, 5)]
+    red = P.reduce({"traceEvents": ev})
+    assert red["steps"]["decode_steps"] == 2
+    by = {g["frame"]: g["ms_per_step"] for g in red["gaps_by_frame"]}
+    assert by == pytest.approx({"vllm/v1/worker/gpu_model_runner.py(1937): _prepare_inputs": 0.005,
+                                "vllm/v1/attention/backends/gdn_attn.py(168): build": 0.005,
+                                "vllm/v1/spec_decode/llm_base_proposer.py(502): propose": 0.005,
+                                "(no vLLM frame open)": 0.005})
+    assert red["gaps_by_frame"][0]["share_pct"] == pytest.approx(25)
+    text = P.table_text(red["phases"], red["steps"], red["timeline"], red["step_ms"], red["gaps_by_host"],
+                        red["gaps_by_frame"])
+    assert "gdn_attn.py(168): build" in text
+    # Without Python stacks (make profile --no-stack) there is nothing to charge: an empty list, not a guess.
+    bare = P.reduce({"traceEvents": [e for e in ev if e["cat"] != "python_function"]})
+    assert bare["gaps_by_frame"] == []

@@ -203,6 +203,45 @@ class _Contexts:
             t, k = end, k + 1
 
 
+# Frames the idle time is charged to: vLLM's own functions (a torch or library call is charged to the vLLM
+# function that made it), so a row names code one can read and change.
+FRAME = re.compile(r"vllm/")
+FRAMES_TOP = 12
+
+
+class _Frames:
+    """On one thread, the innermost open Python frame matching FRAME at any time, as change points built by
+    one sweep over the (nested) python_function ranges; a trace without Python stacks has none."""
+
+    def __init__(self, events: list[dict], thread):
+        rs = sorted(((e["ts"], e["ts"] + e.get("dur", 0), e["name"]) for e in events
+                     if e.get("cat") == "python_function" and (e["pid"], e["tid"]) == thread and FRAME.search(e["name"])),
+                    key=lambda r: (r[0], -r[1]))
+        self.times, self.names, stack = [], [], []
+
+        def pop_until(t):
+            while stack and stack[-1][0] <= t:
+                end = stack.pop()[0]
+                self.times.append(end)
+                self.names.append(stack[-1][1] if stack else None)
+        for a, b, name in rs:
+            pop_until(a)
+            stack.append((b, name))
+            self.times.append(a)
+            self.names.append(name)
+        pop_until(float("inf"))
+
+    def spans(self, a: float, b: float):
+        """(duration, innermost frame name or None) pieces of [a, b)."""
+        k = bisect.bisect_right(self.times, a) - 1
+        t = a
+        while t < b:
+            nxt = self.times[k + 1] if k + 1 < len(self.times) else float("inf")
+            end = min(b, nxt)
+            yield end - t, (self.names[k] if k >= 0 else None)
+            t, k = end, k + 1
+
+
 def _idle(intervals: list[tuple[float, float]], a: float, b: float) -> list[tuple[float, float]]:
     """The parts of [a, b) no interval covers."""
     out, t = [], a
@@ -233,10 +272,12 @@ def reduce(trace: dict, top: int = 3) -> dict:
     device = [e for e in events if e.get("cat") in DEVICE_CATS]
     totals = defaultdict(float)           # phase -> microseconds
     host_gaps = defaultdict(float)        # GPU timeline: device-idle microseconds by the host's phase
+    frame_gaps = defaultdict(float)       # ... and by the innermost vLLM frame open on the stepping thread
     names = defaultdict(lambda: defaultdict(float))  # phase -> leaf name -> microseconds
     leaves = 0
     if device:
         timeline = "gpu"
+        frames = _Frames(events, thread)
         launches = {}
         for e in events:
             if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {}):
@@ -268,6 +309,9 @@ def reduce(trace: dict, top: int = 3) -> dict:
                 gaps += b - a
                 for dur, i in ctx.spans(thread, a, b):
                     host_gaps[RULES[i][0] if i is not None else OUTSIDE] += dur
+                if frames.times:
+                    for dur, name in frames.spans(a, b):
+                        frame_gaps[name or "(no vLLM frame open)"] += dur
         totals["gaps"] = gaps
     else:
         timeline = "cpu"
@@ -304,15 +348,19 @@ def reduce(trace: dict, top: int = 3) -> dict:
             row["top"] = [{"name": k, "ms_per_step": round(v / 1e3 / n, 4) if n else None}
                           for k, v in sorted(names[p].items(), key=lambda kv: -kv[1])[:top]]
         phases.append(row)
-    by_host = None
+    by_host = by_frame = None
     if timeline == "gpu":
         idle = sum(host_gaps.values())
         by_host = [{"host": h, "ms_per_step": round(host_gaps.get(h, 0.0) / 1e3 / n, 4) if n else None,
                     "share_pct": round(100.0 * host_gaps.get(h, 0.0) / idle, 2) if idle else None}
                    for h in HOST_PHASES]
+        # The deepest vLLM function the stepping thread was in while the GPU idled: the code to change.
+        by_frame = [{"frame": f, "ms_per_step": round(us / 1e3 / n, 4) if n else None,
+                     "share_pct": round(100.0 * us / idle, 2) if idle else None}
+                    for f, us in sorted(frame_gaps.items(), key=lambda kv: -kv[1])[:FRAMES_TOP]]
     return {"timeline": timeline, "thread": list(thread) if thread else None, "leaves": leaves,
             "steps": counts, "step_ms": round(grand / 1e3 / n, 4) if n else None, "phases": phases,
-            "gaps_by_host": by_host}
+            "gaps_by_host": by_host, "gaps_by_frame": by_frame}
 
 
 def phase_bytes(config: dict | None, variant_cfg: dict, draft_config: dict | None, context_tokens: float) -> dict:
@@ -342,9 +390,10 @@ def add_floors(phases: list[dict], nbytes: dict, bw: float | None) -> list[dict]
     return out
 
 
-def table_text(phases: list[dict], steps: dict, timeline: str, step_ms, gaps_by_host: list[dict] | None = None) -> str:
+def table_text(phases: list[dict], steps: dict, timeline: str, step_ms, gaps_by_host: list[dict] | None = None,
+               gaps_by_frame: list[dict] | None = None) -> str:
     """The phase table as printed: ms per step, share, bytes and floor ('n/a' where none); then, on a GPU
-    timeline, the gaps by what the host was doing."""
+    timeline, the gaps by what the host was doing, and (a trace with Python stacks) by vLLM function."""
     rows = [f"{'phase':<16} {'ms/step':>9} {'share%':>7} {'MB/step':>9} {'floor ms':>9}  top"]
     for r in phases:
         mb = f"{r['bytes_per_step'] / 1e6:.1f}" if r.get("bytes_per_step") is not None else "n/a"
@@ -355,4 +404,7 @@ def table_text(phases: list[dict], steps: dict, timeline: str, step_ms, gaps_by_
     if gaps_by_host:
         rows.append("gaps by what the host was doing: " + ", ".join(
             f"{g['host']} {g['ms_per_step']} ms ({g['share_pct']}%)" for g in gaps_by_host if g["ms_per_step"]))
+    if gaps_by_frame:
+        rows.append("gaps by the vLLM function the host was in (traced time: a profiler with stacks slows Python):")
+        rows += [f"  {g['ms_per_step']:>8} ms {g['share_pct']!s:>6}%  {g['frame']}" for g in gaps_by_frame]
     return "\n".join(rows)
