@@ -49,6 +49,20 @@ def tiny_server(tmp_path_factory):
         yield srv
 
 
+def pytest_configure(config):
+    """SIGTERM (a CI timeout, `kill`) ends the run as Ctrl-C does, so fixtures' teardown stops the servers
+    they started. Without it, a terminated run left the session's tiny server and two fleet replicas
+    running (2026-11-26)."""
+    import signal
+    import threading
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _term_as_interrupt)
+
+
+def _term_as_interrupt(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 _deselected_slow: list[str] = []
 
 

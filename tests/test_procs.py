@@ -230,3 +230,38 @@ def test_a_group_member_that_ignores_sigterm_is_killed_and_the_stop_says_so(tmp_
     assert group_members(pgid) == []
     err = capfd.readouterr().err
     assert "1 process(es) still up" in err and "SIGTERM" in err
+
+
+def test_a_terminated_test_run_still_stops_the_servers_its_fixtures_started(tmp_path):
+    """SIGTERM to pytest (a CI timeout) runs fixture teardown, as Ctrl-C does: the group a fixture started is
+    gone once pytest has exited (2026-11-26: a terminated run left three vLLM servers running)."""
+    import os
+    import signal
+    import subprocess
+    import time
+    from scripts.kit.paths import ROOT
+    marker = tmp_path / "group"
+    (tmp_path / "test_child.py").write_text(textwrap.dedent(f"""
+        import os, signal, subprocess, time, pytest
+
+        @pytest.fixture
+        def server():
+            p = subprocess.Popen(["sleep", "300"], start_new_session=True)
+            open({str(marker)!r}, "w").write(str(p.pid))
+            yield p
+            os.killpg(p.pid, signal.SIGTERM)
+            p.wait()
+
+        def test_waits(server):
+            time.sleep(300)
+        """))
+    child = subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-p", "tests.conftest", "-p", "no:cacheprovider",
+                              str(tmp_path / "test_child.py")], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 60
+    while not (marker.exists() and marker.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    pgid = int(marker.read_text())
+    assert group_members(pgid), "the fixture's process did not start"
+    child.send_signal(signal.SIGTERM)
+    child.wait(timeout=60)
+    assert group_members(pgid) == [], child.stdout.read().decode()[-2000:]
