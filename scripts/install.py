@@ -337,7 +337,6 @@ def main(argv=None) -> int:
     platform = a.platform or host_platform()
     if sys.version_info < (3, 10):
         raise KitError(f"Python >= 3.10 needed, this is {sys.version.split()[0]}")
-
     P = pins()
     found = host_torch_version() if platform == "gpu" and a.host_torch != "no" else None
     host_torch = use_host_torch(a.host_torch, platform, gpu_torch(), found)

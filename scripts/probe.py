@@ -440,12 +440,11 @@ def resolve_defaults(a) -> None:
     flag = lambda k: f"--{k.replace('_', '-')} {_shown(getattr(a, k))}" + ("" if k in given else " (default)")
     ctx = f"{v.name}'s max_model_len {n} (SERVE_MAX_MODEL_LEN, {v.sources.get('SERVE_MAX_MODEL_LEN', 'default')})"
     fix = "every such request would fail; lower them, or raise the context with --set SERVE_MAX_MODEL_LEN=N"
-    longest = max(a.input_lens) + (a.prefix_tokens if getattr(a, "shared_prefixes", 0) else 0)
-    if getattr(a, "shared_prefixes", 0) and longest + a.output_max > n:
-        raise KitError(f"{flag('shared_prefixes')}: {flag('prefix_tokens')} + the longest of {flag('input_lens')} + "
-                       f"{flag('output_max')} = {longest + a.output_max} tokens > {ctx}; {fix}")
+    shared = a.prefix_tokens if getattr(a, "shared_prefixes", 0) else 0  # --shared-prefixes lengthens every prompt
+    longest = max(a.input_lens) + shared
     if longest + a.output_max > n:
-        raise KitError(f"{flag('input_lens')} with {flag('output_max')}: a {longest}-token prompt + {a.output_max} "
+        what = f"{flag('shared_prefixes')} of {flag('prefix_tokens')} + " if shared else ""
+        raise KitError(f"{what}{flag('input_lens')} with {flag('output_max')}: a {longest}-token prompt + {a.output_max} "
                        f"output tokens = {longest + a.output_max} > {ctx}; {fix}")
     need = a.prefix_tokens + a.prefix_suffix_tokens + a.output_min
     if a.prefix_tokens and a.prefix_requests and need > n:

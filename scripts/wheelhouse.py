@@ -303,7 +303,7 @@ def check_against_host(py: str, out: str, freeze: dict[str, str]) -> list[str]:
     """Would `make install WHEELHOUSE=out` resolve on the host whose `pip freeze` this is? Each install call of
     the manifest is resolved here with no index: the wheelhouse, plus stand-ins for what it leaves to the host
     (its torch and the CUDA wheels) at the host's versions. [] when every call resolves, else what pip said.
-    (2026-11-26: two faults were found only on the GPU host, after 1.4 GB had been carried there.)"""
+    (2026-11-26: the faults of a wheelhouse were found on the GPU host, after 1.4 GB had been carried there.)"""
     m = json.loads(open(os.path.join(out, install.WHEELHOUSE_MANIFEST)).read())
     problems = [f"the host has no {n} (the wheelhouse leaves it to the host)" for n in m.get("left_out", []) if n not in freeze]
     if problems:
@@ -316,10 +316,10 @@ def check_against_host(py: str, out: str, freeze: dict[str, str]) -> list[str]:
         for args in m["pip_calls"]:
             if args[0] != "install":
                 continue
-            argv = [py, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--no-index", "--find-links", out,
-                    "--find-links", stubs, "--target", os.path.join(tmp, "target"), "--only-binary=:all:",
-                    "--python-version", m["python"], *platform_args(m["platform"]), "--implementation",
-                    m["implementation"], "--progress-bar", "off", *args[1:]]
+            # the resolve `make wheelhouse` itself runs, with no index and the host's stand-ins beside OUT
+            argv = resolve_argv(py, ["install", "--no-index", "--find-links", stubs, *args[1:]], python=m["python"],
+                                platform=m["platform"], out=out, report=os.path.join(tmp, "report.json"),
+                                implementation=m["implementation"])
             proc = subprocess.run(argv, capture_output=True, text=True)
             if proc.returncode != 0:
                 said = (proc.stdout + "\n" + proc.stderr).splitlines()  # pip puts "X depends on Y" on stdout
@@ -375,6 +375,8 @@ def main(argv=None) -> int:
         f.write("\n")
     os.replace(tmp, old)
     if a.host_freeze:
+        if not os.path.isfile(a.host_freeze):
+            raise KitError(f"--host-freeze {a.host_freeze}: no such file (make it on the target host: python3 -m pip freeze)")
         freeze = parse_freeze(open(a.host_freeze).read())
         problems = check_against_host(py, out, freeze)
         if problems:

@@ -252,8 +252,8 @@ def test_prefix_cache_rows_pool_each_sides_rounds_and_the_checker_recomputes_the
     assert C.prefix_cache_rows([p("a", 1, 0, 0)])[0]["hit_rate"] is None
 
 
-def test_router_side_reads_metrics_from_its_replicas_summed(tmp_path):
-    """A side behind a router: /metrics is read at each --metrics-url-b and summed, and the record says where."""
+def test_fake_router_side_reads_metrics_from_its_fake_replicas_summed(tmp_path):
+    """FAKE servers (the real router and vLLM replicas: tests/test_fleet_e2e.py). A side behind a router: /metrics is read at each --metrics-url-b and summed, and the record says where."""
     with FakeOpenAIStream("tiny", ttft_s=0.005, itl_s=0.002) as a, FakeOpenAIStream("tiny") as r1, FakeOpenAIStream("tiny") as r2:
         assert run_compare(a, a, tmp_path, ["--metrics-url-b", r1.url, "--metrics-url-b", r2.url]) == 0
         rec = only(tmp_path)

@@ -163,3 +163,14 @@ def test_ctrl_c_ends_the_probe_process_at_once(tmp_path):
     assert p.returncode == 130, err
     assert took < 5, f"exit took {took:.1f} s after SIGINT"
     assert "interrupted during warm-up c=2: no record written" in err
+
+
+def test_shared_prefixes_count_in_the_prompt_that_must_fit_the_context():
+    """tiny serves 2048 tokens: 2000-token shared prefixes + 256-token prompts cannot fit, and are refused up
+    front naming both flags; 1500 fit."""
+    from scripts import probe
+    from scripts.kit.errors import KitError
+    with pytest.raises(KitError, match=r"--shared-prefixes 2 of --prefix-tokens 2000 \+ --input-lens .*2256-token prompt"):
+        probe.parser().parse_args(["--variant", "tiny", "--shared-prefixes", "2", "--prefix-tokens", "2000"])
+    a = probe.parser().parse_args(["--variant", "tiny", "--shared-prefixes", "2", "--prefix-tokens", "1500"])
+    assert probe.workload(a).shared_prefixes == 2

@@ -158,49 +158,51 @@ def step_windows(events: list[dict]) -> tuple[tuple, list[tuple[float, float]], 
     return thread, windows, counts
 
 
-class _Contexts:
-    """Per thread, the best (lowest) rule index among the rule-matching ranges open at any time, as a
-    step function built by one sweep (ranges on one thread nest), queried by timestamp."""
+class _Steps:
+    """A value over time from nested ranges (start, end, value) on one thread, as change points built by one
+    sweep: at each instant, `combine(value of the innermost open range, what the range around it gave)`, or
+    None where no range is open. Queried by timestamp (at) or over an interval (spans)."""
 
-    def __init__(self, events: list[dict]):
-        per = defaultdict(list)
-        for e in events:
-            if e.get("cat") in RANGE_CATS:
-                i = _rule_index(e["name"])
-                if i is not None:
-                    per[(e["pid"], e["tid"])].append((e["ts"], e["ts"] + e.get("dur", 0), i))
-        self.steps = {}
-        for thread, rs in per.items():
-            times, best, stack = [], [], []  # stack: (end, lowest rule index of it and all below it)
+    def __init__(self, ranges, combine):
+        self.times, self.values, stack = [], [], []  # stack: (end, combined value)
+        for start, end, v in sorted(ranges, key=lambda r: (r[0], -r[1])):
+            while stack and stack[-1][0] <= start:
+                self._close(stack)
+            stack.append((end, v if not stack else combine(v, stack[-1][1])))
+            self.times.append(start)
+            self.values.append(stack[-1][1])
+        while stack:
+            self._close(stack)
 
-            def pop_until(t):
-                while stack and stack[-1][0] <= t:
-                    end = stack.pop()[0]
-                    times.append(end)
-                    best.append(stack[-1][1] if stack else None)
-            for s, end, i in sorted(rs, key=lambda r: (r[0], -r[1])):
-                pop_until(s)
-                stack.append((end, i if not stack else min(i, stack[-1][1])))
-                times.append(s)
-                best.append(stack[-1][1])
-            pop_until(float("inf"))
-            self.steps[thread] = (times, best)
+    def _close(self, stack):
+        end = stack.pop()[0]
+        self.times.append(end)
+        self.values.append(stack[-1][1] if stack else None)
 
-    def rule_at(self, thread, ts: float) -> int | None:
-        times, best = self.steps.get(thread, ((), ()))
-        k = bisect.bisect_right(times, ts) - 1
-        return best[k] if k >= 0 else None
+    def at(self, ts: float):
+        k = bisect.bisect_right(self.times, ts) - 1
+        return self.values[k] if k >= 0 else None
 
-    def spans(self, thread, a: float, b: float):
-        """(duration, rule index or None) pieces of [a, b) on `thread`, split where the best rule changes."""
-        times, best = self.steps.get(thread, ((), ()))
-        k = bisect.bisect_right(times, a) - 1
+    def spans(self, a: float, b: float):
+        """(duration, value) pieces of [a, b), split where the value changes."""
+        k = bisect.bisect_right(self.times, a) - 1
         t = a
         while t < b:
-            nxt = times[k + 1] if k + 1 < len(times) else float("inf")
+            nxt = self.times[k + 1] if k + 1 < len(self.times) else float("inf")
             end = min(b, nxt)
-            yield end - t, (best[k] if k >= 0 else None)
+            yield end - t, (self.values[k] if k >= 0 else None)
             t, k = end, k + 1
+
+
+def _contexts(events: list[dict]) -> dict:
+    """Per thread, the best (lowest) rule index among the rule-matching ranges open at any time."""
+    per = defaultdict(list)
+    for e in events:
+        if e.get("cat") in RANGE_CATS:
+            i = _rule_index(e["name"])
+            if i is not None:
+                per[(e["pid"], e["tid"])].append((e["ts"], e["ts"] + e.get("dur", 0), i))
+    return {thread: _Steps(rs, min) for thread, rs in per.items()}
 
 
 # Frames the idle time is charged to: vLLM's own functions (a torch or library call is charged to the vLLM
@@ -209,37 +211,14 @@ FRAME = re.compile(r"vllm/")
 FRAMES_TOP = 12
 
 
-class _Frames:
-    """On one thread, the innermost open Python frame matching FRAME at any time, as change points built by
-    one sweep over the (nested) python_function ranges; a trace without Python stacks has none."""
+def _frames(events: list[dict], thread) -> _Steps:
+    """On the stepping thread, the innermost open Python frame matching FRAME; none without Python stacks."""
+    return _Steps(((e["ts"], e["ts"] + e.get("dur", 0), e["name"]) for e in events
+                   if e.get("cat") == "python_function" and (e["pid"], e["tid"]) == thread and FRAME.search(e["name"])),
+                  lambda inner, outer: inner)
 
-    def __init__(self, events: list[dict], thread):
-        rs = sorted(((e["ts"], e["ts"] + e.get("dur", 0), e["name"]) for e in events
-                     if e.get("cat") == "python_function" and (e["pid"], e["tid"]) == thread and FRAME.search(e["name"])),
-                    key=lambda r: (r[0], -r[1]))
-        self.times, self.names, stack = [], [], []
 
-        def pop_until(t):
-            while stack and stack[-1][0] <= t:
-                end = stack.pop()[0]
-                self.times.append(end)
-                self.names.append(stack[-1][1] if stack else None)
-        for a, b, name in rs:
-            pop_until(a)
-            stack.append((b, name))
-            self.times.append(a)
-            self.names.append(name)
-        pop_until(float("inf"))
-
-    def spans(self, a: float, b: float):
-        """(duration, innermost frame name or None) pieces of [a, b)."""
-        k = bisect.bisect_right(self.times, a) - 1
-        t = a
-        while t < b:
-            nxt = self.times[k + 1] if k + 1 < len(self.times) else float("inf")
-            end = min(b, nxt)
-            yield end - t, (self.names[k] if k >= 0 else None)
-            t, k = end, k + 1
+_NONE = _Steps((), min)
 
 
 def _idle(intervals: list[tuple[float, float]], a: float, b: float) -> list[tuple[float, float]]:
@@ -268,7 +247,7 @@ def reduce(trace: dict, top: int = 3) -> dict:
     events = _events(trace)
     thread, windows, counts = step_windows(events)
     starts = [w[0] for w in windows]
-    ctx = _Contexts(events)
+    ctx = _contexts(events)
     device = [e for e in events if e.get("cat") in DEVICE_CATS]
     totals = defaultdict(float)           # phase -> microseconds
     host_gaps = defaultdict(float)        # GPU timeline: device-idle microseconds by the host's phase
@@ -277,7 +256,7 @@ def reduce(trace: dict, top: int = 3) -> dict:
     leaves = 0
     if device:
         timeline = "gpu"
-        frames = _Frames(events, thread)
+        frames = _frames(events, thread)
         launches = {}
         for e in events:
             if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {}):
@@ -290,7 +269,7 @@ def reduce(trace: dict, top: int = 3) -> dict:
             w = _window_of(windows, starts, launch["ts"])
             if w is None:
                 continue
-            rule = ctx.rule_at((launch["pid"], launch["tid"]), launch["ts"])
+            rule = ctx.get((launch["pid"], launch["tid"]), _NONE).at(launch["ts"])
             own = _rule_index(k["name"])
             i = min(x for x in (rule, own) if x is not None) if (rule, own) != (None, None) else None
             phase = RULES[i][0] if i is not None else "other"
@@ -307,7 +286,7 @@ def reduce(trace: dict, top: int = 3) -> dict:
             # meanwhile: the phase its open ranges give.
             for a, b in _idle([(s, min(e, end)) for s, e in iv if s < end], first, end):
                 gaps += b - a
-                for dur, i in ctx.spans(thread, a, b):
+                for dur, i in ctx.get(thread, _NONE).spans(a, b):
                     host_gaps[RULES[i][0] if i is not None else OUTSIDE] += dur
                 if frames.times:
                     for dur, name in frames.spans(a, b):
@@ -327,7 +306,7 @@ def reduce(trace: dict, top: int = 3) -> dict:
             if w is None:
                 continue
             dur = min(outer_end, windows[w][1]) - e["ts"]
-            rule = ctx.rule_at(thread, e["ts"])
+            rule = ctx.get(thread, _NONE).at(e["ts"])
             own = _rule_index(e["name"])
             i = min(x for x in (rule, own) if x is not None) if (rule, own) != (None, None) else None
             phase = RULES[i][0] if i is not None else "other"

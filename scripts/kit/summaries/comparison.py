@@ -39,23 +39,24 @@ def _rates(side: dict) -> str | None:
 
 
 def slo_levels(rec: dict) -> dict:
-    """Per side, the highest concurrency whose pooled TTFT p99 and TPOT p99 are within the record's SLO
-    (None: not even c=1), and its best goodput with the level it came at. Levels, not a ratio: the ratio
-    at each level, with its interval, is the record's own row."""
+    """Per side, the highest concurrency meeting the record's SLO (pooled TTFT p99 and TPOT p99, every lower
+    level meeting it too: latency.max_concurrency_meeting_slo, the probe's rule; None: not even the lowest),
+    and its best goodput with the level it came at. Levels, not a ratio: the ratio at each level, with its
+    interval, is the record's own row."""
+    from scripts.kit import latency as L
     p = rec["payload"]
-    slo = p.get("slo") or {}
+    slo = L.SLO(**p["slo"]) if p.get("slo") else L.SLO()
     by = {(m["concurrency"], m["metric"]): m for m in p["metrics"]}
     levels = sorted({m["concurrency"] for m in p["metrics"]})
     out = {}
     for s in "ab":
-        held = [c for c in levels if (by.get((c, "ttft_p99_ms")) or {}).get(s) is not None
-                and by[(c, "ttft_p99_ms")][s] <= slo.get("ttft_p99_ms", float("inf"))
-                and (by.get((c, "tpot_p99_ms")) or {}).get(s) is not None
-                and by[(c, "tpot_p99_ms")][s] <= slo.get("tpot_p99_ms", float("inf"))]
+        def meets(c):
+            ttft, tpot = ((by.get((c, k)) or {}).get(s) for k in ("ttft_p99_ms", "tpot_p99_ms"))
+            return ttft is not None and ttft <= slo.ttft_p99_ms and (tpot is None or tpot <= slo.tpot_p99_ms)
         good = [(by[(c, "goodput_req_per_s")][s], c) for c in levels
                 if (by.get((c, "goodput_req_per_s")) or {}).get(s) is not None]
         best = max(good, default=None)
-        out[s] = {"slo_held_to_c": max(held, default=None),
+        out[s] = {"slo_held_to_c": L.max_concurrency_meeting_slo([{"concurrency": c, "meets_slo": meets(c)} for c in levels]),
                   "peak_goodput_req_per_s": None if best is None else best[0],
                   "peak_goodput_c": None if best is None else best[1]}
     return out
