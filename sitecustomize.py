@@ -1,25 +1,19 @@
-"""Device-name shim for the baked compile cache (style P15), and the draft-vocabulary patch (issue 19).
-Each does nothing unless its variable is set: KIT_DEVICE_NAME, KIT_DRAFT_VOCAB.
-
-Every Python process with the repo root on PYTHONPATH imports this file at startup, vLLM's
-EngineCore and workers included, so each presents the baked GPU name to torch. The logic, the
-same-compute-capability guard and the reasons live in scripts/_cache_patch.py; the drafter's in
-scripts/_draft_vocab_patch.py.
+"""The kit's patches, each loaded only when its variable is set (every Python process with the repo root
+on PYTHONPATH imports this file at startup, vLLM's EngineCore and workers included):
+- KIT_DEVICE_NAME: the device-name shim for the baked compile cache (style P15; scripts/_cache_patch.py
+  holds the logic, the same-compute-capability guard and the reasons);
+- KIT_DRAFT_VOCAB: MTP drafts from a token set (issue 19; scripts/_draft_vocab_patch.py);
+- KIT_GDN_REUSE: GDN metadata built once a step (issue 19; scripts/_gdn_reuse_patch.py).
+A patch that fails says so and leaves vLLM as it is: it must never stop an interpreter from starting.
 """
 import os
 
-if os.environ.get("KIT_DEVICE_NAME"):
-    try:
-        from scripts._cache_patch import install
-        install()
-    except Exception as e:  # a broken shim must never stop an interpreter from starting
-        import sys
-        print(f"kit: device-name shim NOT active ({type(e).__name__}: {e})", file=sys.stderr)
-
-if os.environ.get("KIT_DRAFT_VOCAB"):
-    try:
-        from scripts._draft_vocab_patch import install as _install_draft_vocab
-        _install_draft_vocab()
-    except Exception as e:  # as above: the server then drafts over the full vocabulary, and says so
-        import sys
-        print(f"kit: draft vocabulary NOT active ({type(e).__name__}: {e})", file=sys.stderr)
+for _var, _module, _what in (("KIT_DEVICE_NAME", "scripts._cache_patch", "device-name shim"),
+                             ("KIT_DRAFT_VOCAB", "scripts._draft_vocab_patch", "draft vocabulary"),
+                             ("KIT_GDN_REUSE", "scripts._gdn_reuse_patch", "GDN metadata reuse")):
+    if os.environ.get(_var):
+        try:
+            __import__(_module, fromlist=["install"]).install()
+        except Exception as e:
+            import sys
+            print(f"kit: {_what} NOT active ({type(e).__name__}: {e})", file=sys.stderr)

@@ -309,6 +309,32 @@ case "${1:-}" in
       bash "$0" down q3a q3b
     fi
     wait ;;
+  levers)  # issue 19, after session 20261126T0240Z found the acceptance-0 step (7.41 ms) equal to its traced GPU
+    # work: what the kit's two patches buy, each against the same variant without it, all four servers up at
+    # once (6 GiB of KV and 256 sequences each: 372 Mamba blocks fit in 6 GiB, 20261125T1732Z; ~18 GB a
+    # server). B vs A: the published-rate speedup over BF16 (the issue's 2.5x). V: drafts from 32768 tokens,
+    # its set padded to whole blocks (in 0240Z its step ranged 6.3-8.7 ms). G: GDN metadata built once a step.
+    # Then V at acceptance 0 against BF16 (the issue's 5.5 ms step), with V's no-stack profile before it.
+    kv=6442450944; S="SERVE_MAX_NUM_SEQS=256"; DV="SPEC_DRAFT_VOCAB=32768"; G="GDN_METADATA_REUSE=on"
+    R35="SPEC_ACCEPTANCE=0.98,0.82,0.70,0.54"; R35Z="SPEC_ACCEPTANCE=0,0,0,0"; T=qwen3.5-4b-bf16-tuned
+    c() { bash "$0" cmp "$1" "$2" "$3" "$4" --set SERVE_KV_CACHE_MEMORY_BYTES=$kv --set SERVE_GPU_MEMORY_UTILIZATION=0.2 \
+      --set "$S" --set-a PORT="$1" --set-b PORT="$2" "${@:5}" --requests 8; }
+    step python3 -m scripts.kit draft-vocab --variant $T --set WEIGHTS=dummy --set "$DV"
+    bash "$0" up q35a 8100 $kv qwen3.5-4b-bf16 --set "$S"; bash "$0" up q35b 8101 $kv $T --set "$S" --set "$R35"
+    bash "$0" up q35v 8107 $kv $T --set "$S" --set "$R35" --set "$DV"
+    bash "$0" up q35g 8108 $kv $T --set "$S" --set "$R35" --set "$G"
+    end=$((SECONDS + 900)); for p in 8100 8101 8107 8108; do bash "$0" ready $((end > SECONDS ? end - SECONDS : 1)) $p; done
+    nvidia-smi --query-gpu=memory.used,memory.total --format=csv
+    bash "$0" ready 5 8100 8101 && c 8100 8101 qwen3.5-4b-bf16 $T --set-b "$R35"
+    bash "$0" ready 5 8101 8107 && c 8101 8107 $T $T --set "$R35" --set-b "$DV"
+    bash "$0" ready 5 8101 8108 && c 8101 8108 $T $T --set "$R35" --set-b "$G"
+    bash "$0" down q35b q35v q35g
+    step python3 -m scripts.profile --variant $T --set WEIGHTS=dummy --set PORT=8113 --set SERVE_MAX_NUM_SEQS=8 \
+      --set SERVE_KV_CACHE_MEMORY_BYTES=2147483648 --set SERVE_GPU_MEMORY_UTILIZATION=0.2 --set "$R35" --set "$DV" \
+      --no-stack > "$LOGS/profile-v.log" 2>&1 &
+    bash "$0" up q35z 8106 $kv $T --set "$S" --set "$R35Z" --set "$DV"
+    bash "$0" ready 900 8106 && { wait; c 8100 8106 qwen3.5-4b-bf16 $T --set-b "$R35Z" --set-b "$DV"; }
+    wait; bash "$0" down q35a q35z ;;
   multi)  # issue 21, on the 2-GPU machine (kind nvidia-h100-x2): Qwen3-4B BF16 on one GPU vs TP=2 vs DP=2,
     # and the best Qwen3.5 variant on one GPU vs DP=2. All five servers start at once (GPU 0: Qwen3-4B's one-GPU
     # server; GPU 1: Qwen3.5's; TP/DP span both) and are compared one pair at a time once all are up, so
@@ -391,6 +417,6 @@ case "${1:-}" in
       for t in presults/profiles/*; do [ -f "$t" ] && cp "$t" "$OUT/"; done; }
     echo "still running: $(running | tr '\n' ' ')" ;;
   *) echo "usage: $0 spine | smoke VARIANT... | catalog SECONDS VARIANT [--set K=V ...] | parallel SECONDS KV_BYTES SPEC..." \
-          "| shim VARIANT NAME | quantize SECONDS VARIANT KV_BYTES | gates VARIANT KV_BYTES | tune BASE SECONDS | sweep FLAGS.. | wheels DIR TARGET" \
+          "| shim VARIANT NAME | quantize SECONDS VARIANT KV_BYTES | gates VARIANT KV_BYTES | tune BASE SECONDS | sweep FLAGS.. | wheels DIR TARGET | levers" \
           "| startprof VARIANT | startcuts VARIANT | stop NAME | chain MODE ARGS.. ++ MODE ARGS.. | detach NAME MODE ARGS.. | collect SECONDS" >&2; exit 2 ;;
 esac

@@ -21,8 +21,6 @@ which forked workers cannot survive.
 """
 from __future__ import annotations
 
-import importlib.abc
-import importlib.util
 import json
 import os
 import sys
@@ -99,32 +97,11 @@ def patch_torch(torch_module) -> bool:
     return True
 
 
-class _AfterTorchImport(importlib.abc.MetaPathFinder):
-    """One-shot finder: lets the normal machinery find torch, then patches it once it has executed."""
-
-    def find_spec(self, fullname, path=None, target=None):
-        if fullname != "torch":
-            return None
-        sys.meta_path.remove(self)  # one shot, and no recursion into ourselves below
-        spec = importlib.util.find_spec("torch")
-        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
-            return spec
-        exec_module = spec.loader.exec_module
-
-        def exec_then_patch(module):
-            exec_module(module)
-            patch_torch(module)
-        spec.loader.exec_module = exec_then_patch
-        return spec
-
-
 def install() -> str:
     """Patch now if torch is already imported, else hook its import. Returns what it did (for tests)."""
     if not os.environ.get(ENV_NAME):
         return "off"
     if "torch" in sys.modules:
         return "patched" if patch_torch(sys.modules["torch"]) else "already"
-    if any(isinstance(f, _AfterTorchImport) for f in sys.meta_path):
-        return "already"
-    sys.meta_path.insert(0, _AfterTorchImport())
-    return "hooked"
+    from scripts._on_import import after_import
+    return after_import("torch", patch_torch)

@@ -15,8 +15,6 @@ sitecustomize can reach it; the patch is applied right after the proposer's modu
 """
 from __future__ import annotations
 
-import importlib.abc
-import importlib.util
 import os
 import sys
 
@@ -27,6 +25,17 @@ _MARK = "_kit_draft_vocab"
 def trimmed_argmax(hidden, rows, ids):
     """Token ids of the best-scoring rows: hidden (T, H) @ rows (N, H)^T, argmax over N, mapped by ids (N,)."""
     return ids[(hidden @ rows.t()).argmax(dim=-1)]
+
+
+PAD = 64
+
+
+def padded(ids_list: list[int]) -> list[int]:
+    """The set, its last id repeated up to a multiple of PAD rows. A set of 32768 plus the special
+    tokens is 32801 rows, an odd width for the draft's (T, N) logits; whether cuBLAS's kernel for it
+    is what made the H100's trimmed steps vary 6.3-8.7 ms (session 20261126T0240Z) is measured, not
+    assumed. Repeated rows score alike and argmax takes the first, so the winning id is unchanged."""
+    return ids_list + ids_list[-1:] * (-len(ids_list) % PAD)
 
 
 def patch_class(cls, ids_list: list[int]) -> bool:
@@ -61,7 +70,7 @@ def _rows_for(proposer, ids_list: list[int]):
         if weight.dim() != 2 or weight.shape[0] <= ids_list[-1]:
             raise ValueError(f"lm_head has {tuple(weight.shape)}, the set's largest id is {ids_list[-1]} "
                              "(a vocabulary shard? the set needs the whole head)")
-        ids = torch.tensor(ids_list, dtype=torch.long, device=weight.device)
+        ids = torch.tensor(padded(ids_list), dtype=torch.long, device=weight.device)
         rows = weight.index_select(0, ids).contiguous()
     except Exception as e:
         print(f"kit: draft vocabulary NOT active, drafting over the full vocabulary ({type(e).__name__}: {e})",
@@ -77,36 +86,13 @@ def patch_module(mod, ids_list: list[int]) -> int:
                if isinstance(obj, type) and obj.__module__ == mod.__name__)
 
 
-class _Finder(importlib.abc.MetaPathFinder):
-    def __init__(self, target: str, ids_list: list[int]):
-        self.target, self.ids = target, ids_list
-
-    def find_spec(self, fullname, path=None, target=None):
-        if fullname != self.target:
-            return None
-        sys.meta_path.remove(self)  # find the real spec, then wrap its loader
-        try:
-            spec = importlib.util.find_spec(fullname)
-        finally:
-            sys.meta_path.insert(0, self)
-        if spec is None or spec.loader is None:
-            return None
-        real_exec, ids = spec.loader.exec_module, self.ids
-
-        def exec_module(module):
-            real_exec(module)
-            if not patch_module(module, ids):
-                print(f"kit: draft vocabulary NOT active: no _greedy_sample in {module.__name__}", file=sys.stderr)
-
-        spec.loader.exec_module = exec_module
-        return spec
-
-
 def install(target: str = TARGET) -> None:
     """Patch `target` when it is imported (now, if it already is), with the set in $KIT_DRAFT_VOCAB."""
     from scripts.kit.draft_vocab import ENV, load_ids
+    from scripts._on_import import after_import
     ids = load_ids(os.environ[ENV])
-    if target in sys.modules:
-        patch_module(sys.modules[target], ids)
-    elif not any(isinstance(f, _Finder) and f.target == target for f in sys.meta_path):
-        sys.meta_path.insert(0, _Finder(target, ids))
+
+    def patch(module):
+        if not patch_module(module, ids):
+            print(f"kit: draft vocabulary NOT active: no _greedy_sample in {module.__name__}", file=sys.stderr)
+    after_import(target, patch)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import signal
 import sys
 import time
 from pathlib import Path
@@ -31,7 +30,7 @@ from scripts.kit import weights
 from scripts.kit.device import host_platform
 from scripts.kit.errors import KitError, run_main
 from scripts.kit.paths import RESULTS, rel as _rel
-from scripts.kit.procs import ServerProcess, free_port
+from scripts.kit.procs import ServerProcess, free_port, stop_on_signals
 from scripts.kit.record import facts_from_argv, make_record, write_record
 from scripts.kit.variant import load
 
@@ -111,7 +110,7 @@ def main(argv=None) -> int:
     print(f"compare: A = {va.name}, B = {vb.name}; {a.rounds} rounds, levels {','.join(map(str, a.concurrency))}; "
           f"workload sha256 {w.sha256[:12]}", file=sys.stderr)
     started = time.time()
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    stop_on_signals()
     from tqdm import tqdm
     try:
         with contextlib.ExitStack() as stack:

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import argparse
 import shlex
-import signal
 import sys
 
 from scripts.kit import weights
 from scripts.kit.errors import KitError, run_main
 from scripts.kit.fleet import POLICIES, Fleet
+from scripts.kit.procs import stop_on_signals
 from scripts.kit.variant import load
 from scripts.serve import add_variant_args, command_text, describe
 
@@ -41,7 +41,7 @@ def main(argv=None) -> int:
         return 0
     weights.require(v)
     # Ctrl-C or a TERM to make: stop the router and every replica, never leave one running.
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    stop_on_signals()
     try:
         fleet.start()
         print(f"ready: {fleet.url}/v1 (model name {v.name!r}, {a.replicas} replicas, {a.policy}); "

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import sys
 import threading
 import time
@@ -36,7 +35,7 @@ from scripts.kit import weights
 from scripts.kit.device import conditions, device_provenance, gpu_compute_processes, host_platform
 from scripts.kit.errors import KitError, run_main
 from scripts.kit.paths import EXPERIMENTS, RESULTS, ROOT, rel as _rel
-from scripts.kit.procs import ServerProcess
+from scripts.kit.procs import ServerProcess, stop_on_signals
 from scripts.kit.record import make_record, records, write_record
 from scripts.kit.variant import load
 from scripts.serve import add_variant_args, describe
@@ -575,7 +574,7 @@ def main(argv=None) -> int:
         env = {**v.to_env(platform), "VLLM_SERVER_DEV_MODE": "1"}
         log = a.results_dir / v.name / "logs" / f"probe-{time.strftime('%Y%m%dT%H%M%S')}.log"
         proc = ServerProcess(v.to_argv(platform), env, v["HOST"], v["PORT"], v["READY_TIMEOUT_S"], log_path=log)
-        signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+        stop_on_signals()
     from tqdm import tqdm
     stage = "the probe's start"  # what a Ctrl-C interrupts (a pass's Interrupted names its own)
     try:

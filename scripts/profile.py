@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import signal
 import sys
 import time
 from pathlib import Path
@@ -45,7 +44,7 @@ from scripts.kit import weights
 from scripts.kit.device import device_provenance, host_platform
 from scripts.kit.errors import KitError, run_main
 from scripts.kit.paths import EXPERIMENTS, RESULTS, ROOT, atomic_write, rel
-from scripts.kit.procs import ServerProcess, flock, gpu_lock_path
+from scripts.kit.procs import ServerProcess, flock, gpu_lock_path, stop_on_signals
 from scripts.kit.record import load_record, make_record, records, write_record
 from scripts.kit.variant import load
 from scripts.serve import add_variant_args, describe
@@ -245,7 +244,7 @@ def main(argv=None) -> int:
     env = {**v.to_env(platform), **SCOPES_ENV}
     log = a.results_dir / v.name / "logs" / f"profile-{stamp}.log"
     proc = ServerProcess(argv, env, v["HOST"], v["PORT"], v["READY_TIMEOUT_S"], log_path=log)
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    stop_on_signals()
     started = time.time()
     dev = device_provenance()
     out_tokens = []

@@ -19,7 +19,6 @@ import json
 import os
 import re
 import shlex
-import signal
 import sys
 import time
 
@@ -27,7 +26,7 @@ from scripts.kit import weights
 from scripts.kit.device import host_platform
 from scripts.kit.errors import KitError, run_main
 import scripts.kit.record as record_mod
-from scripts.kit.procs import ServerProcess
+from scripts.kit.procs import ServerProcess, stop_on_signals
 from scripts.kit.record import make_record, write_record
 from scripts.kit.variant import load
 
@@ -166,7 +165,7 @@ def main(argv=None) -> int:
         if a.smoke or a.then else None
     srv = ServerProcess(cmd, env, v["HOST"], v["PORT"], v["READY_TIMEOUT_S"], log_path=log)
     # Ctrl-C or a TERM to make: stop the whole server group, never leave it running.
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    stop_on_signals()
     try:
         srv.start()
         ready = srv.wait_ready()

@@ -39,7 +39,6 @@ import hashlib
 import json
 import shlex
 import shutil
-import signal
 import statistics
 import sys
 import time
@@ -52,7 +51,7 @@ from scripts.kit import weights
 from scripts.kit.device import device_provenance, host_platform
 from scripts.kit.errors import KitError, run_main
 from scripts.kit.paths import EXPERIMENTS, RESULTS, ROOT, WEIGHTS
-from scripts.kit.procs import ServerProcess, free_port, run_logged
+from scripts.kit.procs import ServerProcess, free_port, run_logged, stop_on_signals
 from scripts.kit.record import load_record, make_record, records, write_record
 from scripts.kit.variant import CONDITION_KEYS, NAME_RE, load
 from scripts.kit.paths import rel as _rel
@@ -542,7 +541,7 @@ def main(argv=None) -> int:
           f"{len(tuner.cached)} candidate record(s) to resume from ({_rel(tuner.state)})", file=sys.stderr)
     for why in seed_skips:
         print(f"  seed skipped: {why}", file=sys.stderr)
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    stop_on_signals()
     try:
         recorded = tuple(c["overrides"] for c in tuner.cached.values() if c["status"] == "ok")
         res = T.search(base.config, lever_list, tuner, T.Rule(a.objective, a.min_gain_pct), a.budget_parsed.candidates,

@@ -67,6 +67,19 @@ def test_trimmed_argmax_is_the_full_argmax_when_the_winner_is_in_the_set():
     assert torch.equal(got, small[(hidden @ weight[small].t()).argmax(-1)])
 
 
+def test_the_set_is_padded_to_whole_blocks_without_changing_any_winner():
+    ids = list(range(3, 3 + 3 * 101, 3))  # 101 ids: padded to 128
+    pad = DP.padded(ids)
+    assert len(pad) % DP.PAD == 0 and len(pad) == 128 and pad[:101] == ids and set(pad[101:]) == {ids[-1]}
+    assert DP.padded(list(range(128))) == list(range(128))
+    g = torch.Generator().manual_seed(3)
+    weight, hidden = torch.randn(400, 32, generator=g), torch.randn(64, 32, generator=g)
+    hidden[0] = weight[ids[-1]] * 10  # a row where the repeated id itself wins
+    a, b = torch.tensor(ids), torch.tensor(pad)
+    got = DP.trimmed_argmax(hidden, weight.index_select(0, b), b)
+    assert torch.equal(got, DP.trimmed_argmax(hidden, weight.index_select(0, a), a)) and got[0] == ids[-1]
+
+
 class StandInProposer:
     """A stand-in for vLLM's proposer (the real class is patched in the sitecustomize test below): the attributes _greedy_sample uses on vLLM 0.26's proposer: model.lm_head.weight, compute_logits."""
     use_local_argmax_reduction = False

@@ -265,3 +265,35 @@ def test_a_terminated_test_run_still_stops_the_servers_its_fixtures_started(tmp_
     child.send_signal(signal.SIGTERM)
     child.wait(timeout=60)
     assert group_members(pgid) == [], child.stdout.read().decode()[-2000:]
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_an_entry_point_started_in_the_background_still_stops_on_int_and_term(tmp_path, sig):
+    """A shell script's `cmd &` hands the job SIGINT ignored; stop_on_signals (every entry point calls it)
+    makes INT and TERM both reach the cleanup. Real processes and real signals."""
+    import signal
+    import subprocess
+    child = textwrap.dedent("""
+        import signal, sys, time
+        from scripts.kit.procs import stop_on_signals
+        print("inherited-ignored", signal.getsignal(signal.SIGINT) is signal.SIG_IGN, flush=True)
+        stop_on_signals()
+        print("armed", flush=True)
+        try:
+            time.sleep(60)
+        except KeyboardInterrupt:
+            print("cleanup ran", flush=True)
+            sys.exit(0)
+        sys.exit(3)
+    """)
+    p = subprocess.Popen([sys.executable, "-c", child], stdout=subprocess.PIPE, text=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    try:
+        assert p.stdout.readline().split() == ["inherited-ignored", "True"]
+        assert p.stdout.readline().strip() == "armed"
+        p.send_signal(getattr(signal, sig))
+        assert p.wait(timeout=20) == 0
+        assert p.stdout.read().strip() == "cleanup ran"
+    finally:
+        if p.poll() is None:
+            p.kill()

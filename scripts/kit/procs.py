@@ -94,6 +94,18 @@ def flock(path: Path | None, shared: bool = False, waiting: str = ""):
     return held()
 
 
+def stop_on_signals() -> None:
+    """Ctrl-C (SIGINT) and SIGTERM both raise KeyboardInterrupt, so an entry point's cleanup (stop the
+    servers it started) runs on either. SIGINT is set explicitly: a job started in the background by a
+    non-interactive shell (`cmd &` in a script, nohup) inherits SIGINT ignored, and Python then keeps it
+    ignored. On the H100 (2026-11-26) every `kill -INT` of a detached `scripts.serve` did nothing, and
+    each stop waited 120 s for the TERM that followed."""
+    def term(*_):
+        raise KeyboardInterrupt()
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, term)
+
+
 def busy_port_message(host: str, port: int) -> str:
     """What to do about a port in use, in the forms that work: make reads overrides only from SET
     (a bare PORT=... is a make variable the kit never sees), and keeps only the last of several SET=."""

