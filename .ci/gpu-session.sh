@@ -335,6 +335,27 @@ case "${1:-}" in
     bash "$0" up q35z 8106 $kv $T --set "$S" --set "$R35Z" --set "$DV"
     bash "$0" ready 900 8106 && { wait; c 8100 8106 qwen3.5-4b-bf16 $T --set-b "$R35Z" --set-b "$DV"; }
     wait; bash "$0" down q35a q35z ;;
+  levers2)  # issue 19, after `levers` (20261126T0330Z): with drafts from 32768 tokens the draft phase's GPU work fell
+    # from 2.50 to 0.93 ms a step, yet the step did not follow: the host bounds it now. So GDN_METADATA_REUSE (a host
+    # saving) is compared where the host is the bound: acceptance 0 (step = TPOT, and every token the target's own
+    # greedy one, so both servers must answer alike: checked first, through the real API), drafts from 32768 tokens.
+    kv=6442450944; S="SERVE_MAX_NUM_SEQS=256"; DV="SPEC_DRAFT_VOCAB=32768"; R35Z="SPEC_ACCEPTANCE=0,0,0,0"
+    T=qwen3.5-4b-bf16-tuned
+    step python3 -m scripts.kit draft-vocab --variant $T --set WEIGHTS=dummy --set "$DV"
+    bash "$0" up v 8107 $kv $T --set "$S" --set "$R35Z" --set "$DV"
+    bash "$0" up vg 8108 $kv $T --set "$S" --set "$R35Z" --set "$DV" --set GDN_METADATA_REUSE=on
+    bash "$0" ready 900 8107 && bash "$0" ready 300 8108 && step python3 -c '
+import json, sys, urllib.request as u
+def ask(port, name, p):
+    body = {"model": name, "prompt": p, "max_tokens": 48, "temperature": 0}
+    r = u.Request(f"http://127.0.0.1:{port}/v1/completions", json.dumps(body).encode(), {"Content-Type": "application/json"})
+    return json.load(u.urlopen(r, timeout=120))["choices"][0]["text"]
+prompts = ["The capital of France is", "def fib(n):", "Once upon a time", "1, 2, 3, 5, 8,"]
+same = [ask(8107, sys.argv[1], p) == ask(8108, sys.argv[1], p) for p in prompts]
+print(f"GDN reuse on vs off, greedy at acceptance 0: {sum(same)} of {len(same)} completions identical")' $T \
+    && bash "$0" cmp 8107 8108 $T $T --set SERVE_KV_CACHE_MEMORY_BYTES=$kv --set SERVE_GPU_MEMORY_UTILIZATION=0.2 --set "$S" \
+      --set "$R35Z" --set "$DV" --set-a PORT=8107 --set-b PORT=8108 --set-b GDN_METADATA_REUSE=on --requests 8
+    bash "$0" down v vg ;;
   multi)  # issue 21, on the 2-GPU machine (kind nvidia-h100-x2): Qwen3-4B BF16 on one GPU vs TP=2 vs DP=2,
     # and the best Qwen3.5 variant on one GPU vs DP=2. All five servers start at once (GPU 0: Qwen3-4B's one-GPU
     # server; GPU 1: Qwen3.5's; TP/DP span both) and are compared one pair at a time once all are up, so
@@ -417,6 +438,6 @@ case "${1:-}" in
       for t in presults/profiles/*; do [ -f "$t" ] && cp "$t" "$OUT/"; done; }
     echo "still running: $(running | tr '\n' ' ')" ;;
   *) echo "usage: $0 spine | smoke VARIANT... | catalog SECONDS VARIANT [--set K=V ...] | parallel SECONDS KV_BYTES SPEC..." \
-          "| shim VARIANT NAME | quantize SECONDS VARIANT KV_BYTES | gates VARIANT KV_BYTES | tune BASE SECONDS | sweep FLAGS.. | wheels DIR TARGET | levers" \
+          "| shim VARIANT NAME | quantize SECONDS VARIANT KV_BYTES | gates VARIANT KV_BYTES | tune BASE SECONDS | sweep FLAGS.. | wheels DIR TARGET | levers | levers2" \
           "| startprof VARIANT | startcuts VARIANT | stop NAME | chain MODE ARGS.. ++ MODE ARGS.. | detach NAME MODE ARGS.. | collect SECONDS" >&2; exit 2 ;;
 esac
