@@ -2,10 +2,12 @@
 the win rule, the search (gate, budget, replay = resume), the K schedule, Pareto, the writers."""
 from __future__ import annotations
 
+import json
 import re
 import pytest
 
 from scripts.kit import tune as T
+from scripts.kit.paths import ROOT
 from scripts.kit.summaries import tune as S
 from scripts.kit.variant import load
 
@@ -660,3 +662,27 @@ def test_spec_padding_off_reaches_the_speculative_config_and_needs_speculation()
     assert "disable_padded_drafter_batch" not in load("qwen3.5-4b-bf16-tuned").speculative_config()
     with pytest.raises(KitError, match="SPEC_PADDED_DRAFTER_BATCH.*needs speculation"):
         load("qwen3.5-4b-bf16", ["SPEC_PADDED_DRAFTER_BATCH=off"])
+
+
+def test_issue19_patch_levers_are_offered_where_they_apply(tmp_path, monkeypatch):
+    """GDN reuse for a checkpoint with Gated DeltaNet layers only; the draft set for MTP only, and only
+    once its file exists (the tuner writes none); a draft set on a candidate without MTP is dropped."""
+    from scripts.kit import draft_vocab
+    v = load("qwen3.5-4b-bf16")
+    arch = json.loads((ROOT / v["ARCH_CONFIG"]).read_text())
+    monkeypatch.setattr(draft_vocab, "WEIGHTS", tmp_path)
+    ls, skipped = T.levers(v.config, "gpu", lambda o: True, arch, (1, 8))
+    names = [lv.name for lv in ls]
+    assert "gdn_reuse" in names and "draft_vocab" not in names
+    assert any(x.startswith("draft_vocab: no set of 32768") and "draft-vocab" in x for x in skipped)
+    f = draft_vocab.path_for(v["MODEL"], T.DRAFT_VOCAB)
+    f.parent.mkdir(parents=True)
+    f.write_text("{}")
+    ls, _ = T.levers(v.config, "gpu", lambda o: True, arch, (1, 8))
+    dv = next(lv for lv in ls if lv.name == "draft_vocab")
+    assert {"SPEC_DRAFT_VOCAB": 32768} in dv.values
+    q3 = load("qwen3-4b-bf16")
+    ls, _ = T.levers(q3.config, "gpu", lambda o: True, json.loads((ROOT / q3["ARCH_CONFIG"]).read_text()), (1, 8))
+    assert "gdn_reuse" not in [lv.name for lv in ls]
+    assert T.fixup(v.config, {"SPEC_DRAFT_VOCAB": 32768})["SPEC_DRAFT_VOCAB"] == 0
+    assert T.fixup(v.config, {"SPEC_METHOD": "mtp", "SPEC_K": 4, "SPEC_DRAFT_VOCAB": 32768})["SPEC_DRAFT_VOCAB"] == 32768

@@ -94,11 +94,17 @@ LEVER_ORDER = ("weights", "spec", "spec_schedule", "spec_padding", "max_num_seqs
 MAX_SEQS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 BATCHED_TOKENS = (2048, 4096, 8192, 16384)
 SPEC_KS = (1, 2, 3, 4, 5)
+DRAFT_VOCAB = 32768  # the size measured on the H100 (results/gpu-sessions/20261126T0330Z)
 
 
 def _mtp_capable(arch: dict | None) -> bool:
     c = (arch or {}).get("text_config", arch or {})
     return bool((arch or {}).get("mtp_num_hidden_layers") or c.get("mtp_num_hidden_layers"))
+
+
+def _has_gdn(arch: dict | None) -> bool:
+    """Whether the checkpoint has Gated DeltaNet (linear attention) layers."""
+    return bool(((arch or {}).get("text_config", arch or {})).get("linear_num_value_heads"))
 
 
 def levers(cfg: dict, platform: str, weights_ok, arch: dict | None = None,
@@ -130,8 +136,19 @@ def levers(cfg: dict, platform: str, weights_ok, arch: dict | None = None,
         # The drafter's host time (issue 19): a value on an incumbent without speculation is dropped by fixup.
         out.append(Lever("spec_padding", ({"SPEC_PADDED_DRAFTER_BATCH": "off"}, {"SPEC_PADDED_DRAFTER_BATCH": "on"}),
                          "drafter input padding off (disable_padded_drafter_batch) or on"))
+        if method == "mtp":  # a set made beforehand, as weights are: the tuner writes no files
+            from .draft_vocab import path_for
+            if path_for(cfg["MODEL"], DRAFT_VOCAB).is_file():
+                out.append(Lever("draft_vocab", ({"SPEC_DRAFT_VOCAB": DRAFT_VOCAB}, {"SPEC_DRAFT_VOCAB": 0}),
+                                 f"MTP drafts from the {DRAFT_VOCAB} most frequent tokens, or the full vocabulary"))
+            else:
+                skipped.append(f"draft_vocab: no set of {DRAFT_VOCAB} tokens for MODEL (python -m scripts.kit draft-vocab "
+                               f"--variant BASE --set SPEC_DRAFT_VOCAB={DRAFT_VOCAB} makes it)")
     else:
         skipped.append("spec: BASE has no MTP head and no draft model (a seed's drafter is measured as that seed)")
+    if _has_gdn(arch):  # Qwen3.5, Qwen3-Next: the kit's patch saves host time a step (issue 19)
+        out.append(Lever("gdn_reuse", ({"GDN_METADATA_REUSE": "on"}, {"GDN_METADATA_REUSE": "off"}),
+                         "GDN metadata built once a step (kit patch) or once per KV-cache group (vLLM)"))
     hi = max(concurrency)
     seqs = [n for n in MAX_SEQS if n >= min(concurrency) and n <= max(2 * hi, 8)]
     out.append(Lever("max_num_seqs", tuple({"SERVE_MAX_NUM_SEQS": str(n)} for n in seqs),
@@ -177,6 +194,8 @@ def fixup(cfg: dict, overrides: dict) -> dict:
         o["SERVE_CUDAGRAPH_CAPTURE_SIZES"] = " ".join(map(str, sizes))
     if eff.get("SPEC_METHOD") == "none" and eff.get("SPEC_PADDED_DRAFTER_BATCH") == "off":
         o["SPEC_PADDED_DRAFTER_BATCH"] = "on"  # padding is a drafter's; without speculation it is the default
+    if eff.get("SPEC_METHOD") != "mtp" and eff.get("SPEC_DRAFT_VOCAB"):
+        o["SPEC_DRAFT_VOCAB"] = 0  # the set is MTP's (its drafts read the target's lm_head)
     if "SPEC_K" in o and "SPEC_SCHEDULE" in cfg and "SPEC_SCHEDULE" not in o:
         o["SPEC_SCHEDULE"] = ""
     return cut_acceptance(cfg, o)
