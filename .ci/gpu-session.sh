@@ -356,6 +356,26 @@ print(f"GDN reuse on vs off, greedy at acceptance 0: {sum(same)} of {len(same)} 
     && bash "$0" cmp 8107 8108 $T $T --set SERVE_KV_CACHE_MEMORY_BYTES=$kv --set SERVE_GPU_MEMORY_UTILIZATION=0.2 --set "$S" \
       --set "$R35Z" --set "$DV" --set-a PORT=8107 --set-b PORT=8108 --set-b GDN_METADATA_REUSE=on --requests 8
     bash "$0" down v vg ;;
+  levers3)  # issue 19's targets, on qwen3.5-4b-bf16-tuned-dv (both patches) as committed: against BF16 at the
+    # published rates (2.5x TPOT c=1), the pessimistic ones (no slower) and acceptance 0 (a 5.5 ms step), one B
+    # at a time beside A, 20 GiB each (1024 sequences need ~19 GiB of Mamba blocks); B restarts warm after the
+    # first. Then its profile with stacks (where the host time left goes) and without (the true idle).
+    kv=21474836480; D=qwen3.5-4b-bf16-tuned-dv; A=qwen3.5-4b-bf16
+    c() { bash "$0" cmp 8100 "$1" $A $D --set SERVE_KV_CACHE_MEMORY_BYTES=$kv --set SERVE_GPU_MEMORY_UTILIZATION=0.2 \
+      --set-a PORT=8100 --set-b PORT="$1" --set-b "$2" --requests 8; }
+    step python3 -m scripts.kit draft-vocab --variant $D --set WEIGHTS=dummy
+    bash "$0" up a 8100 $kv $A
+    for r in 0.98,0.82,0.70,0.54 0.6,0.35,0.2,0.1 0,0,0,0; do
+      bash "$0" up d 8109 $kv $D --set SPEC_ACCEPTANCE=$r
+      bash "$0" ready 900 8100 8109 && c 8109 SPEC_ACCEPTANCE=$r
+      bash "$0" down d
+    done
+    bash "$0" down a
+    for s in "" --no-stack; do
+      step python3 -m scripts.profile --variant $D --set WEIGHTS=dummy --set PORT=8114 --set SERVE_MAX_NUM_SEQS=8 \
+        --set SERVE_KV_CACHE_MEMORY_BYTES=2147483648 --set SERVE_GPU_MEMORY_UTILIZATION=0.2 \
+        --set SPEC_ACCEPTANCE=0.98,0.82,0.70,0.54 $s > "$LOGS/profile-d$s.log" 2>&1
+    done ;;
   multi)  # issue 21, on the 2-GPU machine (kind nvidia-h100-x2): Qwen3-4B BF16 on one GPU vs TP=2 vs DP=2,
     # and the best Qwen3.5 variant on one GPU vs DP=2. All five servers start at once (GPU 0: Qwen3-4B's one-GPU
     # server; GPU 1: Qwen3.5's; TP/DP span both) and are compared one pair at a time once all are up, so
@@ -438,6 +458,6 @@ print(f"GDN reuse on vs off, greedy at acceptance 0: {sum(same)} of {len(same)} 
       for t in presults/profiles/*; do [ -f "$t" ] && cp "$t" "$OUT/"; done; }
     echo "still running: $(running | tr '\n' ' ')" ;;
   *) echo "usage: $0 spine | smoke VARIANT... | catalog SECONDS VARIANT [--set K=V ...] | parallel SECONDS KV_BYTES SPEC..." \
-          "| shim VARIANT NAME | quantize SECONDS VARIANT KV_BYTES | gates VARIANT KV_BYTES | tune BASE SECONDS | sweep FLAGS.. | wheels DIR TARGET | levers | levers2" \
+          "| shim VARIANT NAME | quantize SECONDS VARIANT KV_BYTES | gates VARIANT KV_BYTES | tune BASE SECONDS | sweep FLAGS.. | wheels DIR TARGET | levers | levers2 | levers3" \
           "| startprof VARIANT | startcuts VARIANT | stop NAME | chain MODE ARGS.. ++ MODE ARGS.. | detach NAME MODE ARGS.. | collect SECONDS" >&2; exit 2 ;;
 esac
