@@ -216,6 +216,18 @@ def test_load_trace_gzipped_or_plain(tmp_path):
     assert P.load_trace(tmp_path / "a.json") == P.load_trace(tmp_path / "b.pt.trace.json") == t
 
 
+def test_draft_bytes_count_only_the_draft_vocabulary_rows():
+    """SPEC_DRAFT_VOCAB=N: each MTP pass reads N lm_head rows, not the whole vocabulary (the 2026-11-26
+    H100 profile counted 248320; results/corrections/20261126T041500Z-draft-floor-with-draft-vocab.json)."""
+    cfg = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+           "num_key_value_heads": 2, "vocab_size": 1000}
+    spec = {"SPEC_METHOD": "mtp", "SPEC_K": 2}
+    full = P.phase_bytes(cfg, spec, None, 100)["draft"]
+    trimmed = P.phase_bytes(cfg, {**spec, "SPEC_DRAFT_VOCAB": 250}, None, 100)["draft"]
+    assert full - trimmed == 2 * 2 * (1000 - 250) * 64  # K passes x 2 bytes x rows not read x hidden
+    assert P.phase_bytes(cfg, {**spec, "SPEC_DRAFT_VOCAB": 5000}, None, 100)["draft"] == full  # never above the head
+
+
 def test_phase_bytes_split_target_and_draft():
     cfg = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
            "num_key_value_heads": 2, "vocab_size": 1000}

@@ -634,7 +634,7 @@ def step_bytes(config: dict, variant_cfg: dict, draft_config: dict | None = None
       - target_weights: weight_bytes_per_step, once (the verify pass scores all K+1 positions at once);
       - draft_weights: mtp: K sequential passes, each the MTP layer (fc 2h->h, one full-attention
         decoder layer, 16-bit: quant.py never quantizes mtp.*) + the 16-bit lm_head it shares with the
-        target; eagle3: K passes of the draft model; dflash: one pass of the draft model (a block of K
+        target (SPEC_DRAFT_VOCAB rows of it when set); eagle3: K passes of the draft model; dflash: one pass of the draft model (a block of K
         positions at once); ngram: none;
       - kv_state: target K/V of every full-attention layer at `context_tokens` (2 bytes an element, 1 for
         an fp8 SERVE_KV_CACHE_DTYPE), each Gated DeltaNet layer's state, and the draft's K/V at the same
@@ -653,9 +653,12 @@ def step_bytes(config: dict, variant_cfg: dict, draft_config: dict | None = None
     if k and method == "mtp":
         mixer, mlp = _layer_params(c, "full")
         h = c["hidden_size"]
-        draft = k * int(2.0 * (2 * h * h + mixer + mlp) + 2.0 * c["vocab_size"] * h)
+        # SPEC_DRAFT_VOCAB=N: the drafts read N rows of the lm_head (the set's special tokens and padding,
+        # under 0.2% more at N=32768, are not counted)
+        rows = min(int(variant_cfg.get("SPEC_DRAFT_VOCAB") or 0) or c["vocab_size"], c["vocab_size"])
+        draft = k * int(2.0 * (2 * h * h + mixer + mlp) + 2.0 * rows * h)
         kv += k * _kv_bytes_per_token(c, ["full"], elem) * context_tokens
-        what = f"mtp: {k} x (MTP layer + lm_head)"
+        what = f"mtp: {k} x (MTP layer + lm_head{f', {rows} rows' if rows < c['vocab_size'] else ''})"
     elif k and method in ("dflash", "eagle3"):
         passes = 1 if method == "dflash" else k
         if draft_config is None:
