@@ -420,7 +420,7 @@ print(f"GDN reuse on vs off, greedy at acceptance 0: {sum(same)} of {len(same)} 
     # the machine's own torch (HOST_TORCH=yes), into /tmp/kit (the tree detach uses); later modes then run
     # in its .venv (above). DIR: the chunks of `WHEELHOUSE=1 bash .ci/gpu-prepare.sh`, joined and unpacked.
     [ -d /tmp/kit ] || { mkdir -p /tmp/kit.part && tar -C . --exclude=./.gpu -cf - . | tar -C /tmp/kit.part -xf - \
-      && mv /tmp/kit.part /tmp/kit; } || exit
+      && touch /tmp/kit.part/.t0 && mv /tmp/kit.part /tmp/kit; } || exit
     # env -u PYTHONPATH: the payload's path (set above for the other modes) must not reach pip or the venv.
     cd /tmp/kit && if command -v make >/dev/null; then step env -u PYTHONPATH make install WHEELHOUSE="$2" HOST_TORCH=yes
     else step env -u PYTHONPATH python3 -m scripts.install --wheelhouse "$2" --host-torch yes; fi ;;  # make's recipe
@@ -433,7 +433,8 @@ print(f"GDN reuse on vs off, greedy at acceptance 0: {sum(same)} of {len(same)} 
   detach)
     name=$2; shift 2
     if [ ! -d /tmp/kit ]; then  # .gpu (the payload) stays behind; weights/ and the tree come along
-      mkdir -p /tmp/kit.part && tar -C . --exclude=./.gpu -cf - . | tar -C /tmp/kit.part -xf - && mv /tmp/kit.part /tmp/kit || exit
+      mkdir -p /tmp/kit.part && tar -C . --exclude=./.gpu -cf - . | tar -C /tmp/kit.part -xf - && touch /tmp/kit.part/.t0 \
+        && mv /tmp/kit.part /tmp/kit || exit
     fi
     mkdir -p /tmp/kit/jobs; export KIT_PROBE_LOCK=$LOCK KIT_LOG_DIR=/tmp/kit/jobs PYTHONUNBUFFERED=1
     # setsid: the device ends a call's processes when it returns, except those in a session of their own.
@@ -452,7 +453,11 @@ print(f"GDN reuse on vs off, greedy at acceptance 0: {sum(same)} of {len(same)} 
     while [ -n "$(running)" ] && [ $SECONDS -lt $end ]; do sleep 5; done
     for l in jobs/*.log; do echo "=== $l (rc $(cat "${l%.log}.rc" 2>/dev/null || echo running))"; tail -n 8 "$l"; done
     nvidia-smi --query-gpu=memory.used,memory.total,utilization.gpu --format=csv
-    tar -czf "$OUT/r.tgz" results experiments; tar -czf "$OUT/logs.tgz" jobs logs
+    # What the jobs wrote (.t0: when the tree was copied here), traces apart: the whole results/ tree went over
+    # a call's 16 MiB a file on 2026-11-26 and did not come back.
+    find results experiments -newer .t0 -type f ! -path '*/logs/*' ! -name '*.trace.json.gz' > /tmp/new-files
+    tar -czf "$OUT/r.tgz" -T /tmp/new-files; tar -czf "$OUT/logs.tgz" jobs $(ls -d logs 2>/dev/null)
+    find results/profiles -newer .t0 -name '*.trace.json.gz' -exec cp {} "$OUT/" \;
     # study's profiles: records apart from their traces (each trace its own file, 16 MiB a file comes back)
     [ -d presults ] && { tar -czf "$OUT/p.tgz" --exclude='./profiles' --exclude='*/logs' -C presults .
       for t in presults/profiles/*; do [ -f "$t" ] && cp "$t" "$OUT/"; done; }
