@@ -106,7 +106,8 @@ if [ -f /tmp/kit/.venv/.kit-pins ]; then export PATH=/tmp/kit/.venv/bin:$PATH PY
 # -k 30 killed a tune mid-stop on 2026-11-24 and left its two servers running.
 step() { echo "=== $(date -u +%H:%M:%S) $*"; "$@"; local rc=$?; echo "=== rc=$rc"; return $rc; }
 # A live process, not a zombie: `kill -0` also succeeds on an exited, unreaped one (up's servers are
-# orphans; who reaps them on the device is not known, and two stops there looked 120 s long).
+# orphans, and who reaps them on the device is not known). The 120 s stops of 2026-11-25 were not that: `up`'s servers
+# had SIGINT ignored (inherited from `&`); every entry point now sets it (stop_on_signals, 2026-11-26).
 alive() { local st; st=$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f1) && [ -n "$st" ] && [ "$st" != Z ]; }
 # parallel's per-server logs: KIT_LOG_DIR=$OUT keeps them when the call's time limit cuts the mode short.
 LOGS=${KIT_LOG_DIR:-/tmp}
