@@ -336,8 +336,8 @@ case "${1:-}" in
     bash "$0" up q35z 8106 $kv $T --set "$S" --set "$R35Z" --set "$DV"
     bash "$0" ready 900 8106 && { wait; c 8100 8106 qwen3.5-4b-bf16 $T --set-b "$R35Z" --set-b "$DV"; }
     wait; bash "$0" down q35a q35z ;;
-  levers2)  # issue 19, after `levers` (20261126T0330Z): with drafts from 32768 tokens the draft phase's GPU work fell
-    # from 2.50 to 0.93 ms a step, yet the step did not follow: the host bounds it now. So GDN_METADATA_REUSE (a host
+  levers2)  # issue 19, after `levers` (20261126T0330Z): with drafts from 32768 tokens the step's GPU work is ~5.76 ms
+    # and its acceptance-0 step 6.76 ms: the host bounds it now. So GDN_METADATA_REUSE (a host
     # saving) is compared where the host is the bound: acceptance 0 (step = TPOT, and every token the target's own
     # greedy one, so both servers must answer alike: checked first, through the real API), drafts from 32768 tokens.
     kv=6442450944; S="SERVE_MAX_NUM_SEQS=256"; DV="SPEC_DRAFT_VOCAB=32768"; R35Z="SPEC_ACCEPTANCE=0,0,0,0"

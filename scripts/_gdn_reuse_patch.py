@@ -94,20 +94,17 @@ def update_block_table(self, metadata, blk_table, slot_mapping, *, _mod):
         spec = bt[masks, :k1]
         non_spec = prefill = bt[~masks, 0]
 
-    if spec_staged(self, m):  # gdn_attn.py:428-464, into this builder's buffers
-        n = m.num_spec_decodes
-        self.spec_state_indices_tensor[:n].copy_(spec, non_blocking=True)
-        spec = self.spec_state_indices_tensor[:batch_size]
-        spec[n:].fill_(null)
-        for name in _SPEC_STAGED:
+    def stage(buf, idx, n, fields):  # into this builder's own buffers: idx's n rows, null up to the batch size
+        buf[:n].copy_(idx, non_blocking=True)
+        buf[n:batch_size].fill_(null)
+        for name in fields:
             setattr(new, name, _into(getattr(self, name), getattr(m, name)))
+        return buf[:batch_size]
+
+    if spec_staged(self, m):  # gdn_attn.py:428-464
+        spec = stage(self.spec_state_indices_tensor, spec, m.num_spec_decodes, _SPEC_STAGED)
     if decode_staged(self, m):  # gdn_attn.py:472-485
-        nd = m.num_decodes
-        self.non_spec_state_indices_tensor[:nd].copy_(non_spec, non_blocking=True)
-        non_spec = self.non_spec_state_indices_tensor[:batch_size]
-        non_spec[nd:].fill_(null)
-        for name in _DECODE_STAGED:
-            setattr(new, name, _into(getattr(self, name), getattr(m, name)))
+        non_spec = stage(self.non_spec_state_indices_tensor, non_spec, m.num_decodes, _DECODE_STAGED)
     new.spec_state_indices_tensor = spec
     new.non_spec_state_indices_tensor = non_spec
     new.prefill_state_indices = prefill

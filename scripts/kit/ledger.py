@@ -3,11 +3,6 @@
 A committed record is never edited. results/ledger.tsv keeps one `<sha256>  <path>` line per record
 file (the format of `sha256sum`, so `cd <repo> && sha256sum -c results/ledger.tsv` checks it too):
 the hash of the bytes as first committed to git, or as written for a record git has not seen yet.
-One exception, from before the ledger: the 15 records of results/gpu-sessions/20261125T0748Z were
-rewritten in git after their first commit (6dd1b3f); their lines hold the bytes as they stood when
-the ledger began (and as they landed), since undoing that edit would be one more edit
-(results/corrections/20261126T014516Z-git-commit-history-0748Z.json says so). A ledger rebuilt from
-history would flag them: keep the committed ledger.
 What a record got wrong is fixed by a correction beside it, results/corrections/<UTC>-<slug>.json
 (schemas/correction.schema.json): RFC 6901 pointers with the value `was` and the value `now`, which
 record.load_record applies in utc order. The original's bytes stay as measured; the ledger proves it.
