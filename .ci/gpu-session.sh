@@ -377,6 +377,44 @@ print(f"GDN reuse on vs off, greedy at acceptance 0: {sum(same)} of {len(same)} 
         --set SERVE_KV_CACHE_MEMORY_BYTES=2147483648 --set SERVE_GPU_MEMORY_UTILIZATION=0.2 \
         --set SPEC_ACCEPTANCE=0.98,0.82,0.70,0.54 $s > "$LOGS/profile-d$s.log" 2>&1
     done ;;
+  levers4)  # issue 19: SPEC_DRAFT_GRAPH (scripts/_draft_graph_patch.py) on qwen3.5-4b-bf16-tuned-dv, in one session:
+    # the lever itself (graph off vs on, acceptance 0 where the host binds, then the published rates), and the
+    # targets against BF16 (acceptance 0: a 5.5 ms step; published: 2.5x TPOT c=1; pessimistic: no slower).
+    # All at 256 sequences and 6 GiB of KV (as 20261126T033955Z), so three servers fit; the third idles
+    # through each comparison. Then a server with KIT_DRAFT_GRAPH_CHECK (every replay against the same passes
+    # run eagerly), driven at c=1 and c=8, and a no-stack profile of the graphed variant.
+    kv=6442450944; D=qwen3.5-4b-bf16-tuned-dv; A=qwen3.5-4b-bf16; S="SERVE_MAX_NUM_SEQS=256"; DG="SPEC_DRAFT_GRAPH=16"
+    P=0.98,0.82,0.70,0.54; Z=0,0,0,0; W=0.6,0.35,0.2,0.1
+    c() { bash "$0" cmp "$1" "$2" "$3" $D --set SERVE_KV_CACHE_MEMORY_BYTES=$kv --set SERVE_GPU_MEMORY_UTILIZATION=0.2 \
+      --set "$S" --set-a PORT="$1" --set-b PORT="$2" --set-b "$DG" --set-b SPEC_ACCEPTANCE="$4" "${@:5}" --requests 8; }
+    step python3 -m scripts.kit draft-vocab --variant $D --set WEIGHTS=dummy
+    bash "$0" up a 8100 $kv $A --set "$S"
+    bash "$0" up d 8101 $kv $D --set "$S" --set SPEC_ACCEPTANCE=$Z
+    bash "$0" up g 8102 $kv $D --set "$S" --set SPEC_ACCEPTANCE=$Z --set "$DG"
+    bash "$0" ready 900 8102 8101 8100 && { c 8101 8102 $D $Z --set-a SPEC_ACCEPTANCE=$Z; c 8100 8102 $A $Z; }
+    bash "$0" down d g
+    bash "$0" up d 8101 $kv $D --set "$S" --set SPEC_ACCEPTANCE=$P
+    bash "$0" up g 8102 $kv $D --set "$S" --set SPEC_ACCEPTANCE=$P --set "$DG"
+    bash "$0" ready 600 8102 8101 && { c 8100 8102 $A $P; c 8101 8102 $D $P --set-a SPEC_ACCEPTANCE=$P; }
+    bash "$0" down d g
+    bash "$0" up g 8102 $kv $D --set "$S" --set SPEC_ACCEPTANCE=$W --set "$DG"
+    KIT_DRAFT_GRAPH_CHECK=50 bash "$0" up k 8103 $kv $D --set "$S" --set SPEC_ACCEPTANCE=$P --set "$DG"
+    bash "$0" ready 600 8102 8103 && c 8100 8102 $A $W
+    bash "$0" down a g
+    bash "$0" ready 60 8103 && step python3 -c '
+import json, sys, urllib.request as u
+from concurrent.futures import ThreadPoolExecutor
+def ask(p):
+    body = {"model": sys.argv[1], "prompt": p, "max_tokens": 256, "temperature": 0, "ignore_eos": True}
+    r = u.Request("http://127.0.0.1:8103/v1/completions", json.dumps(body).encode(), {"Content-Type": "application/json"})
+    return len(json.load(u.urlopen(r, timeout=300))["choices"][0]["text"])
+for c in (1, 8, 8, 3, 8):
+    with ThreadPoolExecutor(c) as ex:
+        print(c, list(ex.map(ask, [f"Request {i}: count on" for i in range(c)])))' $D
+    bash "$0" down k; grep -h "kit: draft chain" "$LOGS"/up-*.log | sort | uniq -c
+    step python3 -m scripts.profile --variant $D --set WEIGHTS=dummy --set PORT=8114 --set "$S" --set "$DG" \
+      --set SERVE_KV_CACHE_MEMORY_BYTES=$kv --set SERVE_GPU_MEMORY_UTILIZATION=0.2 --set SPEC_ACCEPTANCE=$P --no-stack \
+      > "$LOGS/profile-g.log" 2>&1 ;;
   multi)  # issue 21, on the 2-GPU machine (kind nvidia-h100-x2): Qwen3-4B BF16 on one GPU vs TP=2 vs DP=2,
     # and the best Qwen3.5 variant on one GPU vs DP=2. All five servers start at once (GPU 0: Qwen3-4B's one-GPU
     # server; GPU 1: Qwen3.5's; TP/DP span both) and are compared one pair at a time once all are up, so
@@ -464,6 +502,6 @@ print(f"GDN reuse on vs off, greedy at acceptance 0: {sum(same)} of {len(same)} 
       for t in presults/profiles/*; do [ -f "$t" ] && cp "$t" "$OUT/"; done; }
     echo "still running: $(running | tr '\n' ' ')" ;;
   *) echo "usage: $0 spine | smoke VARIANT... | catalog SECONDS VARIANT [--set K=V ...] | parallel SECONDS KV_BYTES SPEC..." \
-          "| shim VARIANT NAME | quantize SECONDS VARIANT KV_BYTES | gates VARIANT KV_BYTES | tune BASE SECONDS | sweep FLAGS.. | wheels DIR TARGET | levers | levers2 | levers3" \
+          "| shim VARIANT NAME | quantize SECONDS VARIANT KV_BYTES | gates VARIANT KV_BYTES | tune BASE SECONDS | sweep FLAGS.. | wheels DIR TARGET | levers | levers2 | levers3 | levers4" \
           "| startprof VARIANT | startcuts VARIANT | stop NAME | chain MODE ARGS.. ++ MODE ARGS.. | detach NAME MODE ARGS.. | collect SECONDS" >&2; exit 2 ;;
 esac

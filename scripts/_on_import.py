@@ -1,6 +1,7 @@
 """after_import(target, fn): call fn(module) right after `target` has executed, or now if it already has.
 
-The kit's patches to torch and vLLM (scripts/_cache_patch.py, _draft_vocab_patch.py, _gdn_reuse_patch.py)
+The kit's patches to torch and vLLM (scripts/_cache_patch.py, _draft_vocab_patch.py, _gdn_reuse_patch.py,
+_draft_graph_patch.py; the first and the last both patch vLLM's proposer module)
 run in vLLM's engine and worker processes, started with spawn, where only sitecustomize.py reaches them;
 and importing torch or vLLM there just to patch it would cost seconds in every Python process. So each
 hooks the import: a one-shot finder lets the normal machinery find the module, then wraps its loader.
@@ -14,7 +15,7 @@ import sys
 
 class AfterImport(importlib.abc.MetaPathFinder):
     def __init__(self, target: str, fn):
-        self.target, self.fn = target, fn
+        self.target, self.fns = target, [fn]
 
     def find_spec(self, fullname, path=None, target=None):
         if fullname != self.target:
@@ -23,21 +24,25 @@ class AfterImport(importlib.abc.MetaPathFinder):
         spec = importlib.util.find_spec(fullname)
         if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
             return spec
-        real_exec, fn = spec.loader.exec_module, self.fn
+        real_exec, fns = spec.loader.exec_module, self.fns
 
         def exec_module(module):
             real_exec(module)
-            fn(module)
+            for fn in fns:
+                fn(module)
         spec.loader.exec_module = exec_module
         return spec
 
 
 def after_import(target: str, fn) -> str:
-    """'now' (target was imported: fn ran), 'already' (a hook for target is in place) or 'hooked'."""
+    """'now' (target was imported: fn ran), 'added' (fn joins the hook already waiting for target, and
+    runs after its earlier ones) or 'hooked'."""
     if target in sys.modules:
         fn(sys.modules[target])
         return "now"
-    if any(isinstance(f, AfterImport) and f.target == target for f in sys.meta_path):
-        return "already"
+    for f in sys.meta_path:
+        if isinstance(f, AfterImport) and f.target == target:
+            f.fns.append(fn)
+            return "added"
     sys.meta_path.insert(0, AfterImport(target, fn))
     return "hooked"

@@ -282,6 +282,8 @@ class Variant:
             env[ENV] = str(path_for(self["MODEL"], self["SPEC_DRAFT_VOCAB"]))
         if self["GDN_METADATA_REUSE"] == "on":  # as above (scripts/_gdn_reuse_patch.py)
             env["KIT_GDN_REUSE"] = "1"
+        if self["SPEC_DRAFT_GRAPH"]:  # as above (scripts/_draft_graph_patch.py): the largest graphed batch
+            env["KIT_DRAFT_GRAPH"] = str(self["SPEC_DRAFT_GRAPH"])
         return env
 
 
@@ -342,6 +344,9 @@ def _validate(v: Variant, schema: dict) -> None:
     if c["SPEC_DRAFT_VOCAB"] and c["SPEC_METHOD"] != "mtp":
         raise KitError(f"{where('SPEC_DRAFT_VOCAB')}: SPEC_DRAFT_VOCAB={c['SPEC_DRAFT_VOCAB']} needs SPEC_METHOD=mtp "
                        f"(is {c['SPEC_METHOD']})")
+    if c["SPEC_DRAFT_GRAPH"] and (c["SPEC_METHOD"] != "mtp" or c["SPEC_K"] < 2):
+        raise KitError(f"{where('SPEC_DRAFT_GRAPH')}: SPEC_DRAFT_GRAPH={c['SPEC_DRAFT_GRAPH']} needs SPEC_METHOD=mtp and "
+                       f"SPEC_K of 2 or more (is {c['SPEC_METHOD']}, K={c['SPEC_K']}): it graphs draft passes 2..K")
     if c["SPEC_PADDED_DRAFTER_BATCH"] == "off" and c["SPEC_METHOD"] == "none":
         raise KitError(f"{where('SPEC_PADDED_DRAFTER_BATCH')}: SPEC_PADDED_DRAFTER_BATCH=off needs speculation (SPEC_METHOD is none)")
     if c["SPEC_ACCEPTANCE"]:
