@@ -207,8 +207,9 @@ case "${1:-}" in
     name=$2; port=$3; kv=$4; v=$5; shift 5; mkdir -p /tmp/kit-up
     setsid python3 -m scripts.serve --variant "$v" --set WEIGHTS=dummy --set PORT="$port" \
       --set SERVE_KV_CACHE_MEMORY_BYTES="$kv" --set SERVE_GPU_MEMORY_UTILIZATION=0.2 "$@" \
-      > "$LOGS/up-$name.log" 2>&1 < /dev/null & echo $! > "/tmp/kit-up/$name.pid"; echo $! > "/tmp/kit-up/port-$port.pid"
-    echo "up $name: $v on $port (pid $!)" ;;
+      >> "$LOGS/up-$name.log" 2>&1 < /dev/null & echo $! > "/tmp/kit-up/$name.pid"; echo $! > "/tmp/kit-up/port-$port.pid"
+    # appended: a name started again keeps the earlier server's log (levers4 lost its first phases' logs)
+    echo "up $name: $v on $port (pid $!)" | tee -a "$LOGS/up-$name.log" ;;
   fleetup)  # NAME PORT KV VARIANT [--set ...]: `make serve-fleet` (FLEET_REPLICAS replicas, replica i on GPU i, ports
     # PORT+1..) behind vllm-router on PORT, in its own session like `up`; `down NAME` stops router and replicas
     name=$2; port=$3; kv=$4; v=$5; shift 5; mkdir -p /tmp/kit-up
@@ -415,6 +416,28 @@ for c in (1, 8, 8, 3, 8):
     step python3 -m scripts.profile --variant $D --set WEIGHTS=dummy --set PORT=8114 --set "$S" --set "$DG" \
       --set SERVE_KV_CACHE_MEMORY_BYTES=$kv --set SERVE_GPU_MEMORY_UTILIZATION=0.2 --set SPEC_ACCEPTANCE=$P --no-stack \
       > "$LOGS/profile-g.log" 2>&1 ;;
+  levers5)  # issue 19, after levers4 (20261126T0546Z): qwen3.5-4b-bf16-tuned-dvg (graphs for batches 1..32) as
+    # committed against BF16 at every level the probe runs by default (1,4,8,16,32), pessimistic rates first (the
+    # "no slower at any concurrency" target), then the published ones; then acceptance 0 at c=1,8. Two servers
+    # only, B restarted per rate. Then same-session no-stack profiles of -dv (graph off) and -dvg (the per-phase
+    # before/after), and -dvg with stacks (where the host time left goes).
+    kv=6442450944; D=qwen3.5-4b-bf16-tuned-dv; G=qwen3.5-4b-bf16-tuned-dvg; A=qwen3.5-4b-bf16; S="SERVE_MAX_NUM_SEQS=256"
+    c() { bash "$0" cmp 8100 8102 $A $G --set SERVE_KV_CACHE_MEMORY_BYTES=$kv --set SERVE_GPU_MEMORY_UTILIZATION=0.2 \
+      --set "$S" --set-a PORT=8100 --set-b PORT=8102 --set-b SPEC_ACCEPTANCE="$1" "${@:2}" --requests 8; }
+    step python3 -m scripts.kit draft-vocab --variant $G --set WEIGHTS=dummy
+    bash "$0" up a 8100 $kv $A --set "$S"
+    for r in 0.6,0.35,0.2,0.1 0.98,0.82,0.70,0.54 0,0,0,0; do
+      bash "$0" up g 8102 $kv $G --set "$S" --set SPEC_ACCEPTANCE=$r
+      if [ $r = 0,0,0,0 ]; then L="--concurrency 1,8"; else L="--concurrency 1,4,8,16,32"; fi
+      bash "$0" ready 900 8102 8100 && c $r $L
+      bash "$0" down g
+    done
+    bash "$0" down a; grep -h "kit: draft chain" "$LOGS"/up-*.log | sort | uniq -c
+    for spec in "$G stack" "$D -" "$G -"; do set -- $spec  # the no-stack one last: its PNG is kept
+      step python3 -m scripts.profile --variant $1 --set WEIGHTS=dummy --set PORT=8114 --set "$S" \
+        --set SERVE_KV_CACHE_MEMORY_BYTES=$kv --set SERVE_GPU_MEMORY_UTILIZATION=0.2 --set SPEC_ACCEPTANCE=0.98,0.82,0.70,0.54 \
+        $([ "$2" = - ] && echo --no-stack) > "$LOGS/profile-$1-$2.log" 2>&1
+    done ;;
   multi)  # issue 21, on the 2-GPU machine (kind nvidia-h100-x2): Qwen3-4B BF16 on one GPU vs TP=2 vs DP=2,
     # and the best Qwen3.5 variant on one GPU vs DP=2. All five servers start at once (GPU 0: Qwen3-4B's one-GPU
     # server; GPU 1: Qwen3.5's; TP/DP span both) and are compared one pair at a time once all are up, so
@@ -502,6 +525,6 @@ for c in (1, 8, 8, 3, 8):
       for t in presults/profiles/*; do [ -f "$t" ] && cp "$t" "$OUT/"; done; }
     echo "still running: $(running | tr '\n' ' ')" ;;
   *) echo "usage: $0 spine | smoke VARIANT... | catalog SECONDS VARIANT [--set K=V ...] | parallel SECONDS KV_BYTES SPEC..." \
-          "| shim VARIANT NAME | quantize SECONDS VARIANT KV_BYTES | gates VARIANT KV_BYTES | tune BASE SECONDS | sweep FLAGS.. | wheels DIR TARGET | levers | levers2 | levers3 | levers4" \
+          "| shim VARIANT NAME | quantize SECONDS VARIANT KV_BYTES | gates VARIANT KV_BYTES | tune BASE SECONDS | sweep FLAGS.. | wheels DIR TARGET | levers | levers2 | levers3 | levers4 | levers5" \
           "| startprof VARIANT | startcuts VARIANT | stop NAME | chain MODE ARGS.. ++ MODE ARGS.. | detach NAME MODE ARGS.. | collect SECONDS" >&2; exit 2 ;;
 esac

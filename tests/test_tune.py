@@ -686,3 +686,10 @@ def test_issue19_patch_levers_are_offered_where_they_apply(tmp_path, monkeypatch
     assert "gdn_reuse" not in [lv.name for lv in ls]
     assert T.fixup(v.config, {"SPEC_DRAFT_VOCAB": 32768})["SPEC_DRAFT_VOCAB"] == 0
     assert T.fixup(v.config, {"SPEC_METHOD": "mtp", "SPEC_K": 4, "SPEC_DRAFT_VOCAB": 32768})["SPEC_DRAFT_VOCAB"] == 32768
+    # the draft chain graph: MTP on a GPU host with graphs; dropped where nothing is left to graph
+    ls, _ = T.levers(v.config, "gpu", lambda o: True, arch, (1, 8))
+    assert {"SPEC_DRAFT_GRAPH": T.DRAFT_GRAPH} in next(lv for lv in ls if lv.name == "draft_graph").values
+    ls, skipped = T.levers(v.config, "cpu", lambda o: True, arch, (1, 8))
+    assert "draft_graph" not in [lv.name for lv in ls] and "draft_graph: CUDA graphs, a GPU lever" in skipped
+    assert T.fixup(v.config, {"SPEC_METHOD": "mtp", "SPEC_K": 1, "SPEC_DRAFT_GRAPH": 16})["SPEC_DRAFT_GRAPH"] == 0
+    assert T.fixup(v.config, {"SPEC_METHOD": "mtp", "SPEC_K": 4, "SPEC_DRAFT_GRAPH": 16})["SPEC_DRAFT_GRAPH"] == 16

@@ -95,6 +95,7 @@ MAX_SEQS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 BATCHED_TOKENS = (2048, 4096, 8192, 16384)
 SPEC_KS = (1, 2, 3, 4, 5)
 DRAFT_VOCAB = 32768  # the size measured on the H100 (results/gpu-sessions/20261126T0330Z)
+DRAFT_GRAPH = 16  # graphed batch sizes, the size measured on the H100 (results/gpu-sessions/20261126T0745Z)
 
 
 def _mtp_capable(arch: dict | None) -> bool:
@@ -144,6 +145,12 @@ def levers(cfg: dict, platform: str, weights_ok, arch: dict | None = None,
             else:
                 skipped.append(f"draft_vocab: no set of {DRAFT_VOCAB} tokens for MODEL (python -m scripts.kit draft-vocab "
                                f"--variant BASE --set SPEC_DRAFT_VOCAB={DRAFT_VOCAB} makes it)")
+            eager = cfg["EAGER"] == "on" or (cfg["EAGER"] == "auto" and not gpu)
+            if gpu and not eager:  # CUDA graphs (scripts/_draft_graph_patch.py); K < 2 is dropped by fixup
+                out.append(Lever("draft_graph", ({"SPEC_DRAFT_GRAPH": DRAFT_GRAPH}, {"SPEC_DRAFT_GRAPH": 0}),
+                                 f"MTP draft passes 2..K as one CUDA graph (batches up to {DRAFT_GRAPH}), or vLLM's"))
+            else:
+                skipped.append("draft_graph: CUDA graphs, a GPU lever")
     else:
         skipped.append("spec: BASE has no MTP head and no draft model (a seed's drafter is measured as that seed)")
     if _has_gdn(arch):  # Qwen3.5, Qwen3-Next: the kit's patch saves host time a step (issue 19)
@@ -196,6 +203,8 @@ def fixup(cfg: dict, overrides: dict) -> dict:
         o["SPEC_PADDED_DRAFTER_BATCH"] = "on"  # padding is a drafter's; without speculation it is the default
     if eff.get("SPEC_METHOD") != "mtp" and eff.get("SPEC_DRAFT_VOCAB"):
         o["SPEC_DRAFT_VOCAB"] = 0  # the set is MTP's (its drafts read the target's lm_head)
+    if eff.get("SPEC_DRAFT_GRAPH") and (eff.get("SPEC_METHOD") != "mtp" or int(eff.get("SPEC_K") or 0) < 2):
+        o["SPEC_DRAFT_GRAPH"] = 0  # it graphs MTP passes 2..K: nothing to graph otherwise
     if "SPEC_K" in o and "SPEC_SCHEDULE" in cfg and "SPEC_SCHEDULE" not in o:
         o["SPEC_SCHEDULE"] = ""
     return cut_acceptance(cfg, o)
