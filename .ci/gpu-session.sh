@@ -438,6 +438,18 @@ for c in (1, 8, 8, 3, 8):
         --set SERVE_KV_CACHE_MEMORY_BYTES=$kv --set SERVE_GPU_MEMORY_UTILIZATION=0.2 --set SPEC_ACCEPTANCE=0.98,0.82,0.70,0.54 \
         $([ "$2" = - ] && echo --no-stack) > "$LOGS/profile-$1-$2.log" 2>&1
     done ;;
+  levers6)  # issue 19, after levers5 (20261126T0607Z): at c=32 and the pessimistic rates -dvg's TTFT p99 was 3x BF16's
+    # and its goodput half. Is that the graph (captured on first use of each batch size, mid-serving) or MTP? -dv
+    # (vLLM's drafter) vs -dvg at every default level, two servers only; captures now skip torch's cache emptying
+    # and log their time.
+    kv=6442450944; D=qwen3.5-4b-bf16-tuned-dv; G=qwen3.5-4b-bf16-tuned-dvg; S="SERVE_MAX_NUM_SEQS=256"; W=0.6,0.35,0.2,0.1
+    step python3 -m scripts.kit draft-vocab --variant $G --set WEIGHTS=dummy
+    bash "$0" up d 8101 $kv $D --set "$S" --set SPEC_ACCEPTANCE=$W
+    bash "$0" up g 8102 $kv $G --set "$S" --set SPEC_ACCEPTANCE=$W
+    bash "$0" ready 900 8102 8101 && bash "$0" cmp 8101 8102 $D $G --set SERVE_KV_CACHE_MEMORY_BYTES=$kv \
+      --set SERVE_GPU_MEMORY_UTILIZATION=0.2 --set "$S" --set SPEC_ACCEPTANCE=$W --set-a PORT=8101 --set-b PORT=8102 \
+      --concurrency 1,4,8,16,32 --requests 8
+    bash "$0" down d g; grep -h "kit: draft chain" "$LOGS"/up-*.log | sort | uniq -c ;;
   multi)  # issue 21, on the 2-GPU machine (kind nvidia-h100-x2): Qwen3-4B BF16 on one GPU vs TP=2 vs DP=2,
     # and the best Qwen3.5 variant on one GPU vs DP=2. All five servers start at once (GPU 0: Qwen3-4B's one-GPU
     # server; GPU 1: Qwen3.5's; TP/DP span both) and are compared one pair at a time once all are up, so
@@ -525,6 +537,6 @@ for c in (1, 8, 8, 3, 8):
       for t in presults/profiles/*; do [ -f "$t" ] && cp "$t" "$OUT/"; done; }
     echo "still running: $(running | tr '\n' ' ')" ;;
   *) echo "usage: $0 spine | smoke VARIANT... | catalog SECONDS VARIANT [--set K=V ...] | parallel SECONDS KV_BYTES SPEC..." \
-          "| shim VARIANT NAME | quantize SECONDS VARIANT KV_BYTES | gates VARIANT KV_BYTES | tune BASE SECONDS | sweep FLAGS.. | wheels DIR TARGET | levers | levers2 | levers3 | levers4 | levers5" \
+          "| shim VARIANT NAME | quantize SECONDS VARIANT KV_BYTES | gates VARIANT KV_BYTES | tune BASE SECONDS | sweep FLAGS.. | wheels DIR TARGET | levers | levers2 | levers3 | levers4 | levers5 | levers6" \
           "| startprof VARIANT | startcuts VARIANT | stop NAME | chain MODE ARGS.. ++ MODE ARGS.. | detach NAME MODE ARGS.. | collect SECONDS" >&2; exit 2 ;;
 esac

@@ -86,13 +86,27 @@ class CudaGraphs:
         self.torch, self.pool = torch, torch.cuda.graph_pool_handle()
 
     def capture(self, fn):
+        import time
+        from contextlib import ExitStack
+        from unittest.mock import patch
         torch = self.torch
         graph, stream = torch.cuda.CUDAGraph(), torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
-        # thread_local: vLLM's other threads may touch CUDA meanwhile; only this thread must not sync.
-        with torch.cuda.graph(graph, pool=self.pool, stream=stream, capture_error_mode="thread_local"):
+        t0 = time.perf_counter()
+        with ExitStack() as stack:
+            # torch.cuda.graph empties the device and pinned-host caches before a capture. In a serving
+            # process that frees what the next steps allocate again (vLLM's step copies use pinned host
+            # memory), so a capture mid-serving would cost more than itself; vLLM's own captures skip the
+            # same calls (vllm/compilation/cuda_graph.py, gc_disable).
+            stack.enter_context(patch("torch.cuda.empty_cache", lambda *a, **k: None))
+            if hasattr(torch._C, "_host_emptyCache"):
+                stack.enter_context(patch("torch._C._host_emptyCache", lambda *a, **k: None))
+            # thread_local: vLLM's other threads may touch CUDA meanwhile; only this thread must not sync.
+            stack.enter_context(torch.cuda.graph(graph, pool=self.pool, stream=stream,
+                                                 capture_error_mode="thread_local"))
             fn()
         torch.cuda.current_stream().wait_stream(stream)
+        self.last_ms = (time.perf_counter() - t0) * 1e3
         return graph.replay
 
 
@@ -186,6 +200,8 @@ class Chain:
         if replay is None:
             self.passes(cad, bs, k, sampling_metadata)  # this step's drafts, and the warm-up before capture
             self.graphs[key] = self.recorder.capture(lambda: self.passes(cad, bs, k, sampling_metadata))
+            ms = getattr(self.recorder, "last_ms", None)
+            say(f"draft chain graph captured for batch {bs}, K={k}" + (f" in {ms:.1f} ms" if ms is not None else ""))
             return
         if not self.check:
             replay()

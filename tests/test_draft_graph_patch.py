@@ -331,7 +331,10 @@ def test_replayed_chain_drafts_as_vllms_passes_across_steps_and_batch_sizes(forw
     assert torch.equal(kv_want, kv_got)  # the draft KV each pass wrote, at the same slots
     assert all(torch.equal(a, b) for a, b in zip(seq_want, seq_got))  # seq_lens left as vLLM leaves them
     assert tape.captures == 3 and sorted(p._kit_chain.graphs) == [(1, 4), (3, 4), (5, 4)]  # once per size
-    assert "draft chain graph on for batches of 1..8" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "draft chain graph on for batches of 1..8" in err
+    assert [line for line in err.splitlines() if "captured" in line] == [
+        f"kit: draft chain graph captured for batch {n}, K=4" for n in (3, 1, 5)]
 
 
 def test_tape_catches_a_pass_that_reads_the_runners_tensor_instead_of_the_static_copy(forward, monkeypatch):
