@@ -36,9 +36,11 @@ if [ -n "${WHEELHOUSE:-}" ]; then
 fi
 shared=${SHARED:-../shared}
 [ -f .gpu/p02 ] || "$shared/gpu/build_payload.sh" .gpu
-# The same payload in 37 MiB pieces (.gpu/pl4/p00..p03, with install_payload.sh and w.tar.xz beside the last):
-# p00 (50 MB) + the 21 MB tree went over a call's 64 MiB on 2026-11-26. Four carry calls instead of three.
-if [ ! -f .gpu/pl4/p03 ]; then mkdir -p .gpu/pl4 && cat .gpu/p00 .gpu/p01 .gpu/p02 | split -b 37M -d -a 2 - .gpu/pl4/p; fi
+# The same payload in 28 MiB pieces (.gpu/pl5/p00..p05, with install_payload.sh and w.tar.xz beside them), one
+# carry call each, the last two calls splitting p04 from p05 + w.tar.xz + install_payload.sh. The tree (committed
+# traces and logs, 36 MB on 2026-11-26 06:40) plus what a call carries must stay under 64 MiB: 37 MiB pieces
+# (.gpu/pl4) went over that morning. Check `git ls-files -z | xargs -0 du -cb | tail -1` before a loan.
+if [ ! -f .gpu/pl5/p05 ]; then mkdir -p .gpu/pl5 && cat .gpu/p00 .gpu/p01 .gpu/p02 | split -b 28M -d -a 2 - .gpu/pl5/p; fi
 cp "$shared/gpu/install_payload.sh" .gpu/
 for v in $(.venv/bin/python -m scripts.kit list); do
   [ "$v" = tiny ] && continue

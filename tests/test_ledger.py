@@ -98,7 +98,7 @@ def test_record_missing_from_ledger_then_added_without_touching_existing_lines(r
     assert ledger.problems(repo.root) == ["results/a/new.json: not in results/ledger.tsv (run: python -m scripts.kit ledger)"]
     added = ledger.update(repo.root)
     assert [l.split("  ")[1] for l in added] == ["results/a/new.json"]
-    assert f.read_text() == added[0] + "\n" + before  # sorted by path, old line intact
+    assert f.read_text() == before + added[0] + "\n"  # appended: the committed lines keep their bytes and places
     assert ledger.problems(repo.root) == []
     (repo.root / "results/a/new.json").unlink()
     assert ledger.problems(repo.root) == ["results/a/new.json: in results/ledger.tsv but the file is gone"]

@@ -137,8 +137,9 @@ def _blobs(root: Path, specs: list[str]) -> list[bytes | None]:
 
 def update(root: Path = ROOT) -> list[str]:
     """Add a line for every record file the ledger lacks, hashed as first committed (as it is now if
-    git has not seen it); existing lines stay as they are. Rewrites the ledger sorted by path when
-    it adds. Returns the added lines."""
+    git has not seen it); existing lines stay as they are, where they are: the new ones go at the end,
+    sorted by path among themselves, so a diff against any earlier commit shows additions only (a
+    re-sort moved committed lines, 2026-11-26). Returns the added lines."""
     have, bad = read_ledger(root)
     if bad and (root / "results" / LEDGER).is_file():
         raise KitError("; ".join(bad))
@@ -149,8 +150,11 @@ def update(root: Path = ROOT) -> list[str]:
     known = [r for r in todo if r in added]
     first = dict(zip(known, _blobs(root, [f"{added[r]}:{r}" for r in known]))) if known else {}
     new = [f"{sha256(first[r] if first.get(r) is not None else (root / r).read_bytes())}  {r}" for r in todo]
-    lines = {f"{h}  {p}" for p, hs in have.items() for h in hs} | set(new)
-    atomic_write(root / "results" / LEDGER, "".join(l + "\n" for l in sorted(lines, key=lambda l: (l[66:], l))))
+    path = root / "results" / LEDGER
+    old = path.read_text() if path.is_file() else ""
+    if old and not old.endswith("\n"):
+        old += "\n"
+    atomic_write(path, old + "".join(l + "\n" for l in sorted(new, key=lambda l: (l[66:], l))))
     return new
 
 
