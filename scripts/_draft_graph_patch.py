@@ -236,12 +236,16 @@ def patch_class(cls, max_bs: int, graphs=None) -> bool:
         k = _argument(bound, "num_speculative_tokens")
         cad = _argument(bound, "common_attn_metadata")
         sm = _argument(bound, "sampling_metadata")
-        chain = _chain_for(self, max_bs, graphs)
-        if chain is None or k is None or k < 2 or cad is None:
-            return orig(*bound.args, **bound.kwargs)
-        bs = cad.batch_size()
-        greedy = not self._enable_probabilistic_draft_probs or sm.all_greedy
-        if bs > chain.max_bs or not greedy or not chain.fits(cad, k):
+        try:  # deciding must not fail a step either: nothing has run yet, so vLLM's propose takes it whole
+            chain = _chain_for(self, max_bs, graphs)
+            usable = chain is not None and k is not None and k >= 2 and cad is not None
+            bs = cad.batch_size() if usable else 0
+            greedy = usable and (not self._enable_probabilistic_draft_probs or getattr(sm, "all_greedy", False))
+            usable = usable and greedy and bs <= chain.max_bs and chain.fits(cad, k)
+        except Exception as e:
+            self._kit_chain, usable = False, False
+            say(f"draft chain graph NOT active from now on ({type(e).__name__}: {e})")
+        if not usable:
             return orig(*bound.args, **bound.kwargs)
         # The first pass, vLLM's own: propose with K=1 returns the first draft token; its hidden state is
         # the one the sampler saw (MTP heads return one tensor, so it is also the chain's input).

@@ -394,6 +394,19 @@ def test_a_failed_capture_keeps_vllms_passes_and_says_so(forward, capsys):
     assert "draft chain graph NOT active from now on (RuntimeError: operation not permitted" in capsys.readouterr().err
 
 
+def test_a_failure_before_any_pass_hands_the_step_to_vllm(forward, monkeypatch, capsys):
+    def broken(self, cad, k):
+        raise IndexError("block table of another width")
+    monkeypatch.setattr(G.Chain, "fits", broken)
+    steps = _steps([2, 2])
+    want, *_ = _run(EagleProposer, steps)
+    cls = _patched_class()
+    G.patch_class(cls, max_bs=8, graphs=Tape())
+    got, _, _, p = _run(cls, steps)
+    assert all(torch.equal(a, b) for a, b in zip(want, got)) and p._kit_chain is False
+    assert "draft chain graph NOT active from now on (IndexError: block table" in capsys.readouterr().err
+
+
 def test_check_mode_counts_replays_that_differ_from_eager(forward, monkeypatch, capsys):
     monkeypatch.setenv(G.CHECK_ENV, "2")
     steps = _steps([2] * 5)
