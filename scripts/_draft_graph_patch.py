@@ -306,18 +306,8 @@ def _chain_for(p, max_bs: int, graphs=None):
     return chain or None
 
 
-def patch_module(mod, max_bs: int) -> int:
-    """Patch every class defined in mod that defines propose; how many were."""
-    return sum(patch_class(obj, max_bs) for obj in list(vars(mod).values())
-               if isinstance(obj, type) and obj.__module__ == mod.__name__)
-
-
-def install(target: str = TARGET) -> None:
+def install(target: str = TARGET) -> str:
     """Patch `target` when it is imported (now, if it already is); $KIT_DRAFT_GRAPH is the largest batch."""
-    from scripts._on_import import after_import
+    from scripts._on_import import patch_classes
     max_bs = int(os.environ[ENV])
-
-    def patch(module):
-        if not patch_module(module, max_bs):
-            say(f"draft chain graph NOT active: no propose in {module.__name__}")
-    after_import(target, patch)
+    return patch_classes(target, lambda cls: patch_class(cls, max_bs), "draft chain graph", "propose")

@@ -80,19 +80,9 @@ def _rows_for(proposer, ids_list: list[int]):
     return rows, ids
 
 
-def patch_module(mod, ids_list: list[int]) -> int:
-    """Patch every class defined in mod that defines _greedy_sample; how many were."""
-    return sum(patch_class(obj, ids_list) for obj in list(vars(mod).values())
-               if isinstance(obj, type) and obj.__module__ == mod.__name__)
-
-
-def install(target: str = TARGET) -> None:
+def install(target: str = TARGET) -> str:
     """Patch `target` when it is imported (now, if it already is), with the set in $KIT_DRAFT_VOCAB."""
     from scripts.kit.draft_vocab import ENV, load_ids
-    from scripts._on_import import after_import
+    from scripts._on_import import patch_classes
     ids = load_ids(os.environ[ENV])
-
-    def patch(module):
-        if not patch_module(module, ids):
-            print(f"kit: draft vocabulary NOT active: no _greedy_sample in {module.__name__}", file=sys.stderr)
-    after_import(target, patch)
+    return patch_classes(target, lambda cls: patch_class(cls, ids), "draft vocabulary", "_greedy_sample")

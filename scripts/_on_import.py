@@ -46,3 +46,14 @@ def after_import(target: str, fn) -> str:
             return "added"
     sys.meta_path.insert(0, AfterImport(target, fn))
     return "hooked"
+
+
+def patch_classes(target: str, patch_class, what: str, attr: str) -> str:
+    """After `target` is imported, patch_class(cls) for every class it defines (its own, not imported
+    ones); say on stderr when none took the patch (none defines `attr`). What after_import returns."""
+    def hook(mod):
+        done = sum(bool(patch_class(obj)) for obj in list(vars(mod).values())
+                   if isinstance(obj, type) and obj.__module__ == mod.__name__)
+        if not done:
+            print(f"kit: {what} NOT active: no {attr} in {mod.__name__}", file=sys.stderr, flush=True)
+    return after_import(target, hook)

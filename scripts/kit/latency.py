@@ -238,9 +238,10 @@ class Result:
         return [(b - a) * 1e3 for a, b in zip(t, t[1:])]
 
 
-def percentile(xs, q: float) -> float | None:
-    """Linear-interpolated percentile (numpy's default), q in [0, 100]; None for no data."""
-    xs = sorted(xs)
+def percentile(xs, q: float, presorted: bool = False) -> float | None:
+    """Linear-interpolated percentile (numpy's default), q in [0, 100]; None for no data. presorted: xs
+    is a sorted list already (the comparison bootstrap takes two percentiles of each list)."""
+    xs = xs if presorted else sorted(xs)
     if not xs:
         return None
     k = (len(xs) - 1) * q / 100

@@ -93,16 +93,30 @@ def summarize(variant, records: list) -> dict:
     return {"rows": rows, "latest": rows[-1]["record"] if rows else None}
 
 
+_LOADED: dict = {}
+
+
+def _comparisons() -> list:
+    """Every comparison record, loaded once while neither they nor the corrections change: the report
+    asks for each variant in turn, and validating all of them 16 times took 20 of the check's 40 s."""
+    from scripts.kit.paths import RESULTS
+    from scripts.kit.record import CORRECTIONS, load_record
+    files = sorted(RESULTS.glob("*/*-comparison.json"))
+    key = tuple((str(f), st.st_mtime_ns, st.st_size) for f in files + sorted((RESULTS / CORRECTIONS).glob("*.json"))
+                for st in [f.stat()])
+    if _LOADED.get("key") != key:
+        _LOADED.update(key=key, recs=[(f, load_record(f)) for f in files])
+    return _LOADED["recs"]
+
+
 def also_listed(name: str) -> list[tuple[str, dict]]:
     """Comparison records under another variant's folder whose A side is `name`, each with its
     `config` set to A's, so scripts/report.py keeps it only while it describes A as A is now."""
-    from scripts.kit.paths import RESULTS, ROOT
-    from scripts.kit.record import load_record
+    from scripts.kit.paths import ROOT
     out = []
-    for f in sorted(RESULTS.glob("*/*-comparison.json")):
+    for f, rec in _comparisons():
         if f.parent.name == name:
             continue
-        rec = load_record(f)
         a = rec["payload"]["sides"]["a"]
         if a["variant"] == name:
             out.append((str(f.relative_to(ROOT)), {**rec, "config": a["config"]}))
