@@ -170,14 +170,14 @@ def run_rounds(sides: dict, w: L.Workload, a, bar) -> list[dict]:
                 bar.set_description(f"round {r + 1}/{a.rounds} {key.upper()} c={c}")
                 if can_reset[key] is not False:
                     can_reset[key] = s.srv.reset_prefix_cache()
-                conds = []
+                conds, queues = [], []
                 results, dt, delta = P.measured_pass(s.srv, s.v.name, L.level_requests(w, c, r), c, a, bar,
-                                                     f"round {r + 1} of {s.v.name} at c={c}", conds)
+                                                     f"round {r + 1} of {s.v.name} at c={c}", conds, queues)
                 samples = L.request_samples([{"results": results}])
                 passes.append({"round": r, "side": key, "concurrency": c, "duration_s": round(dt, 4),
                                "samples": samples, "failures": sorted({x.failure() for x in results if not x.ok})[:5],
                                "conditions": conds[0], "metrics_delta": P._delta_json(delta),
-                               "prefix_cache_reset": bool(can_reset[key])})
+                               "prefix_cache_reset": bool(can_reset[key]), "server_queue": queues[0]})
     return passes
 
 

@@ -154,19 +154,31 @@ class Server:
         except requests.RequestException:
             return False
 
-    def metrics(self) -> dict | None:
-        """The engine counters summed over metrics_urls; None when one of them does not answer 200."""
+    def _each_metrics(self, parse, timeout: float):
+        """parse(/metrics text) of every metrics_url; None when one does not answer 200 or parses to None."""
         import requests
-        total = []
+        out = []
         for u in self.metrics_urls:
             try:
-                r = requests.get(u + "/metrics", timeout=30)
+                r = requests.get(u + "/metrics", timeout=timeout)
             except requests.RequestException:
                 return None
-            if r.status_code != 200:
+            got = parse(r.text) if r.status_code == 200 else None
+            if got is None:
                 return None
-            total.append(L.parse_metrics(r.text))
-        return L.add_deltas(total)
+            out.append(got)
+        return out
+
+    def metrics(self) -> dict | None:
+        """The engine counters summed over metrics_urls; None when one of them does not answer 200."""
+        each = self._each_metrics(L.parse_metrics, 30)
+        return None if each is None else L.add_deltas(each)
+
+    def gauges(self) -> dict | None:
+        """Requests running and waiting and the KV cache's fill now (latency.parse_gauges), over metrics_urls;
+        None when one of them does not answer or has no request gauges."""
+        each = self._each_metrics(L.parse_gauges, 5)
+        return None if each is None else L.add_gauges(each)
 
     def reset_prefix_cache(self) -> bool:
         """True when the server reset its prefix cache; False when it has no such endpoint."""
@@ -205,12 +217,47 @@ def run_pass(srv: Server, model: str, reqs: list, concurrency: int, timeout_s: f
     return results, dt
 
 
-def measured_pass(srv, model, reqs, c, a, bar, where, conds: list | None = None):
+class QueueWatch:
+    """Polls the server's request gauges from a thread while a pass runs: how many requests it held at once
+    and how many waited (latency.queue_summary). A poll is one small GET every INTERVAL_S; the pass's
+    requests do not wait on it."""
+    INTERVAL_S = 0.1
+
+    def __init__(self, srv: Server):
+        self.srv, self.polls, self._stop = srv, [], threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="queue-watch")
+
+    def _run(self):
+        while not self._stop.is_set():
+            g = self.srv.gauges()
+            if g is not None:
+                self.polls.append(g)
+            self._stop.wait(self.INTERVAL_S)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join(10)
+
+    def summary(self) -> dict | None:
+        return L.queue_summary(self.polls)
+
+
+def measured_pass(srv, model, reqs, c, a, bar, where, conds: list | None = None, queues: list | None = None):
     """One timed pass with /metrics read around it; `conds` gets the GPU's and host's state read just
-    before and just after it (clocks, power, throttling, neighbours, load: what can move a level)."""
+    before and just after it (clocks, power, throttling, neighbours, load: what can move a level);
+    `queues`, when given, the server's queue over the pass (QueueWatch)."""
     before = srv.metrics()
     cond = {"before": conditions()}
-    results, dt = run_pass(srv, model, reqs, c, a.request_timeout_s, bar, where)
+    if queues is None:
+        results, dt = run_pass(srv, model, reqs, c, a.request_timeout_s, bar, where)
+    else:
+        with QueueWatch(srv) as watch:
+            results, dt = run_pass(srv, model, reqs, c, a.request_timeout_s, bar, where)
+        queues.append(watch.summary())
     cond["after"] = conditions()
     after = srv.metrics()
     if conds is not None:

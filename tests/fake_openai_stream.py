@@ -4,7 +4,9 @@ latency probe's math where a real server's timing is unknown. Not a model: every
 
 It also answers /health, /v1/models, /metrics (vLLM's prefix-cache counters: queries += prompt
 tokens, hits = 0; spec-decode counters when `spec_rates` is given) and, with dev_mode=True,
-POST /reset_prefix_cache. `die_after=N` makes it drop the (N+1)th completion mid-stream and stop
+POST /reset_prefix_cache. `capacity=N` holds at most N completions at once, the rest waiting for a
+slot (a server whose KV cache is full), and /metrics then has vLLM's request gauges (running, waiting,
+KV cache usage = running / N). `die_after=N` makes it drop the (N+1)th completion mid-stream and stop
 listening, like a server killed mid-probe. `text=""` streams chunks with empty text, as vLLM does
 while its detokenizer holds text back (random weights can do that for a whole request).
 
@@ -32,13 +34,16 @@ class _QuietServer(ThreadingHTTPServer):
 
 class FakeOpenAIStream:
     def __init__(self, model: str, ttft_s: float = 0.05, itl_s: float = 0.01, dev_mode: bool = False,
-                 die_after: int | None = None, spec_rates: list | None = None, text: str = " tok"):
+                 die_after: int | None = None, spec_rates: list | None = None, text: str = " tok",
+                 capacity: int | None = None):
         self.model, self.ttft_s, self.itl_s, self.dev_mode, self.text = model, ttft_s, itl_s, dev_mode, text
         self.die_after, self.spec_rates = die_after, spec_rates
         self.completions = 0
         self.resets = 0
         self.counters = {"vllm:prefix_cache_queries_total": 0.0, "vllm:prefix_cache_hits_total": 0.0}
         self.lock = threading.Lock()
+        self.capacity, self.running, self.waiting = capacity, 0, 0
+        self.slots = threading.Condition()
         self.httpd = _QuietServer(("127.0.0.1", 0), self._handler())
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         self.dead = False
@@ -53,6 +58,10 @@ class FakeOpenAIStream:
                       f'vllm:spec_decode_num_accepted_tokens_total{{model_name="{self.model}"}} {100 * n * sum(self.spec_rates)}']
             lines += [f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{model_name="{self.model}",position="{i}"}} '
                       f'{100 * n * r}' for i, r in enumerate(self.spec_rates)]
+        if self.capacity:
+            lines += [f'vllm:num_requests_running{{model_name="{self.model}",engine="0"}} {self.running}',
+                      f'vllm:num_requests_waiting{{model_name="{self.model}",engine="0"}} {self.waiting}',
+                      f'vllm:kv_cache_usage_perc{{model_name="{self.model}",engine="0"}} {self.running / self.capacity}']
         return "# HELP fake counters\n" + "\n".join(lines) + "\n"
 
     def _handler(self):
@@ -108,6 +117,21 @@ class FakeOpenAIStream:
                     self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
                     self.wfile.flush()
 
+                if fake.capacity:
+                    with fake.slots:
+                        fake.waiting += 1
+                        fake.slots.wait_for(lambda: fake.running < fake.capacity)
+                        fake.waiting -= 1
+                        fake.running += 1
+                try:
+                    self._stream(body, n, chunk)
+                finally:
+                    if fake.capacity:
+                        with fake.slots:
+                            fake.running -= 1
+                            fake.slots.notify()
+
+            def _stream(self, body, n, chunk):
                 t0 = time.perf_counter()
                 for i in range(body["max_tokens"]):
                     if fake.die_after is not None and n > fake.die_after and i == 1:

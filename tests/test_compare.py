@@ -208,6 +208,9 @@ def test_real_tiny_server_as_both_sides_writes_a_record_the_checker_recomputes(t
     assert p["sides"]["a"]["started_here"] is False and "--enforce-eager" in p["sides"]["a"]["argv"]
     assert rec["provenance"]["acceptance"] == "none" and rec["provenance"]["weights"] == "real"
     assert record_mismatches(rec) == []
+    # vLLM's request gauges, polled during each pass: some poll saw a request running.
+    qs = [x["server_queue"] for x in p["passes"]]
+    assert all(q and q["polls"] >= 1 for q in qs) and max(q["running_max"] for q in qs) >= 1
 
 
 def test_conditions_of_a_two_gpu_host_cover_every_gpu():
@@ -268,3 +271,40 @@ def test_fake_router_side_reads_metrics_from_its_fake_replicas_summed(tmp_path):
     bad = copy.deepcopy(rec)
     bad["payload"]["prefix_cache"][0]["hits_tokens"] += 1
     assert any("prefix_cache" in m for m in record_mismatches(bad))
+
+
+def test_fake_b_that_holds_one_request_at_a_time_is_flagged_as_timing_its_queue(tmp_path):
+    """FAKE servers: B holds one completion at a time (capacity=1: a full KV cache), so at c=2 one request
+    always waits. The passes record the polled gauges; the record says the level timed the queue, at c=2 only."""
+    with FakeOpenAIStream("tiny", ttft_s=0.02, itl_s=0.01) as a, \
+            FakeOpenAIStream("tiny", ttft_s=0.02, itl_s=0.01, capacity=1) as b:
+        assert run_compare(a, b, tmp_path) == 0
+    p = only(tmp_path)["payload"]
+    qa = [x["server_queue"] for x in p["passes"] if x["side"] == "a"]
+    qb = {c: [x["server_queue"] for x in p["passes"] if x["side"] == "b" and x["concurrency"] == c] for c in (1, 2)}
+    assert qa == [None] * len(qa)  # no request gauges in A's /metrics: nothing polled, nothing made up
+    assert all(q["running_max"] == 1 and q["waiting_max"] == 0 for q in qb[1])
+    assert all(q["running_max"] == 1 and q["waiting_max"] == 1 and q["kv_usage_max"] == 1.0 for q in qb[2])
+    warned = [w for w in p["validity"]["warnings"] if "times the queue" in w]
+    assert len(warned) == 1 and warned[0].startswith("side b c=2: the server ran at most 1 of the 2 requests")
+    assert "KV cache was 100% full" in warned[0] and "SERVE_KV_CACHE_MEMORY_BYTES" in warned[0]
+
+
+def test_queue_summary_and_warning_by_hand():
+    polls = [{"running": 0, "waiting": 0, "kv_usage": 0.1}, {"running": 18, "waiting": 14, "kv_usage": 0.99},
+             {"running": 18, "waiting": 3, "kv_usage": 0.97}, {"running": 9, "waiting": 0, "kv_usage": 0.5}]
+    q = L.queue_summary(polls)
+    assert q == {"polls": 4, "running_max": 18, "waiting_max": 14, "waiting_share": 0.5, "kv_usage_max": 0.99}
+    assert L.queue_summary([]) is None
+    w = L.queue_warning("side b c=32", 32, [q, None])
+    assert w.startswith("side b c=32: the server ran at most 18 of the 32 requests in flight while up to 14 waited "
+                        "(1 of 1 passes); its KV cache was 99% full")
+    # All 32 ran at some point (a burst that waited a step for the token budget): no warning.
+    assert L.queue_warning("side a c=32", 32, [dict(q, running_max=32)]) is None
+    # Held back with room in the cache: the sequence limit is named with the cache.
+    assert "SERVE_MAX_NUM_SEQS" in L.queue_warning("x", 32, [dict(q, kv_usage_max=0.4)])
+    text = ('vllm:num_requests_running{engine="0"} 3.0\nvllm:num_requests_running{engine="1"} 2.0\n'
+            'vllm:num_requests_waiting{engine="0"} 1.0\nvllm:kv_cache_usage_perc{engine="0"} 0.25\n'
+            'vllm:kv_cache_usage_perc{engine="1"} 0.75\n')
+    assert L.parse_gauges(text) == {"running": 5.0, "waiting": 1.0, "kv_usage": 0.75}
+    assert L.parse_gauges("vllm:prefix_cache_hits_total 3\n") is None

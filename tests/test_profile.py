@@ -158,6 +158,45 @@ def test_reduce_gpu_trace_device_time_by_launch_context():
     # steps 0->1 and 1->2: next step's first kernel; the last: its own last kernel end (90 us span)
     assert ph["gaps"]["total_ms"] == pytest.approx((23 + 23 + 13) / 1e3)
     assert red["leaves"] == 15
+    # By kind of kernel: the forward's two GEMMs (forward, lm_head), the draft's one, the memcpy a copy.
+    assert ph["target forward"]["kinds"] == [{"kind": "gemm", "ms_per_step": 0.05, "per_step": 2}]
+    assert ph["draft"]["kinds"] == [{"kind": "gemm", "ms_per_step": 0.02, "per_step": 1}]
+    assert ph["sampler"]["kinds"][0]["kind"] == "sampling" and ph["other"]["kinds"][0]["kind"] == "copy"
+
+
+# Names from the H100 traces under results/profiles/ (vLLM 0.26, Qwen3.5-4B): what each kind stands for.
+@pytest.mark.parametrize("name,kind", [
+    ("nvjet_sm90_tst_256x8_64x6_4x1_v_bz_TNT", "gemm"),
+    ("void cublasLt::splitKreduce_kernel<32, 16, int, float, __nv_bfloat16, float>", "gemm"),
+    ("void cutlass::device_kernel<flash::enable_sm90_or_later<flash::FlashAttnFwdSm90<flash::Col", "attention"),
+    ("void vllm::reshape_and_cache_flash_kernel<__nv_bfloat16, __nv_bfloat16>", "attention"),
+    ("fused_sigmoid_gating_delta_rule_update_kernel", "gated deltanet"),
+    ("_causal_conv1d_update_kernel", "conv1d"),
+    ("triton_red_fused__to_copy_add_fused_add_rms_norm_3", "norm"),
+    ("_fused_qk_rmsnorm_rope_gate_kernel", "norm"),
+    ("triton_poi_fused_mul_silu_slice_4", "fused elementwise"),
+    ("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::ArgMaxOps<float>>>", "sampling"),
+    ("void at::native::elementwise_kernel<128, 4, at::native::gpu_kernel_impl_nocast<at::native::direct_copy_kernel_cuda", "copy"),
+    ("Memcpy HtoD (Pinned -> Device)", "copy"),
+    ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<int>>", "elementwise"),
+    ("eagle_step_slot_mapping_metadata_kernel", "other"),
+    ("aten::linear", "gemm"),
+])
+def test_kernel_kind_of_real_kernel_names(name, kind):
+    assert P.kernel_kind(name) == kind
+
+
+def test_kinds_line_gives_the_gemms_bandwidth_against_the_phase_bytes():
+    rows = [{"phase": "target forward", "ms_per_step": 4.0, "bytes_per_step": 6_000_000_000, "floor_ms": 2.0,
+             "kinds": [{"kind": "gemm", "ms_per_step": 3.0, "per_step": 200},
+                       {"kind": "norm", "ms_per_step": 0.5, "per_step": 96.5}]},
+            {"phase": "draft", "ms_per_step": 1.0, "bytes_per_step": None, "floor_ms": None,
+             "kinds": [{"kind": "gemm", "ms_per_step": 0.8, "per_step": 12}]},
+            {"phase": "sampler", "ms_per_step": 0.1, "kinds": [{"kind": "sampling", "ms_per_step": 0.1, "per_step": 1}]}]
+    lines = P.kinds_lines(rows)
+    assert lines[0] == ("target forward by kind: gemm 3.0 ms (200/step), norm 0.5 ms (96.5/step); its 6000 MB over "
+                        "the GEMMs' 3.0 ms is 2.00 TB/s, the floor's 67%")
+    assert lines[1] == "draft by kind: gemm 0.8 ms (12/step)" and len(lines) == 2
 
 
 def test_gpu_gaps_split_by_what_the_host_was_doing():

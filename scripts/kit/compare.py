@@ -181,7 +181,19 @@ def warnings(payload: dict, own_processes: int) -> list[str]:
             out.append(f"side {s}: the GPU reported slowdowns while timing: {', '.join(cs[s]['slowdowns'])}")
     if cs["a"]["gpu_processes"] and cs["b"]["gpu_processes"] and cs["a"]["gpu_processes"] != cs["b"]["gpu_processes"]:
         out.append(f"GPU processes differed between the sides: {cs['a']['gpu_processes']} vs {cs['b']['gpu_processes']}")
-    return out + step_warnings(payload)
+    return out + queue_warnings(payload) + step_warnings(payload)
+
+
+def queue_warnings(payload: dict) -> list[str]:
+    """Per side and level, a server that held fewer requests than were in flight (latency.queue_warning)."""
+    out = []
+    for s in "ab":
+        for c in sorted({p["concurrency"] for p in payload["passes"]}):
+            w = L.queue_warning(f"side {s} c={c}", c, [p.get("server_queue") for p in payload["passes"]
+                                                      if p["side"] == s and p["concurrency"] == c])
+            if w:
+                out.append(w)
+    return out
 
 
 def step_warnings(payload: dict) -> list[str]:

@@ -460,6 +460,75 @@ def parse_metrics(text: str) -> dict:
     return out
 
 
+# Gauges polled while a pass runs (vllm/v1/metrics/loggers.py sets them every engine step). A server that
+# cannot hold all of a level's requests at once keeps the rest waiting, and the level then times how many
+# requests it holds, not its step. On the H100 (2026-11-26), Qwen3.5-4B with MTP K=4 at 6 GiB of KV cache
+# held about 18 of c=32's requests: each keeps 1+K Gated DeltaNet state blocks per layer group
+# (vllm/v1/kv_cache_interface.py MambaSpec.num_speculative_blocks), BF16 one. Its TTFT p99 was 3x BF16's.
+RUNNING, WAITING, KV_USAGE = "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc"
+
+
+def parse_gauges(text: str) -> dict:
+    """Prometheus text -> {"running", "waiting": summed over engines, "kv_usage": the fullest engine's
+    fraction, or None}; None when the text has neither request gauge (not a vLLM engine)."""
+    out, seen = {"running": 0.0, "waiting": 0.0, "kv_usage": None}, False
+    for line in text.splitlines():
+        if not line or line[0] == "#":
+            continue
+        m = _SAMPLE.match(line)
+        if not m or m.group(1) not in (RUNNING, WAITING, KV_USAGE):
+            continue
+        try:
+            val = float(m.group(3))
+        except ValueError:
+            continue
+        if m.group(1) == KV_USAGE:
+            out["kv_usage"] = val if out["kv_usage"] is None else max(out["kv_usage"], val)
+        else:
+            out["running" if m.group(1) == RUNNING else "waiting"] += val
+            seen = True
+    return out if seen else None
+
+
+def add_gauges(polls: list[dict]) -> dict:
+    """One poll of several servers (a router's replicas): counts summed, KV usage the fullest's."""
+    kv = [p["kv_usage"] for p in polls if p["kv_usage"] is not None]
+    return {"running": sum(p["running"] for p in polls), "waiting": sum(p["waiting"] for p in polls),
+            "kv_usage": max(kv) if kv else None}
+
+
+def queue_summary(polls: list[dict]) -> dict | None:
+    """What the gauges polled over a pass say: most requests running at once, most waiting, the share of
+    polls with any waiting, the fullest KV cache. None without a poll (no /metrics)."""
+    if not polls:
+        return None
+    kv = [p["kv_usage"] for p in polls if p["kv_usage"] is not None]
+    return {"polls": len(polls), "running_max": int(max(p["running"] for p in polls)),
+            "waiting_max": int(max(p["waiting"] for p in polls)),
+            "waiting_share": round(sum(1 for p in polls if p["waiting"] > 0) / len(polls), 3),
+            "kv_usage_max": round(max(kv), 4) if kv else None}
+
+
+KV_FULL = 0.9  # vLLM admits a request only where its blocks fit; past this, the cache is what holds them back
+
+
+def queue_warning(where: str, concurrency: int, summaries: list) -> str | None:
+    """A level where the server never ran all `concurrency` requests at once while some waited: it measured
+    the server's capacity (KV cache, max-num-seqs), not its speed."""
+    qs = [q for q in summaries if q]
+    held = [q for q in qs if q["waiting_max"] > 0 and q["running_max"] < concurrency]
+    if not held:
+        return None
+    run = max(q["running_max"] for q in held)
+    wait = max(q["waiting_max"] for q in held)
+    kv = [q["kv_usage_max"] for q in held if q["kv_usage_max"] is not None]
+    why = (f"its KV cache was {max(kv):.0%} full, so that is all it holds: more KV cache "
+           f"(SERVE_KV_CACHE_MEMORY_BYTES) or a lower level measures its speed"
+           if kv and max(kv) >= KV_FULL else "SERVE_MAX_NUM_SEQS or the KV cache limits it")
+    return (f"{where}: the server ran at most {run} of the {concurrency} requests in flight while up to {wait} "
+            f"waited ({len(held)} of {len(qs)} passes); {why}. The level times the queue, not the step")
+
+
 def metrics_delta(before: dict, after: dict) -> dict:
     d = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in COUNTERS if k in after}
     if SPEC_PER_POS in after:

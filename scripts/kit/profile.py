@@ -92,6 +92,36 @@ _COMPILED = [(phase, re.compile(pat)) for phase, pat, _ in RULES]
 # detailed_trace_annotation) writes "(sq<n>sk<n>...)" where the plain one writes "(<n>)".
 STEP = re.compile(r"^execute_context_(\d+)\((?:sq)?(\d+)[^)]*\)_generation_(\d+)\((?:sq)?(\d+)[^)]*\)$")
 DEVICE_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
+
+# What a device kernel does, from its name: the first pattern that finds it wins. Within the target's forward
+# the question is which part misses its bytes' floor: the GEMMs read (nearly) all the weights, so their time
+# against the phase's bytes is the bandwidth they reach; the rest are small kernels whose time is their count
+# times a few microseconds each. Names: cuBLAS (nvjet_*, *gemm*, splitKreduce), FlashAttention 3
+# (cutlass::device_kernel<flash::...>), vLLM's fla Triton kernels for Gated DeltaNet, Inductor's fused Triton
+# kernels (triton_poi_ / triton_red_ / triton_per_), torch's copies and reductions. CPU ops (a CPU trace)
+# take the same table.
+KERNEL_KINDS = (
+    ("attention", r"flash|fmha|attention|attn|reshape_and_cache|paged"),
+    ("gated deltanet", r"gated_delta|delta_rule|fused_recurrent|chunk_(fwd|local|scaled)|solve_tril|l2norm_fwd"),
+    ("conv1d", r"conv1d"),
+    ("gemm", r"nvjet|gemm|cublas|xmma|splitKreduce|aten::(linear|mm|addmm|matmul|bmm)"),
+    ("norm", r"rms_?norm|layer_?norm|rsqrt"),
+    ("sampling", r"argmax|ArgMax|topk|top_k|softmax|sort|sample|rejection"),
+    ("fused elementwise", r"^triton_"),
+    ("copy", r"^Memcpy|^Memset|copy|memcpy|memset|CatArray|index_elementwise|gather|scatter|aten::(cat|index|fill_|zero_)"),
+    ("elementwise", r"elementwise|vectorized|act_and_mul|silu|aten::(add|mul|sub|div|where)"),
+)
+_KINDS = [(k, re.compile(p)) for k, p in KERNEL_KINDS]
+KIND_OTHER = "other"
+
+
+@functools.lru_cache(maxsize=None)
+def kernel_kind(name: str) -> str:
+    """The KERNEL_KINDS entry of a kernel (or CPU op) name; 'other' when none matches."""
+    for kind, rx in _KINDS:
+        if rx.search(name):
+            return kind
+    return KIND_OTHER
 RANGE_CATS = ("user_annotation", "python_function")
 
 
@@ -253,6 +283,7 @@ def reduce(trace: dict, top: int = 3) -> dict:
     host_gaps = defaultdict(float)        # GPU timeline: device-idle microseconds by the host's phase
     frame_gaps = defaultdict(float)       # ... and by the innermost vLLM frame open on the stepping thread
     names = defaultdict(lambda: defaultdict(float))  # phase -> leaf name -> microseconds
+    launched = defaultdict(lambda: defaultdict(int))  # phase -> leaf name -> how many
     leaves = 0
     if device:
         timeline = "gpu"
@@ -275,6 +306,7 @@ def reduce(trace: dict, top: int = 3) -> dict:
             phase = RULES[i][0] if i is not None else "other"
             totals[phase] += k["dur"]
             names[phase][k["name"]] += k["dur"]
+            launched[phase][k["name"]] += 1
             per_window[w].append((k["ts"], k["ts"] + k["dur"]))
             leaves += 1
         gaps = 0.0
@@ -312,6 +344,7 @@ def reduce(trace: dict, top: int = 3) -> dict:
             phase = RULES[i][0] if i is not None else "other"
             totals[phase] += dur
             names[phase][e["name"]] += dur
+            launched[phase][e["name"]] += 1
             busy[w] += dur
             leaves += 1
         totals["gaps"] = sum(max(0.0, (b - a) - busy[w]) for w, (a, b) in enumerate(windows))
@@ -326,6 +359,7 @@ def reduce(trace: dict, top: int = 3) -> dict:
         if p != "gaps":
             row["top"] = [{"name": k, "ms_per_step": round(v / 1e3 / n, 4) if n else None}
                           for k, v in sorted(names[p].items(), key=lambda kv: -kv[1])[:top]]
+            row["kinds"] = _kinds(names[p], launched[p], n)
         phases.append(row)
     by_host = by_frame = None
     if timeline == "gpu":
@@ -340,6 +374,18 @@ def reduce(trace: dict, top: int = 3) -> dict:
     return {"timeline": timeline, "thread": list(thread) if thread else None, "leaves": leaves,
             "steps": counts, "step_ms": round(grand / 1e3 / n, 4) if n else None, "phases": phases,
             "gaps_by_host": by_host, "gaps_by_frame": by_frame}
+
+
+def _kinds(us_by_name: dict, count_by_name: dict, n: int) -> list[dict]:
+    """A phase's leaves by KERNEL_KINDS, largest first: time and launches per decode step."""
+    us, count = defaultdict(float), defaultdict(int)
+    for name, t in us_by_name.items():
+        kind = kernel_kind(name)
+        us[kind] += t
+        count[kind] += count_by_name[name]
+    return [{"kind": k, "ms_per_step": round(us[k] / 1e3 / n, 4) if n else None,
+             "per_step": round(count[k] / n, 2) if n else None}
+            for k in sorted(us, key=lambda k: (-us[k], k))]
 
 
 def phase_bytes(config: dict | None, variant_cfg: dict, draft_config: dict | None, context_tokens: float) -> dict:
@@ -369,6 +415,28 @@ def add_floors(phases: list[dict], nbytes: dict, bw: float | None) -> list[dict]
     return out
 
 
+KIND_PHASES = ("target forward", "draft")
+
+
+def kinds_lines(phases: list[dict]) -> list[str]:
+    """For the target forward and the drafts: time and launches per step by kind of kernel, and, where the
+    phase's bytes are known, the bandwidth its GEMMs would reach reading all of them (the weights are read by
+    GEMMs; the other kernels are many and small)."""
+    out = []
+    for r in phases:
+        kinds = r.get("kinds") or []
+        if r["phase"] not in KIND_PHASES or not kinds or not r.get("ms_per_step"):
+            continue
+        line = f"{r['phase']} by kind: " + ", ".join(
+            f"{k['kind']} {k['ms_per_step']} ms ({k['per_step']:g}/step)" for k in kinds[:6])
+        gemm = next((k["ms_per_step"] for k in kinds if k["kind"] == "gemm"), None)
+        if gemm and r.get("bytes_per_step") and r.get("floor_ms"):
+            line += (f"; its {r['bytes_per_step'] / 1e6:.0f} MB over the GEMMs' {gemm} ms is "
+                     f"{r['bytes_per_step'] / gemm / 1e9:.2f} TB/s, the floor's {r['floor_ms'] / gemm:.0%}")
+        out.append(line)
+    return out
+
+
 def table_text(phases: list[dict], steps: dict, timeline: str, step_ms, gaps_by_host: list[dict] | None = None,
                gaps_by_frame: list[dict] | None = None) -> str:
     """The phase table as printed: ms per step, share, bytes and floor ('n/a' where none); then, on a GPU
@@ -380,6 +448,7 @@ def table_text(phases: list[dict], steps: dict, timeline: str, step_ms, gaps_by_
         top = ", ".join(t["name"][:40] for t in r.get("top", [])[:2])
         rows.append(f"{r['phase']:<16} {r['ms_per_step']!s:>9} {r['share_pct']!s:>7} {mb:>9} {fl:>9}  {top}")
     rows.append(f"{steps['decode_steps']} decode steps ({timeline} timeline), {step_ms} ms per step in all")
+    rows += kinds_lines(phases)
     if gaps_by_host:
         rows.append("gaps by what the host was doing: " + ", ".join(
             f"{g['host']} {g['ms_per_step']} ms ({g['share_pct']}%)" for g in gaps_by_host if g["ms_per_step"]))
