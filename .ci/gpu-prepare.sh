@@ -36,11 +36,17 @@ if [ -n "${WHEELHOUSE:-}" ]; then
 fi
 shared=${SHARED:-../shared}
 [ -f .gpu/p02 ] || "$shared/gpu/build_payload.sh" .gpu
-# The same payload in 28 MiB pieces (.gpu/pl5/p00..p05, with install_payload.sh and w.tar.xz beside them), one
-# carry call each, the last two calls splitting p04 from p05 + w.tar.xz + install_payload.sh. The tree (committed
-# traces and logs, 36 MB on 2026-11-26 06:40) plus what a call carries must stay under 64 MiB: 37 MiB pieces
-# (.gpu/pl4) went over that morning. Check `git ls-files -z | xargs -0 du -cb | tail -1` before a loan.
-if [ ! -f .gpu/pl5/p05 ]; then mkdir -p .gpu/pl5 && cat .gpu/p00 .gpu/p01 .gpu/p02 | split -b 28M -d -a 2 - .gpu/pl5/p; fi
+# The same payload in pieces sized to what a call can carry beside the tree (committed traces and logs: 36 MB on
+# 2026-11-26 06:40, 42 MB at 09:30 with two more traces): 64 MiB a call, less the tree, less 7 MiB for
+# w.tar.xz and install_payload.sh, which ride with the last piece. 37 MiB pieces went over on 2026-11-26
+# morning, when they were fixed. Into .gpu/pl-<N>M/p00.., one carry call each, the last with w.tar.xz and
+# install_payload.sh; a tree that grew past the pieces' size gets new ones on the next run of this script.
+tree=$(git ls-files -z | xargs -0 du -cb | tail -1 | cut -f1)
+piece=$(( (64 * 1048576 - tree - 7 * 1048576) / 1048576 ))
+[ "$piece" -ge 8 ] || { echo "the tree ($tree bytes) leaves under 8 MiB a call for the payload: prune committed logs" >&2; exit 1; }
+pl=.gpu/pl-${piece}M
+if [ ! -f "$pl/p00" ]; then mkdir -p "$pl" && cat .gpu/p00 .gpu/p01 .gpu/p02 | split -b "${piece}M" -d -a 2 - "$pl/p"; fi
+echo "payload: $(ls "$pl"/p* | wc -l) pieces of ${piece} MiB in $pl (the tree: $((tree / 1048576)) MiB)"
 cp "$shared/gpu/install_payload.sh" .gpu/
 for v in $(.venv/bin/python -m scripts.kit list); do
   [ "$v" = tiny ] && continue
@@ -52,7 +58,7 @@ for g in 64 128; do
   .venv/bin/python -m scripts.download --variant qwen3-4b-awq --set WEIGHTS=dummy --set QUANT_GROUP_SIZE=$g >/dev/null
 done
 tar -cJf .gpu/w.tar.xz weights/*/dummy-*
-cp "$shared/gpu/install_payload.sh" .gpu/w.tar.xz .gpu/pl4/
+cp "$shared/gpu/install_payload.sh" .gpu/w.tar.xz "$pl"/
 # Versions as resolved in the local environments; wheels for CPython 3.12 (the GPU machine's), built
 # here (pure Python) where PyPI has only an sdist.
 wheels() {  # DIR VENV NAME...
