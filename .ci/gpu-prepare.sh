@@ -9,10 +9,11 @@
 #   whl-quant/          llm-compressor and its compressed-tensors 0.19 (clashes with vLLM's 0.17: own
 #                       --target /tmp/quant, put before /tmp/site only for `scripts.quantize`)
 #   whl-prof/           py-spy, for `gpu-session.sh startprof` (--target /tmp/prof)
-# Then, on the device, back to back (it is released after 30 s idle): three calls carrying one chunk
-# each into /tmp/pl/, the third also carrying install_payload.sh and running
-#   bash .gpu/install_payload.sh /tmp/pl
-# and a fourth carrying w.tar.xz and running tar -xJf .gpu/w.tar.xz && KIT_GIT_COMMIT=... bash .ci/gpu-session.sh ...
+# Then, on the device, back to back (it is released after 30 s idle): one call per piece of .gpu/pl-<N>M
+# (below), each copying it into /tmp/pl/; the last also carries install_payload.sh and w.tar.xz and runs
+#   cat /tmp/pl/p* | ... : bash .gpu/pl-<N>M/install_payload.sh /tmp/pl; tar -xJf .gpu/pl-<N>M/w.tar.xz
+# then KIT_GIT_COMMIT=<sha> bash .ci/gpu-session.sh detach NAME MODE, and `collect` calls until it ends.
+# (The older notes below speak of p00..p02 as the chunks: they are the source the pieces are cut from.)
 # The 64 MiB a call counts the tree too (9.3 MB on 2026-11-25, growing with the committed session logs):
 # p02 + w.tar.xz + the tree went over it that day. The wheel folders go in later calls (p01 + whl-eval is over it).
 # The largest chunk, p00 (50 MiB), leaves the tree about 14 MiB: prune or compress old session logs before
