@@ -287,12 +287,12 @@ def probe(srv: Server, model: str, w: L.Workload, a, bar) -> dict:
             bar.set_description(f"c={c} warm-up {wave + 1}/{a.warmup_waves}")
             run_pass(srv, model, L.level_requests(w, c, wave, warmup=True), c, a.request_timeout_s, bar,
                      f"warm-up c={c}")
-        reps, pooled, deltas, conds = [], [], [], []
+        reps, pooled, deltas, conds, queues = [], [], [], [], []
         for i in range(a.repeats):
             bar.set_description(f"c={c} repeat {i + 1}/{a.repeats}")
             reset()
             results, dt, delta = measured_pass(srv, model, L.level_requests(w, c, i), c, a, bar,
-                                               f"concurrency {c} repeat {i + 1}", conds)
+                                               f"concurrency {c} repeat {i + 1}", conds, queues)
             reps.append({"duration_s": dt, "results": results, "metrics_delta": _delta_json(delta)})
             pooled += results
             if delta is not None:
@@ -303,6 +303,7 @@ def probe(srv: Server, model: str, w: L.Workload, a, bar) -> dict:
         lv["spec_decode"] = L.spec_decode(total)
         lv["preemptions"] = L.preemptions(total)
         lv["conditions"] = conds
+        lv["server_queue"] = queues
         levels.append(lv)
     prefix_run = None
     if w.prefix_tokens and w.prefix_requests:
@@ -348,6 +349,8 @@ def validity(payload: dict, v, gpu_name: str | None, repeats: int) -> dict:
                           f"({'; '.join(lv['failures'])})")
     warnings += L.repeat_warnings(payload["levels"])
     warnings += L.preemption_warnings(payload["levels"])
+    warnings += [w for lv in payload["levels"]
+                 if (w := L.queue_warning(f"concurrency {lv['concurrency']}", lv["concurrency"], lv.get("server_queue") or []))]
     warnings += L.condition_warnings(payload["levels"])
     if payload["prefix_run"] and payload["prefix_run"]["failed"]:
         errors.append(f"prefix-cache run: {payload['prefix_run']['failed']} requests failed")
