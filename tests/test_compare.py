@@ -275,7 +275,9 @@ def test_fake_router_side_reads_metrics_from_its_fake_replicas_summed(tmp_path):
 
 def test_fake_b_that_holds_one_request_at_a_time_is_flagged_as_timing_its_queue(tmp_path):
     """FAKE servers: B holds one completion at a time (capacity=1: a full KV cache), so at c=2 one request
-    always waits. The passes record the polled gauges; the record says the level timed the queue, at c=2 only."""
+    always waits. The passes record the polled gauges; the record says the level timed the queue, at c=2 only.
+    Both sides here are fakes so that A has no gauges and B a known queue in one run; real vLLM holding one
+    sequence at c=2 is tests/test_probe_e2e.py's own-server test."""
     with FakeOpenAIStream("tiny", ttft_s=0.02, itl_s=0.01) as a, \
             FakeOpenAIStream("tiny", ttft_s=0.02, itl_s=0.01, capacity=1) as b:
         assert run_compare(a, b, tmp_path) == 0

@@ -483,15 +483,3 @@ def test_condition_warnings_name_slowdowns_and_a_neighbour_that_came_or_went():
     assert any("[1, 2]" in w and "concurrency 4" in w for w in out)
     assert L.condition_warnings([{"concurrency": 1}]) == []  # records from before conditions were kept
 
-
-def test_probe_of_a_fake_server_that_holds_one_request_flags_the_level_that_queued(tmp_path):
-    """FAKE server holding one completion at a time (a full KV cache): each repeat's gauges are kept per level,
-    and only c=2, where a request always waited, is flagged as timing the queue."""
-    with FakeOpenAIStream("tiny", ttft_s=0.02, itl_s=0.005, capacity=1) as fake:
-        assert run_probe(fake, tmp_path) == 0
-    rec = only_record(tmp_path)
-    lv = {x["concurrency"]: x for x in rec["payload"]["levels"]}
-    assert [q["running_max"] for q in lv[1]["server_queue"]] == [1, 1] and lv[1]["server_queue"][0]["waiting_max"] == 0
-    assert all(q["waiting_max"] == 1 and q["kv_usage_max"] == 1.0 for q in lv[2]["server_queue"])
-    warned = [w for w in rec["payload"]["validity"]["warnings"] if "times the queue" in w]
-    assert len(warned) == 1 and warned[0].startswith("concurrency 2: the server ran at most 1 of the 2")

@@ -40,8 +40,12 @@ def test_probe_real_tiny_server_via_url(tiny_server, tmp_path):
 
 @pytest.mark.slow
 def test_probe_starts_its_own_server_with_prefix_reset(tmp_path):
-    rc = probe.main(["--variant", "tiny", "--set", f"PORT={free_port()}", "--results-dir", str(tmp_path),
-                     "--plot", str(tmp_path / "latency.png"), *TINY, "--concurrency", "2"])
+    """Its own real vLLM server, held to one sequence at a time, probed at c=2: the request gauges polled
+    during the repeat show one request running while the other waits, and the record says the level timed
+    the server's queue (the check that flagged c=32 on the H100, 2026-11-26)."""
+    rc = probe.main(["--variant", "tiny", "--set", f"PORT={free_port()}", "--set", "SERVE_MAX_NUM_SEQS=1",
+                     "--results-dir", str(tmp_path), "--plot", str(tmp_path / "latency.png"), *TINY,
+                     "--concurrency", "2", "--output-min", "24", "--output-max", "32"])
     assert rc == 0
     [(path, rec)] = records("tiny", "latency", tmp_path)
     p = rec["payload"]
@@ -49,6 +53,9 @@ def test_probe_starts_its_own_server_with_prefix_reset(tmp_path):
     assert p["server"]["prefix_cache_reset"] == "ok"  # VLLM_SERVER_DEV_MODE=1 was set for it
     assert p["levels"][0]["failed"] == 0
     assert list((tmp_path / "tiny" / "logs").glob("probe-*.log"))
+    [q] = p["levels"][0]["server_queue"]
+    assert q["running_max"] == 1 and q["waiting_max"] >= 1
+    assert any(w.startswith("concurrency 2: the server ran at most 1 of the 2 requests") for w in p["validity"]["warnings"])
 
 
 def test_probe_defaults_on_a_cpu_host_fit_tiny_and_end_in_minutes(tiny_server, tmp_path, monkeypatch):
