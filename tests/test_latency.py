@@ -482,4 +482,3 @@ def test_condition_warnings_name_slowdowns_and_a_neighbour_that_came_or_went():
     assert any("sw_power_cap" in w and "concurrency 8" in w for w in out)
     assert any("[1, 2]" in w and "concurrency 4" in w for w in out)
     assert L.condition_warnings([{"concurrency": 1}]) == []  # records from before conditions were kept
-
