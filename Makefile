@@ -16,7 +16,7 @@ PROBE ?=
 PY := $(if $(wildcard .venv/bin/python),.venv/bin/python,python3)
 QPY := $(if $(wildcard .venv-quant/bin/python),.venv-quant/bin/python,python3)
 V := --variant $(VARIANT) $(foreach s,$(SET),--set $(s))
-.PHONY: help install wheelhouse download serve serve-fleet eval-latency profile compare variance sweep eval-quality eval-quality-full quantize bake verify-cache build build-import verify-image k8s tune check-schemas test test-all golden report new
+.PHONY: help install wheelhouse download serve serve-fleet eval-latency profile gemm compare variance sweep eval-quality eval-quality-full quantize bake verify-cache build build-import verify-image k8s tune check-schemas test test-all golden report new
 
 help: ## list targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
@@ -34,6 +34,8 @@ eval-latency: ## latency probe of VARIANT (URL= to probe a running server; PROBE
 	$(PY) -m scripts.probe $(V) $(if $(URL),--url $(URL)) $(if $(BASELINE),--baseline $(BASELINE)) $(PROBE)
 profile: ## one decode step by phase (target, draft, sampler, bookkeeping, gaps) from vLLM's torch profiler: record, results/profiles/ trace, experiments/VARIANT/profile.png
 	$(PY) -m scripts.profile $(V)
+gemm: ## each linear layer of VARIANT's architecture timed per kernel and batch size against its byte floor: record (CUDA GPU) [KERNELS=bf16,fp8,w4a16_g32,...] [M=1,2,4,5,8] [DRY_RUN=1]
+	$(PY) -m scripts.gemm $(V) $(if $(KERNELS),--kernels $(KERNELS)) $(if $(M),--m $(M)) $(if $(DRY_RUN),--dry-run)
 compare: ## is B faster than A? both served on one GPU, timed interleaved: A=VARIANT B=VARIANT [ROUNDS=5] [SET_A= SET_B=] [URL_A= URL_B=]
 	$(PY) -m scripts.compare --a $(A) --b $(B) $(foreach s,$(SET),--set $(s)) $(foreach s,$(SET_A),--set-a $(s)) $(foreach s,$(SET_B),--set-b $(s)) $(if $(ROUNDS),--rounds $(ROUNDS)) $(if $(URL_A),--url-a $(URL_A)) $(if $(URL_B),--url-b $(URL_B))
 variance: ## how much levels moved within one session, and with what: RECORDS="results/.../x-comparison.json ..."
@@ -44,7 +46,7 @@ eval-quality: ## quality gates on the served VARIANT, the gates file's fixed sam
 	$(PY) -m scripts.evaluate $(V) --sample $(if $(URL),--url $(URL))
 eval-quality-full: ## quality gates on the served VARIANT, every item
 	$(PY) -m scripts.evaluate $(V) --full $(if $(URL),--url $(URL))
-quantize: ## AWQ W4A16 weights for VARIANT with llm-compressor (in .venv-quant)
+quantize: ## VARIANT's QUANT checkpoint (AWQ W4A16 or FP8 dynamic) with llm-compressor (in .venv-quant)
 	$(QPY) -m scripts.quantize $(V)
 bake: ## pre-compile VARIANT's torch.compile cache and write its manifest
 	$(PY) -m scripts.bake $(V)

@@ -476,6 +476,59 @@ for c in (1, 8, 8, 3, 8):
         --set SERVE_KV_CACHE_MEMORY_BYTES=$kv6 --set SERVE_GPU_MEMORY_UTILIZATION=0.2 \
         $([ $v = $G ] && echo --set SPEC_ACCEPTANCE=0,0,0,0) --no-stack > "$LOGS/profile-$v-acc0.log" 2>&1
     done ;;
+  bs)  # PORT_A PORT_B A B ROUNDS [bench flags]: vLLM's own client (`vllm bench serve`) against two running servers,
+    # A and B interleaved ROUNDS times, each run's JSON kept in $LOGS/bench/: the upstream cross-check of a headline.
+    pa=$2; pb=$3; a=$4; b=$5; n=$6; shift 6; mkdir -p "$LOGS/bench"
+    for r in $(seq 1 "$n"); do for side in "a $pa $a" "b $pb $b"; do set -- $side "$@"; s=$1 port=$2 v=$3; shift 3
+      # The served weights folder is the tokenizer (dummy folders carry the real Qwen tokenizer).
+      tok=$(python3 -c 'import sys; from scripts.kit.variant import load; print(load(sys.argv[1], ["WEIGHTS=dummy"]).weights_dir)' "$v")
+      step python3 -m vllm.entrypoints.cli.main bench serve --backend openai --base-url "http://127.0.0.1:$port" \
+        --model "$v" --tokenizer "$tok" --dataset-name random --random-input-len 256 --random-output-len 256 \
+        --num-prompts 12 --max-concurrency 1 --ignore-eos --seed "$r" --save-result --result-dir "$LOGS/bench" \
+        --result-filename "bench-$r-$s-$v.json" "$@"
+    done; done ;;
+  fp8)  # issue 29 [PHASE...]: q35 (Qwen3.5: BF16 vs FP8 checkpoint + -dvg patches vs vLLM's online FP8 + the same, at the
+    # published and pessimistic rates, then the step at acceptance 0, each cross-checked with `vllm bench serve`),
+    # q3 (Qwen3-4B: BF16 vs the FP8 checkpoint, with and without its DFlash drafter).
+    # FP8 servers use dummy weights with the FP8 checkpoint's quantization_config (vLLM builds the same W8A8 FP8
+    # layers as for a real checkpoint). 12 GiB of KV a Qwen3.5 server: three resident (~64 of 80 GB); at 6 GiB
+    # -dvg held 18 requests of c=32 (20261126T0904Z), so 12 GiB holds the level. 256 sequences, as -dvg's records.
+    kv12=12884901888; kv4=4294967296; A=qwen3.5-4b-bf16; F=qwen3.5-4b-fp8-dvg; O=qwen3.5-4b-fp8online-dvg
+    S="SERVE_MAX_NUM_SEQS=256"; W=0.6,0.35,0.2,0.1; R=0.98,0.82,0.70,0.54; Z=0,0,0,0
+    R3=0.95,0.88,0.80,0.70,0.60,0.50,0.40,0.30,0.20,0.12,0.06,0.03,0.02,0.01,0.01
+    m() { echo "--set SERVE_KV_CACHE_MEMORY_BYTES=$1 --set SERVE_GPU_MEMORY_UTILIZATION=0.2"; }
+    c35() { local pb=$1 b=$2; shift 2; bash "$0" cmp 8100 "$pb" $A "$b" $(m $kv12) --set "$S" --set-a PORT=8100 \
+      --set-b PORT="$pb" "$@" --requests 8; }
+    phases=" ${*:2} "; [ "$phases" = "  " ] && phases=" q35 q3 "
+    if [[ "$phases" == *" q35 "* ]]; then
+      step python3 -m scripts.kit draft-vocab --variant $F --set WEIGHTS=dummy
+      bash "$0" up a 8100 $kv12 $A --set "$S"
+      bash "$0" up f 8102 $kv12 $F --set "$S" --set SPEC_ACCEPTANCE=$R
+      bash "$0" up o 8104 $kv12 $O --set "$S" --set SPEC_ACCEPTANCE=$R
+      end=$((SECONDS + 900)); for p in 8100 8102 8104; do bash "$0" ready $((end > SECONDS ? end - SECONDS : 1)) $p; done
+      nvidia-smi --query-gpu=memory.used,memory.total --format=csv
+      bash "$0" ready 5 8100 8102 && c35 8102 $F --set-b SPEC_ACCEPTANCE=$R --concurrency 1,4,8,16,32
+      bash "$0" ready 5 8100 8102 && bash "$0" bs 8100 8102 $A $F 3
+      bash "$0" ready 5 8100 8104 && c35 8104 $O --set-b SPEC_ACCEPTANCE=$R --concurrency 1,8
+      bash "$0" ready 5 8102 8104 && bash "$0" cmp 8104 8102 $O $F $(m $kv12) --set "$S" --set SPEC_ACCEPTANCE=$R \
+        --set-a PORT=8104 --set-b PORT=8102 --concurrency 1,8 --requests 8
+      bash "$0" down f o; bash "$0" up f 8102 $kv12 $F --set "$S" --set SPEC_ACCEPTANCE=$W
+      bash "$0" ready 600 8102 && c35 8102 $F --set-b SPEC_ACCEPTANCE=$W --concurrency 1,4,8,16,32
+      bash "$0" down f; bash "$0" up f 8102 $kv12 $F --set "$S" --set SPEC_ACCEPTANCE=$Z
+      bash "$0" ready 600 8102 && c35 8102 $F --set-b SPEC_ACCEPTANCE=$Z --concurrency 1
+      bash "$0" down a f; grep -h "Maximum concurrency\|kit: draft chain\|Using .*[Kk]ernel\|quantiz" "$LOGS"/up-[afo].log | sort | uniq -c | head -40
+    fi
+    if [[ "$phases" == *" q3 "* ]]; then
+      bash "$0" up q3a 8110 $kv4 qwen3-4b-bf16; bash "$0" up q3f 8112 $kv4 qwen3-4b-fp8
+      bash "$0" up q3d 8114 $kv4 qwen3-4b-fp8-dflash --set SPEC_ACCEPTANCE=$R3
+      end=$((SECONDS + 900)); for p in 8110 8112 8114; do bash "$0" ready $((end > SECONDS ? end - SECONDS : 1)) $p; done
+      bash "$0" ready 5 8110 8114 && bash "$0" cmp 8110 8114 qwen3-4b-bf16 qwen3-4b-fp8-dflash $(m $kv4) --set-a PORT=8110 \
+        --set-b PORT=8114 --set-b SPEC_ACCEPTANCE=$R3 --concurrency 1,8 --requests 8
+      bash "$0" ready 5 8110 8114 && bash "$0" bs 8110 8114 qwen3-4b-bf16 qwen3-4b-fp8-dflash 3
+      bash "$0" ready 5 8110 8112 && bash "$0" cmp 8110 8112 qwen3-4b-bf16 qwen3-4b-fp8 $(m $kv4) --set-a PORT=8110 \
+        --set-b PORT=8112 --concurrency 1,8 --requests 8
+      bash "$0" down q3a q3f q3d
+    fi ;;
   multi)  # issue 21, on the 2-GPU machine (kind nvidia-h100-x2): Qwen3-4B BF16 on one GPU vs TP=2 vs DP=2,
     # and the best Qwen3.5 variant on one GPU vs DP=2. All five servers start at once (GPU 0: Qwen3-4B's one-GPU
     # server; GPU 1: Qwen3.5's; TP/DP span both) and are compared one pair at a time once all are up, so

@@ -1,10 +1,11 @@
-"""`make quantize VARIANT=...`: llm-compressor one-shot AWQ -> W4A16 compressed-tensors checkpoint.
+"""`make quantize VARIANT=...`: llm-compressor one-shot -> compressed-tensors checkpoint (AWQ W4A16 or FP8 dynamic).
 
 Runs in .venv-quant (llm-compressor pins compressed-tensors 0.19, vLLM 0.17). Reads the variant's
 source folder (v.base_weights_dir, made by `make download`) and publishes v.weights_dir
 (weights/<org>--<name>/awq-w4a16-g<G>-<scope>/) holding:
-  - the compressed-tensors checkpoint (lm_head, vision tower, MTP and Gated-DeltaNet kept 16-bit;
-    Qwen3.5's mtp.* tensors copied unquantized from the source, llm-compressor PR #2486);
+  - the compressed-tensors checkpoint (lm_head, vision tower and MTP kept 16-bit, and under AWQ the
+    Gated-DeltaNet projections too; Qwen3.5's mtp.* tensors copied unquantized from the source,
+    llm-compressor PR #2486);
   - recipe.yaml: the exact recipe given to llm-compressor (scripts.kit.quant.recipe);
   - kit-manifest.json: source + revision, recipe sha256, calibration source/hash/size, seed,
     tool versions, sha256 of every file;
@@ -23,6 +24,7 @@ text; held-out perplexity ratio > QUANT_PPL_MAX_RATIO fails the command and publ
         --set QUANT_CALIB=kit --set QUANT_CALIB_SAMPLES=8 --set QUANT_CALIB_SEQ_LEN=128 --set QUANT_N_GRID=5
     python -m scripts.quantize --variant qwen3-4b-awq --random-source --set QUANT_CALIB=kit
         # offline GPU host: random bf16 weights of the real architecture (ARCH_CONFIG) as the source
+    python -m scripts.quantize --variant qwen3.5-4b-fp8      # FP8 dynamic: no calibration text at all
 """
 from __future__ import annotations
 
@@ -149,7 +151,10 @@ def _read_path(p: Path) -> list[str]:
 
 
 def calibration(v, tok) -> tuple[list[list[int]], dict]:
-    """Token windows for AWQ and their description (source, sha256 of the token ids, size, seed)."""
+    """Token windows for AWQ and their description (source, sha256 of the token ids, size, seed);
+    ([], None) for a scheme that needs no calibration (FP8 dynamic)."""
+    if not quant.needs_calibration(v):
+        return [], None
     src, n, seq = v["QUANT_CALIB"], v["QUANT_CALIB_SAMPLES"], v["QUANT_CALIB_SEQ_LEN"]
     if src == "hub":
         from datasets import load_dataset
@@ -178,7 +183,7 @@ def _no_pin_memory_without_accelerator() -> None:
         IntermediatesCache.pin_memory = lambda self, *a, **k: None
 
 
-def run_awq(v, src: Path, out: Path, samples: list[list[int]], dtype) -> None:
+def run_oneshot(v, src: Path, out: Path, samples: list[list[int]], dtype) -> None:
     import torch
     import transformers
     from datasets import Dataset
@@ -188,11 +193,15 @@ def run_awq(v, src: Path, out: Path, samples: list[list[int]], dtype) -> None:
     cls = getattr(transformers, cfg["architectures"][0])
     model = cls.from_pretrained(str(src), dtype=dtype)
     tok = transformers.AutoTokenizer.from_pretrained(str(src))
-    ds = Dataset.from_dict({"input_ids": samples, "attention_mask": [[1] * len(s) for s in samples]})
-    # The tokenizer as processor: VL checkpoints (Qwen3.5) otherwise make llm-compressor look for an
-    # image processor, which text-only calibration does not need.
-    oneshot(model=model, processor=tok, dataset=ds, recipe=quant.recipe_yaml(v), max_seq_length=max(map(len, samples)),
-            num_calibration_samples=len(samples), shuffle_calibration_samples=False)
+    if samples:
+        ds = Dataset.from_dict({"input_ids": samples, "attention_mask": [[1] * len(s) for s in samples]})
+        # The tokenizer as processor: VL checkpoints (Qwen3.5) otherwise make llm-compressor look for an
+        # image processor, which text-only calibration does not need.
+        oneshot(model=model, processor=tok, dataset=ds, recipe=quant.recipe_yaml(v),
+                max_seq_length=max(map(len, samples)), num_calibration_samples=len(samples),
+                shuffle_calibration_samples=False)
+    else:  # data-free (FP8 dynamic): scales come from the weights
+        oneshot(model=model, processor=tok, recipe=quant.recipe_yaml(v))
     # Calibrated in fp32 on CPU (bf16 matmuls are ~6x slower on AVX2), but shipped in the source's
     # dtype: the served checkpoint must not depend on the machine that made it.
     model.to(getattr(torch, cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16"))
@@ -210,9 +219,17 @@ def check_checkpoint(v, src: Path, out: Path) -> dict:
     where = f"{out / 'config.json'}"
     if qc.get("quant_method") != "compressed-tensors":
         raise KitError(f"{where}: quant_method is {qc.get('quant_method')!r}, not compressed-tensors")
-    groups = [g["weights"]["group_size"] for g in qc.get("config_groups", {}).values()]
-    if groups != [v["QUANT_GROUP_SIZE"]]:
-        raise KitError(f"{where}: group sizes {groups}, expected [{v['QUANT_GROUP_SIZE']}]")
+    schemes = [g["weights"] for g in qc.get("config_groups", {}).values()]
+    want = quant.weight_scheme(v)
+    got = [{k: s.get(k) for k in ("num_bits", "type", "strategy", "group_size")} for s in schemes]
+    if got != [{k: want[k] for k in ("num_bits", "type", "strategy", "group_size")}]:
+        raise KitError(f"{where}: weight schemes {got}, expected one group of {want['num_bits']}-bit {want['type']} "
+                       f"{want['strategy']} (group size {want['group_size']})")
+    acts = [g.get("input_activations") for g in qc.get("config_groups", {}).values()]
+    if [bool(a and a.get("dynamic")) for a in acts] != [bool(quant.activation_scheme(v))]:
+        raise KitError(f"{where}: input activation schemes {acts} do not match QUANT={v['QUANT']}")
+    if qc.get("format") != quant.FORMATS[v["QUANT"]]:
+        raise KitError(f"{where}: format {qc.get('format')!r}, expected {quant.FORMATS[v['QUANT']]!r}")
     if "lm_head" not in qc.get("ignore", []):
         raise KitError(f"{where}: lm_head is not in quantization_config.ignore")
     src_cfg = json.loads((src / "config.json").read_text())
@@ -226,8 +243,9 @@ def check_checkpoint(v, src: Path, out: Path) -> dict:
         if sorted(mtp_out) != sorted(mtp_src):
             raise KitError(f"{out}: {len(mtp_out)} mtp.* tensors, source has {len(mtp_src)}")
         if not any("mtp" in p for p in qc.get("ignore", [])):
-            raise KitError(f"{where}: MTP is not in quantization_config.ignore (vLLM would build it W4A16)")
-    return {"quant_method": qc["quant_method"], "format": qc.get("format"), "group_size": groups[0],
+            raise KitError(f"{where}: MTP is not in quantization_config.ignore (vLLM would build it quantized)")
+    return {"quant_method": qc["quant_method"], "format": qc.get("format"), "group_size": want["group_size"],
+            "scheme": v["QUANT"],
             "ignore": qc.get("ignore", []), "mtp_num_hidden_layers": n_mtp, "mtp_tensors": len(mtp_out)}
 
 
@@ -380,10 +398,10 @@ def main(argv=None) -> int:
         samples, calib = calibration(v, tok)
         timings["calibration_data_s"] = round(time.time() - t, 2)
         stages.update()
-        stages.set_postfix_str("AWQ (per-layer progress from llm-compressor)")
+        stages.set_postfix_str(f"{v['QUANT']} (per-layer progress from llm-compressor)")
         t = time.time()
-        run_awq(v, src, tmp, samples, dtype)
-        timings["awq_s"] = round(time.time() - t, 2)
+        run_oneshot(v, src, tmp, samples, dtype)
+        timings["awq_s" if quant.needs_calibration(v) else "oneshot_s"] = round(time.time() - t, 2)
         stages.update()
         stages.set_postfix_str("checking checkpoint")
         checks = check_checkpoint(v, src, tmp)
@@ -402,7 +420,8 @@ def main(argv=None) -> int:
                    "source_dir": _rel_or_abs(src),
                    "random_source": (src / "kit-source.json").is_file(),
                    "recipe_sha256": sha256_file(tmp / RECIPE), "manifest_sha256": manifest_sha,
-                   "calibration": calib, "n_grid": v["QUANT_N_GRID"],
+                   "scheme": v["QUANT"], "calibration": calib,
+                   "n_grid": v["QUANT_N_GRID"] if quant.needs_calibration(v) else None,
                    "calibration_dtype": str(dtype).removeprefix("torch."),
                    "device": "cuda" if torch.cuda.is_available() else "cpu", "checkpoint": checks,
                    "verify": result, "size_bytes": {"source": _dir_bytes(src), "quantized": _dir_bytes(tmp)},

@@ -47,6 +47,29 @@ def test_recipe_and_dummy_config_share_targets_and_ignore():
         quant.recipe(load("tiny"))
 
 
+def test_fp8_recipe_is_data_free_and_quantizes_what_awq_leaves():
+    fp8, awq = load("qwen3.5-4b-fp8"), load("qwen3.5-4b-awq")
+    r = yaml.safe_load(quant.recipe_yaml(fp8))["quant_stage"]["quant_modifiers"]
+    assert list(r) == ["QuantizationModifier"] and not quant.needs_calibration(fp8)  # no AWQ, no calibration text
+    group = r["QuantizationModifier"]["config_groups"]["group_0"]
+    dummy = quant.dummy_quantization_config(fp8, {})
+    assert dummy["format"] == "float-quantized" and dummy["config_groups"]["group_0"]["format"] == "float-quantized"
+    for key in ("targets", "weights", "input_activations"):
+        assert group[key] == dummy["config_groups"]["group_0"][key]
+    assert group["weights"]["type"] == "float" and group["weights"]["num_bits"] == 8
+    assert group["weights"]["strategy"] == "channel"
+    assert group["input_activations"]["dynamic"] and group["input_activations"]["strategy"] == "token"
+    # 16-bit in both schemes: lm_head and MTP; the Gated DeltaNet projections only under AWQ.
+    assert {"lm_head", "re:.*mtp.*"} <= set(quant.ignore(fp8)) and {"lm_head", "re:.*mtp.*"} <= set(quant.ignore(awq))
+    assert "re:.*linear_attn.*" in quant.ignore(awq) and "re:.*linear_attn.*" not in quant.ignore(fp8)
+    assert quant.dummy_quantization_config(awq, {})["config_groups"]["group_0"]["input_activations"] is None
+    assert fp8.weights_tag == "fp8-dynamic-linear" and load("qwen3-4b-fp8", ["WEIGHTS=dummy"]).weights_tag == "dummy-fp8-dynamic-linear"
+    # Online and checkpoint FP8 on one variant would be two quantizations of one weight.
+    from scripts.kit.errors import KitError
+    with pytest.raises(KitError, match="SERVE_QUANTIZATION=fp8 with QUANT=fp8_dynamic"):
+        load("qwen3.5-4b-fp8", ["SERVE_QUANTIZATION=fp8"])
+
+
 def test_kit_text_is_deterministic_and_disjoint():
     calib, held = quant.kit_texts("calib"), quant.kit_texts("heldout")
     assert len(calib) > 100 and len(held) > 20
@@ -122,6 +145,39 @@ def test_quantize_tiny_end_to_end(tmp_path):
     assert not out2.exists() and not list(tmp_path.glob(".awq-strict.*"))
     failed = [load_record(p) for p in (res / "tiny").glob("*-quantize*.json")]
     assert any(not f["payload"]["published"] and not f["payload"]["verify"]["passed"] for f in failed)
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_quantize_tiny_fp8_end_to_end(tmp_path):
+    """FP8 dynamic through real llm-compressor: no calibration text, a float-quantized checkpoint whose
+    config vLLM reads as W8A8 FP8, held-out perplexity close to the source's (8-bit floats, 135M model)."""
+    v = load("tiny")
+    if not weights.is_complete(v.base_weights_dir):
+        pytest.fail("tiny weights missing: run `make install` (it fetches them)")
+    out, res = tmp_path / "fp8", tmp_path / "results"
+    r = quantize("--variant", "tiny", "--set", "QUANT=fp8_dynamic", "--set", "QUANT_SCOPE=linear",
+                 "--set", "QUANT_PPL_MAX_RATIO=1.1", "--out", str(out), "--results", str(res))
+    assert r.returncode == 0, r.stderr[-4000:]
+    qc = json.loads((out / "config.json").read_text())["quantization_config"]
+    assert qc["format"] == "float-quantized" and qc["ignore"] == ["lm_head"]
+    g = qc["config_groups"]["group_0"]
+    assert (g["weights"]["num_bits"], g["weights"]["type"], g["weights"]["strategy"]) == (8, "float", "channel")
+    assert g["input_activations"]["dynamic"] and g["input_activations"]["strategy"] == "token"
+    (path,) = sorted((res / "tiny").glob("*-quantize.json"))
+    p = load_record(path)["payload"]
+    assert p["scheme"] == "fp8_dynamic" and p["calibration"] is None and p["n_grid"] is None
+    assert "oneshot_s" in p["timings_s"] and "awq_s" not in p["timings_s"]
+    assert p["checkpoint"]["scheme"] == "fp8_dynamic" and p["checkpoint"]["group_size"] is None
+    assert p["published"] and 0.97 <= p["verify"]["ppl_ratio"] <= 1.1 and p["verify"]["top1_agreement"] > 0.8
+    # One byte a weight (plus a scale a row) on every Linear but the 16-bit embedding/lm_head.
+    assert p["size_bytes"]["quantized"] < 0.7 * p["size_bytes"]["source"]
+    from safetensors import safe_open
+    with safe_open(str(out / "model.safetensors"), framework="pt") as st:
+        dtypes = {k: str(st.get_slice(k).get_dtype()) for k in st.keys()}
+    assert dtypes["model.layers.0.mlp.down_proj.weight"] == "F8_E4M3"
+    assert dtypes["model.layers.0.mlp.down_proj.weight_scale"] in ("BF16", "F32")
+    assert yaml.safe_load((out / "recipe.yaml").read_text()) == quant.recipe(load("tiny", ["QUANT=fp8_dynamic", "QUANT_SCOPE=linear"]))
 
 
 def quant_sha(p):

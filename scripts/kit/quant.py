@@ -2,8 +2,8 @@
 llm-compressor recipe built from them, and the kit's own offline calibration / held-out text.
 
 Used twice: by `make quantize` (scripts/quantize.py turns `recipe(variant)` into recipe.yaml) and by
-dummy-weight folders (`dummy_quantization_config`, so vLLM builds the same W4A16 kernels without a
-checkpoint). Both read SCOPE_TARGETS / ALWAYS_IGNORE / weight_scheme, so they cannot disagree.
+dummy-weight folders (`dummy_quantization_config`, so vLLM builds the same W4A16 or FP8 kernels without a
+checkpoint). Both read targets / ignore / weight_scheme / activation_scheme, so they cannot disagree.
 Pure Python (no torch): importable in .venv, .venv-quant and CI.
 
     from scripts.kit.quant import recipe_yaml, kit_texts
@@ -16,15 +16,19 @@ import hashlib
 import sysconfig
 from pathlib import Path
 
-# Never quantized: lm_head (dominates quality loss at 4B), the vision tower, the MTP head (vLLM's
+# Never quantized: lm_head (dominates quality loss at 4B), the vision tower, and the MTP head (vLLM's
 # MTP draft inherits the target's quantization config, so it must be listed here or it is built
-# as W4A16 and the BF16 mtp.* tensors no longer fit; llm-compressor PR #2486), and Gated-DeltaNet
-# projections (their fused layout has no AWQ mapping; llm-compressor #2260, PR #2748 closed).
-ALWAYS_IGNORE = ["lm_head", "re:.*visual.*", "re:.*mtp.*", "re:.*linear_attn.*"]
+# quantized and the BF16 mtp.* tensors no longer fit; llm-compressor PR #2486).
+ALWAYS_IGNORE = ["lm_head", "re:.*visual.*", "re:.*mtp.*"]
+# AWQ also leaves the Gated-DeltaNet projections alone: their fused layout has no AWQ smoothing mapping
+# (llm-compressor #2260, PR #2748 closed). FP8 needs no mapping, so it quantizes them under QUANT_SCOPE=linear.
+AWQ_IGNORE = ["re:.*linear_attn.*"]
 SCOPE_TARGETS = {
     "mlp": ["re:.*mlp\\.(gate|up|down)_proj$"],
     "linear": ["Linear"],
 }
+# compressed-tensors' on-disk format per scheme, as llm-compressor writes it.
+FORMATS = {"awq_w4a16": "pack-quantized", "fp8_dynamic": "float-quantized"}
 # Calibration samples are drawn with this seed (hub and path sources); recorded in the manifest.
 SEED = 0
 # The held-out verification text: windows x tokens, from modules disjoint from the calibration ones.
@@ -35,38 +39,66 @@ def targets(variant) -> list[str]:
     return SCOPE_TARGETS[variant["QUANT_SCOPE"]]
 
 
+def ignore(variant) -> list[str]:
+    return ALWAYS_IGNORE + (AWQ_IGNORE if variant["QUANT"] == "awq_w4a16" else [])
+
+
+def needs_calibration(variant) -> bool:
+    """AWQ fits its smoothing scales on text; FP8 dynamic takes weight scales from the weights alone
+    and activation scales at run time."""
+    return variant["QUANT"] == "awq_w4a16"
+
+
 def weight_scheme(variant) -> dict:
+    if variant["QUANT"] == "fp8_dynamic":
+        return {"num_bits": 8, "type": "float", "symmetric": True, "strategy": "channel", "group_size": None,
+                "dynamic": False, "actorder": None, "observer": "minmax"}
     return {"num_bits": 4, "type": "int", "symmetric": True, "strategy": "group",
             "group_size": variant["QUANT_GROUP_SIZE"], "dynamic": False, "actorder": None, "observer": "minmax"}
 
 
+def activation_scheme(variant) -> dict | None:
+    """FP8 dynamic: each token's activations cast to FP8 with a scale computed at run time (W8A8)."""
+    if variant["QUANT"] == "fp8_dynamic":
+        return {"num_bits": 8, "type": "float", "symmetric": True, "strategy": "token", "group_size": None,
+                "dynamic": True, "actorder": None, "observer": None}
+    return None
+
+
+def _group(variant) -> dict:
+    g = {"targets": targets(variant), "weights": weight_scheme(variant)}
+    if activation_scheme(variant):
+        g["input_activations"] = activation_scheme(variant)
+    return g
+
+
 def dummy_quantization_config(variant, arch_config: dict) -> dict:
-    """compressed-tensors W4A16 config as llm-compressor writes it (format pack-quantized)."""
+    """compressed-tensors config as llm-compressor writes it for the variant's scheme."""
+    fmt = FORMATS[variant["QUANT"]]
     return {
         "quant_method": "compressed-tensors",
-        "format": "pack-quantized",
+        "format": fmt,
         "quantization_status": "compressed",
         "config_groups": {"group_0": {"targets": targets(variant), "weights": weight_scheme(variant),
-                                      "input_activations": None, "output_activations": None,
-                                      "format": "pack-quantized"}},
-        "ignore": list(ALWAYS_IGNORE),
+                                      "input_activations": activation_scheme(variant), "output_activations": None,
+                                      "format": fmt}},
+        "ignore": ignore(variant),
         "kv_cache_scheme": None,
     }
 
 
 def recipe(variant) -> dict:
-    """llm-compressor recipe: AWQ smoothing (mappings inferred per architecture; for Qwen3.5 the
-    hybrid mappings, whose linear_attn and q/k/v entries are skipped when nothing they balance is
-    targeted), then W4A16 group quantization of exactly `targets`, minus ALWAYS_IGNORE."""
-    if variant["QUANT"] != "awq_w4a16":
+    """llm-compressor recipe. awq_w4a16: AWQ smoothing (mappings inferred per architecture; for Qwen3.5
+    the hybrid mappings, whose linear_attn and q/k/v entries are skipped when nothing they balance is
+    targeted), then W4A16 group quantization of exactly `targets`, minus `ignore`. fp8_dynamic: the
+    quantization step alone (per-channel FP8 weights, per-token dynamic FP8 activations)."""
+    if variant["QUANT"] not in FORMATS:
         raise ValueError(f"no recipe for QUANT={variant['QUANT']}")
-    return {"quant_stage": {"quant_modifiers": {
-        "AWQModifier": {"duo_scaling": True, "n_grid": variant["QUANT_N_GRID"]},
-        "QuantizationModifier": {
-            "ignore": list(ALWAYS_IGNORE),
-            "config_groups": {"group_0": {"targets": targets(variant), "weights": weight_scheme(variant)}},
-        },
-    }}}
+    mods = {}
+    if variant["QUANT"] == "awq_w4a16":
+        mods["AWQModifier"] = {"duo_scaling": True, "n_grid": variant["QUANT_N_GRID"]}
+    mods["QuantizationModifier"] = {"ignore": ignore(variant), "config_groups": {"group_0": _group(variant)}}
+    return {"quant_stage": {"quant_modifiers": mods}}
 
 
 def recipe_yaml(variant) -> str:

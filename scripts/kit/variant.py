@@ -192,7 +192,9 @@ class Variant:
     # -- weights ----------------------------------------------------------------------------
     @property
     def weights_tag(self) -> str:
-        tag = "bf16" if self["QUANT"] == "none" else f"awq-w4a16-g{self['QUANT_GROUP_SIZE']}-{self['QUANT_SCOPE']}"
+        q = self["QUANT"]
+        tag = ("bf16" if q == "none" else f"fp8-dynamic-{self['QUANT_SCOPE']}" if q == "fp8_dynamic"
+               else f"awq-w4a16-g{self['QUANT_GROUP_SIZE']}-{self['QUANT_SCOPE']}")
         return ("dummy-" + tag) if self["WEIGHTS"] == "dummy" else tag
 
     @property
@@ -366,6 +368,9 @@ def _validate(v: Variant, schema: dict) -> None:
         if max(k for _, _, k in sched) != c["SPEC_K"]:
             raise KitError(f"{where('SPEC_SCHEDULE')}: largest K in {c['SPEC_SCHEDULE']} must equal "
                            f"SPEC_K={c['SPEC_K']} (vLLM sizes the drafter by SPEC_K)")
+    if c["QUANT"] != "none" and c.get("SERVE_QUANTIZATION"):
+        raise KitError(f"{where('SERVE_QUANTIZATION')}: SERVE_QUANTIZATION={c['SERVE_QUANTIZATION']} with QUANT={c['QUANT']}: "
+                       "a checkpoint made by `make quantize` carries its own scheme; use one or the other")
     if c["WEIGHTS"] == "dummy" and not c["ARCH_CONFIG"]:
         raise KitError(f"{where('WEIGHTS')}: WEIGHTS=dummy needs ARCH_CONFIG (the architecture's config.json)")
     if c["ARCH_CONFIG"] and not (ROOT / c["ARCH_CONFIG"]).is_file():

@@ -1,0 +1,235 @@
+"""`make gemm VARIANT=...`: each linear layer of VARIANT's architecture timed alone, per kernel and batch
+size M, against its byte floor; one `gemm` record (schemas/payloads/gemm.schema.json).
+
+Why: decode at a few sequences is bounded by how fast each GEMM reads its weights. A step's GEMM time is
+the sum over the layers a token meets, so a kernel that reads half the bytes but reaches a third of the
+bandwidth loses (issue 29: W4A16 on Marlin lost to BF16 at MTP's 5-token verify on an H100). This puts
+a number on each kernel and shape.
+
+How: the layers are vLLM's own (ReplicatedLinear with the kit's compressed-tensors configs, or vLLM's
+online FP8 config), filled with random values, prepared by vLLM's process_weights_after_loading, so the
+kernel is the one `make serve` gets (the record names it). Each measurement replays a CUDA graph that
+calls enough copies of the layer to stream >= 256 MB of weights (no copy stays in L2), timed with CUDA
+events, median of the replays. The floor divides the GEMM's fewest bytes (scripts/kit/gemm.py) by a
+device-to-device copy measured in the same run. Needs a CUDA GPU and vLLM; `--dry-run` prints the plan.
+
+    python -m scripts.gemm --variant qwen3.5-4b-bf16 --m 1,2,4,5,8
+    python -m scripts.gemm --variant qwen3-4b-bf16 --kernels bf16,fp8,w4a16_g32 --dry-run
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+from scripts.kit import gemm
+from scripts.kit.errors import KitError, run_main
+from scripts.kit.paths import ROOT
+from scripts.kit.record import make_record, write_record
+from scripts.kit.variant import load
+from scripts.serve import add_variant_args
+
+STREAM_BYTES = 256 * 2**20  # weights streamed per graph replay: 5x the H100's 50 MB L2
+
+
+def _quant_config(kernel: str, prefix: str):
+    """vLLM's quantization config for a kernel, built the way a served checkpoint builds it."""
+    if kernel == "bf16":
+        return None
+    if kernel == "fp8_online":
+        from vllm.model_executor.layers.quantization.fp8 import Fp8Config
+        return Fp8Config(is_checkpoint_fp8_serialized=False, activation_scheme="dynamic")
+    from vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors import CompressedTensorsConfig
+    from scripts.kit.quant import dummy_quantization_config
+    if kernel == "fp8":
+        quant = {"QUANT": "fp8_dynamic", "QUANT_SCOPE": "linear", "QUANT_GROUP_SIZE": 32}
+    else:
+        quant = {"QUANT": "awq_w4a16", "QUANT_SCOPE": "linear", "QUANT_GROUP_SIZE": gemm.KERNELS[kernel]["group"]}
+    return CompressedTensorsConfig.from_config(dummy_quantization_config(quant, {}))
+
+
+def _fill(layer, n: int, k: int, gen) -> None:
+    """Random values in every parameter (meta ones materialized), then vLLM's own repacking."""
+    import torch
+    for name, p in list(layer.named_parameters(recurse=False)):
+        shape, dtype = p.shape, p.dtype
+        if dtype == torch.int32:
+            data = torch.randint(-2**31, 2**31 - 1, shape, dtype=torch.int32, device="cuda", generator=gen)
+        elif dtype == torch.int64:  # compressed-tensors' weight_shape
+            data = torch.tensor([n, k], dtype=torch.int64, device="cuda")
+        elif "scale" in name:
+            data = (torch.rand(shape, device="cuda", generator=gen) * 0.01 + 1e-3).to(dtype)
+        else:
+            data = (torch.randn(shape, device="cuda", generator=gen) * 0.02).to(dtype)
+        if p.device.type == "meta":
+            setattr(layer, name, torch.nn.Parameter(data, requires_grad=False))
+        else:
+            p.data.copy_(data)
+    layer.quant_method.process_weights_after_loading(layer)
+
+
+def _backend(layer) -> str:
+    qm = layer.quant_method
+    for obj in (getattr(getattr(qm, "scheme", None), "kernel", None), getattr(getattr(qm, "scheme", None), "fp8_linear", None),
+                getattr(qm, "fp8_linear", None), getattr(qm, "kernel", None), qm):
+        if obj is not None:
+            return type(obj).__name__
+    return type(qm).__name__
+
+
+def _time_layer(kernel: str, shape: dict, ms_list: list[int], reps: int, gen) -> tuple[list[dict], str]:
+    import torch
+    from vllm.model_executor.layers.linear import ReplicatedLinear
+    n, k = shape["n"], shape["k"]
+    wbytes = gemm.gemm_bytes(kernel, n, k, 0)
+    copies = max(2, min(64, -(-STREAM_BYTES // wbytes)))
+    # A prefix no scheme ignores (the AWQ scheme ignores linear_attn.*): every shape gets the kernel under test.
+    prefix = "model.layers.0.gemm_bench"
+    layers = []
+    for _ in range(copies):
+        with torch.device("cuda"):
+            lin = ReplicatedLinear(k, n, bias=False, params_dtype=torch.bfloat16, quant_config=_quant_config(kernel, prefix),
+                                   prefix=prefix, return_bias=False, disable_tp=True)
+        _fill(lin, n, k, gen)
+        layers.append(lin)
+    rows = []
+    for m in ms_list:
+        x = torch.randn(m, k, dtype=torch.bfloat16, device="cuda", generator=gen)
+        # Warm-up outside the graph: autotuners and lazy inits run here, not in the capture.
+        for lin in layers[:2]:
+            lin(x)
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            outs = [lin(x) for lin in layers]
+        for _ in range(3):
+            graph.replay()
+        times = []
+        for _ in range(reps):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record(); graph.replay(); b.record(); b.synchronize()
+            times.append(a.elapsed_time(b) / copies)
+        if any(tuple(o.shape) != (m, n) for o in outs):
+            raise KitError(f"{kernel} {shape['layer']}: output shape {tuple(outs[0].shape)}, expected {(m, n)}")
+        rows.append({"m": m, "ms": round(statistics.median(times), 5),
+                     "ms_spread": [round(min(times), 5), round(max(times), 5)], "copies": copies})
+        del graph, outs
+    backend = _backend(layers[0])
+    del layers
+    torch.cuda.empty_cache()
+    return rows, backend
+
+
+def copy_gbps() -> float:
+    """Device-to-device copy of 1 GiB, bytes read + written, median of 10 (the floor's bandwidth)."""
+    import torch
+    src = torch.empty(2**30, dtype=torch.uint8, device="cuda").random_()
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    times = []
+    for _ in range(10):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record(); dst.copy_(src); b.record(); b.synchronize()
+        times.append(a.elapsed_time(b))
+    return round(2 * src.numel() / (statistics.median(times) * 1e-3) / 1e9, 1)
+
+
+def _init_vllm():
+    """A one-process vLLM context (config, TP group of 1), as its own kernel tests build one. No model:
+    the model config is a stand-in holding the dtype, all that the online FP8 method reads of it."""
+    import tempfile
+    import types
+    import torch
+    from vllm.config import VllmConfig, set_current_vllm_config
+    from vllm.distributed.parallel_state import init_distributed_environment, initialize_model_parallel
+    torch.set_default_dtype(torch.bfloat16)  # as the engine sets it to the model's dtype before building layers
+    cfg = VllmConfig()
+    object.__setattr__(cfg, "model_config", types.SimpleNamespace(dtype=torch.bfloat16))
+    ctx = set_current_vllm_config(cfg)
+    ctx.__enter__()
+    init_distributed_environment(world_size=1, rank=0, local_rank=0,
+                                 distributed_init_method=f"file://{tempfile.mktemp(prefix='kit-gemm-')}", backend="nccl")
+    initialize_model_parallel(1, 1)
+    return ctx
+
+
+def plan(v, kernels: list[str], ms: list[int]) -> list[dict]:
+    if not v["ARCH_CONFIG"]:
+        raise KitError(f"variant {v.name} has no ARCH_CONFIG: `make gemm` reads the layer shapes from it")
+    arch = json.loads((ROOT / v["ARCH_CONFIG"]).read_text())
+    shapes = gemm.layer_shapes(arch)
+    return [{"kernel": kn, **s} for kn in kernels for s in shapes] + \
+        [{"kernel": "bf16", **gemm.lm_head_shape(arch)}]
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="make gemm", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_variant_args(p)
+    p.add_argument("--kernels", default=",".join(gemm.KERNELS),
+                   help="comma list of " + ", ".join(f"{k} ({s['desc']})" for k, s in gemm.KERNELS.items()))
+    p.add_argument("--m", default="1,2,4,5,8", help="batch sizes (tokens a step): 1 one sequence, 1+K an MTP verify")
+    p.add_argument("--reps", type=int, default=50, help="timed graph replays per shape and M (median kept)")
+    p.add_argument("--dry-run", action="store_true", help="print the shapes, bytes and plan; time nothing")
+    a = p.parse_args(argv)
+    v = load(a.variant, a.set)
+    kernels = [k for k in a.kernels.split(",") if k]
+    bad = [k for k in kernels if k not in gemm.KERNELS]
+    if bad:
+        raise KitError(f"--kernels: unknown {', '.join(bad)} (known: {', '.join(gemm.KERNELS)})")
+    try:
+        ms = sorted({int(x) for x in a.m.split(",")})
+    except ValueError:
+        raise KitError(f"--m {a.m!r}: a comma list of positive integers") from None
+    if not ms or ms[0] < 1:
+        raise KitError(f"--m {a.m!r}: a comma list of positive integers")
+    todo = plan(v, kernels, ms)
+    if a.dry_run:
+        for t in todo:
+            print(f"{t['kernel']:18} {t['layer']:26} N={t['n']:6} K={t['k']:5} x{t['count']:2}  "
+                  f"{gemm.gemm_bytes(t['kernel'], t['n'], t['k'], 1) / 1e6:8.2f} MB at M=1")
+        return 0
+    import torch
+    if not torch.cuda.is_available():
+        raise KitError("make gemm times CUDA kernels: no CUDA GPU here (--dry-run prints the plan)")
+    t0 = time.time()
+    _init_vllm()
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    bw = copy_gbps()
+    rows, errors, backends = [], {}, {}
+    from tqdm import tqdm
+    for t in tqdm(todo, desc="gemm", unit="shape", file=sys.stderr):
+        if t["kernel"] in errors:
+            continue
+        # Machete is vLLM's pick for group 128 on Hopper; its Marlin twin disables it for the same layers.
+        os.environ["VLLM_DISABLED_KERNELS"] = "MacheteLinearKernel" if t["kernel"] == "w4a16_g128_marlin" else ""
+        try:
+            timed, backend = _time_layer(t["kernel"], t, ms, a.reps, gen)
+        except Exception as e:  # noqa: BLE001 - one kernel vLLM cannot build here must not hide the others
+            errors[t["kernel"]] = f"{type(e).__name__}: {e}"[:500]
+            print(f"gemm: {t['kernel']} failed on {t['layer']}: {errors[t['kernel']]}", file=sys.stderr)
+            continue
+        backends[t["kernel"]] = backend
+        for r in timed:
+            nbytes = gemm.gemm_bytes(t["kernel"], t["n"], t["k"], r["m"])
+            fl = gemm.floor_ms(nbytes, bw)
+            rows.append({"kernel": t["kernel"], "backend": backend, "layer": t["layer"], "n": t["n"], "k": t["k"],
+                         "count": t["count"], "bytes": nbytes, "floor_ms": round(fl, 5),
+                         "pct_of_floor": round(100 * fl / r["ms"], 1), **r})
+    payload = {"copy_gbps": bw, "m": ms, "kernels": {k: gemm.KERNELS[k]["desc"] for k in kernels},
+               "backends": backends, "errors": errors, "rows": rows,
+               "step": gemm.step_totals([r for r in rows if r["layer"] != "lm_head"]),
+               "device_name": torch.cuda.get_device_name(), "wall_s": round(time.time() - t0, 1)}
+    path = write_record(make_record("gemm", v, payload, started=t0))
+    print(f"record: {path}", file=sys.stderr)
+    print(f"{'kernel':18} {'M':>2} {'GEMM ms/step':>12} {'floor':>7} {'% floor':>7}")
+    for s in payload["step"]:
+        print(f"{s['kernel']:18} {s['m']:2} {s['ms']:12.3f} {s['floor_ms']:7.3f} {s['pct_of_floor']:7.1f}")
+    return 1 if errors and not rows else 0
+
+
+if __name__ == "__main__":
+    run_main(main)

@@ -1,0 +1,89 @@
+"""The target's linear layers as decode runs them: shapes, bytes and floors (pure; no torch).
+
+Decode at a few sequences is a string of GEMMs with M = tokens in the step (1 at one sequence, 1+K when
+MTP verifies K drafts) against weights read once per step. Each GEMM's floor is its bytes (weights with
+their scales, the activations in, the output out) over the device's copy bandwidth; `make gemm`
+(scripts/gemm.py) times each kernel against that floor, and the step's GEMM share is the sum over the
+layers a token goes through.
+
+    from scripts.kit.gemm import layer_shapes, gemm_bytes
+    layer_shapes(json.load(open("weights/configs/qwen3.5-4b.json")))
+"""
+from __future__ import annotations
+
+# kernel -> how its weights are stored: bits a weight, bytes of scale per group of `group` weights
+# (None: one scale per output channel, or per tensor for online FP8), and the activations' width.
+KERNELS = {
+    "bf16": {"bits": 16, "group": None, "scale_bytes": 0, "desc": "16-bit weights (cuBLAS)"},
+    "fp8": {"bits": 8, "group": None, "scale_bytes": 4, "desc": "compressed-tensors FP8 dynamic: "
+            "per-channel weight scales, per-token FP8 activations (the fp8_dynamic checkpoint)"},
+    "fp8_online": {"bits": 8, "group": None, "scale_bytes": 4, "desc": "vLLM's online FP8 (SERVE_QUANTIZATION=fp8): "
+                   "one weight scale a tensor, activations cast per tensor"},
+    "w4a16_g32": {"bits": 4, "group": 32, "scale_bytes": 2, "desc": "W4A16 group 32 (vLLM picks Marlin)"},
+    "w4a16_g128": {"bits": 4, "group": 128, "scale_bytes": 2, "desc": "W4A16 group 128 (vLLM picks Machete on Hopper)"},
+    "w4a16_g128_marlin": {"bits": 4, "group": 128, "scale_bytes": 2,
+                          "desc": "W4A16 group 128 with Machete disabled (Marlin)"},
+}
+
+
+def layer_shapes(arch: dict) -> list[dict]:
+    """Every distinct Linear a decoded token passes through, as (N out, K in) with how many such layers
+    a token meets. Merged projections are one GEMM, as vLLM runs them (gate+up, q+k+v, GDN's q+k+v+z and
+    b+a). The lm_head is listed apart (16-bit in every kit scheme)."""
+    t = arch.get("text_config", arch)
+    h, inter, n_layers = t["hidden_size"], t["intermediate_size"], t["num_hidden_layers"]
+    hd = t.get("head_dim") or h // t["num_attention_heads"]
+    q = t["num_attention_heads"] * hd * (2 if t.get("attn_output_gate") else 1)
+    kv = 2 * t["num_key_value_heads"] * hd
+    interval = t.get("full_attention_interval")
+    n_full = n_layers // interval if interval and "linear_num_value_heads" in t else n_layers
+    out = [{"layer": "mlp.gate_up_proj", "n": 2 * inter, "k": h, "count": n_layers},
+           {"layer": "mlp.down_proj", "n": h, "k": inter, "count": n_layers},
+           {"layer": "self_attn.qkv_proj", "n": q + kv, "k": h, "count": n_full},
+           {"layer": "self_attn.o_proj", "n": h, "k": t["num_attention_heads"] * hd, "count": n_full}]
+    if n_full < n_layers:  # Qwen3.5's Gated DeltaNet layers
+        key = t["linear_num_key_heads"] * t["linear_key_head_dim"]
+        val = t["linear_num_value_heads"] * t["linear_value_head_dim"]
+        n_lin = n_layers - n_full
+        out += [{"layer": "linear_attn.in_proj_qkvz", "n": 2 * key + 2 * val, "k": h, "count": n_lin},
+                {"layer": "linear_attn.in_proj_ba", "n": 2 * t["linear_num_value_heads"], "k": h, "count": n_lin},
+                {"layer": "linear_attn.out_proj", "n": h, "k": val, "count": n_lin}]
+    return out
+
+
+def lm_head_shape(arch: dict) -> dict:
+    t = arch.get("text_config", arch)
+    return {"layer": "lm_head", "n": t["vocab_size"], "k": t["hidden_size"], "count": 1}
+
+
+def gemm_bytes(kernel: str, n: int, k: int, m: int) -> int:
+    """Fewest bytes one GEMM moves: the weights and their scales once, 16-bit activations in and out."""
+    spec = KERNELS[kernel]
+    weights = n * k * spec["bits"] // 8
+    groups = n * (k // spec["group"]) if spec["group"] else n
+    return weights + groups * spec["scale_bytes"] + 2 * m * k + 2 * m * n
+
+
+def floor_ms(nbytes: int, copy_gbps: float) -> float:
+    """Time to move nbytes at the measured device-to-device copy rate (GB/s, read + write counted)."""
+    return nbytes / (copy_gbps * 1e9) * 1e3
+
+
+def step_totals(rows: list[dict]) -> list[dict]:
+    """Per kernel and M, the GEMM time and floor of one decode step over the layers (each shape's ms x
+    how many layers a token meets); rows are `make gemm`'s measured rows."""
+    acc: dict = {}
+    for r in rows:
+        if r.get("ms") is None:
+            continue
+        a = acc.setdefault((r["kernel"], r["m"]), {"kernel": r["kernel"], "m": r["m"], "ms": 0.0, "floor_ms": 0.0,
+                                                   "bytes": 0})
+        a["ms"] += r["ms"] * r["count"]
+        a["floor_ms"] += r["floor_ms"] * r["count"]
+        a["bytes"] += r["bytes"] * r["count"]
+    out = []
+    for a in sorted(acc.values(), key=lambda x: (x["kernel"], x["m"])):
+        a["pct_of_floor"] = round(100 * a["floor_ms"] / a["ms"], 1) if a["ms"] else None
+        a["ms"], a["floor_ms"] = round(a["ms"], 4), round(a["floor_ms"], 4)
+        out.append(a)
+    return out

@@ -1,0 +1,91 @@
+"""`make gemm`'s CPU side: the layer shapes against the real architectures as transformers builds them, the
+byte floors, the step sums, and the entry point's plan and refusals. The timing itself needs a CUDA GPU."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from scripts.kit import gemm
+from scripts.kit.paths import ROOT
+
+
+def _linear_params(arch_name: str) -> int:
+    """Weights of every decoder nn.Linear transformers builds for the architecture (on the meta device),
+    lm_head, vision tower and MTP left out."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    arch = json.loads((ROOT / "weights" / "configs" / f"{arch_name}.json").read_text())
+    config = transformers.AutoConfig.for_model(**arch)
+    cls = getattr(transformers, arch["architectures"][0])
+    with torch.device("meta"):
+        model = cls._from_config(config)
+    return sum(m.weight.numel() for name, m in model.named_modules()
+               if isinstance(m, torch.nn.Linear) and "lm_head" not in name and "visual" not in name and "mtp" not in name)
+
+
+@pytest.mark.parametrize("arch_name", ["qwen3-4b", "qwen3.5-4b"])
+def test_shapes_cover_every_decoder_linear_of_the_real_architecture(arch_name):
+    arch = json.loads((ROOT / "weights" / "configs" / f"{arch_name}.json").read_text())
+    shapes = gemm.layer_shapes(arch)
+    assert sum(s["n"] * s["k"] * s["count"] for s in shapes) == _linear_params(arch_name)
+    t = arch.get("text_config", arch)
+    assert gemm.lm_head_shape(arch) == {"layer": "lm_head", "n": t["vocab_size"], "k": t["hidden_size"], "count": 1}
+    # Every layer has one MLP; Qwen3.5 splits the rest between full attention and Gated DeltaNet.
+    by = {s["layer"]: s["count"] for s in shapes}
+    assert by["mlp.down_proj"] == t["num_hidden_layers"]
+    assert by["self_attn.o_proj"] + by.get("linear_attn.out_proj", 0) == t["num_hidden_layers"]
+
+
+def test_bytes_and_floor():
+    n, k = 4096, 2048
+    assert gemm.gemm_bytes("bf16", n, k, 1) == n * k * 2 + 2 * k + 2 * n
+    assert gemm.gemm_bytes("fp8", n, k, 1) == n * k + 4 * n + 2 * k + 2 * n
+    # 4-bit weights: half a byte each, one 2-byte scale per 32 weights.
+    assert gemm.gemm_bytes("w4a16_g32", n, k, 5) == n * k // 2 + n * (k // 32) * 2 + 2 * 5 * k + 2 * 5 * n
+    assert gemm.gemm_bytes("w4a16_g128", n, k, 1) < gemm.gemm_bytes("w4a16_g32", n, k, 1)
+    assert gemm.floor_ms(3_000_000_000, 3000.0) == pytest.approx(1.0)
+
+
+def test_step_totals_weight_each_shape_by_its_layers():
+    rows = [{"kernel": "bf16", "m": 1, "layer": "a", "count": 3, "ms": 0.1, "floor_ms": 0.05, "bytes": 100},
+            {"kernel": "bf16", "m": 1, "layer": "b", "count": 1, "ms": 0.2, "floor_ms": 0.2, "bytes": 50},
+            {"kernel": "bf16", "m": 5, "layer": "a", "count": 3, "ms": 0.2, "floor_ms": 0.05, "bytes": 120}]
+    s = {(x["kernel"], x["m"]): x for x in gemm.step_totals(rows)}
+    assert s[("bf16", 1)]["ms"] == pytest.approx(0.5) and s[("bf16", 1)]["floor_ms"] == pytest.approx(0.35)
+    assert s[("bf16", 1)]["bytes"] == 350 and s[("bf16", 1)]["pct_of_floor"] == pytest.approx(70.0)
+    assert s[("bf16", 5)]["ms"] == pytest.approx(0.6)
+
+
+def _gemm(*args):
+    return subprocess.run([sys.executable, "-m", "scripts.gemm", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_dry_run_plans_every_kernel_and_shape():
+    r = _gemm("--variant", "qwen3.5-4b-bf16", "--kernels", "bf16,fp8,w4a16_g32", "--dry-run")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert len(lines) == 3 * 7 + 1  # 7 Qwen3.5 shapes per kernel, and the 16-bit lm_head once
+    assert any(line.startswith("w4a16_g32") and "linear_attn.in_proj_qkvz" in line and "N= 12288" in line for line in lines)
+
+
+def test_bad_input_is_refused_with_the_flag_named():
+    r = _gemm("--variant", "qwen3.5-4b-bf16", "--kernels", "bf16,marlin", "--dry-run")
+    assert r.returncode == 2 and "--kernels: unknown marlin" in r.stderr, r.stderr
+    r = _gemm("--variant", "qwen3.5-4b-bf16", "--m", "0,1", "--dry-run")
+    assert r.returncode == 2 and "--m" in r.stderr, r.stderr
+    r = _gemm("--variant", "tiny", "--dry-run")
+    assert r.returncode == 2 and "ARCH_CONFIG" in r.stderr, r.stderr
+
+
+def test_no_gpu_is_one_clear_error_and_no_record(tmp_path):
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA GPU is here")
+    before = sorted((ROOT / "results").glob("qwen3-4b-bf16/*-gemm*.json"))
+    r = _gemm("--variant", "qwen3-4b-bf16", "--kernels", "bf16", "--m", "1")
+    assert r.returncode == 2 and "no CUDA GPU" in r.stderr, r.stderr
+    assert sorted((ROOT / "results").glob("qwen3-4b-bf16/*-gemm*.json")) == before
