@@ -489,7 +489,8 @@ for c in (1, 8, 8, 3, 8):
     done; done ;;
   fp8)  # issue 29 [PHASE...]: q35 (Qwen3.5: BF16 vs FP8 checkpoint + -dvg patches vs vLLM's online FP8 + the same, at the
     # published and pessimistic rates, then the step at acceptance 0, each cross-checked with `vllm bench serve`),
-    # q3 (Qwen3-4B: BF16 vs the FP8 checkpoint, with and without its DFlash drafter).
+    # q3 (Qwen3-4B: BF16 vs the FP8 checkpoint, with and without its DFlash drafter), gemm (`make gemm` of both
+    # architectures: every kernel per shape and M against its floor), q35b (-dvg on BF16 vs AWQ W4A16 vs FP8 weights).
     # FP8 servers use dummy weights with the FP8 checkpoint's quantization_config (vLLM builds the same W8A8 FP8
     # layers as for a real checkpoint). 12 GiB of KV a Qwen3.5 server: three resident (~64 of 80 GB); at 6 GiB
     # -dvg held 18 requests of c=32 (20261126T0904Z), so 12 GiB holds the level. 256 sequences, as -dvg's records.
@@ -500,6 +501,19 @@ for c in (1, 8, 8, 3, 8):
     c35() { local pb=$1 b=$2; shift 2; bash "$0" cmp 8100 "$pb" $A "$b" $(m $kv12) --set "$S" --set-a PORT=8100 \
       --set-b PORT="$pb" "$@" --requests 8; }
     phases=" ${*:2} "; [ "$phases" = "  " ] && phases=" q35 q3 "
+    if [[ "$phases" == *" gemm "* ]]; then  # alone on the GPU, before any server starts
+      step python3 -m scripts.gemm --variant qwen3.5-4b-bf16 --set WEIGHTS=dummy
+      step python3 -m scripts.gemm --variant qwen3-4b-bf16 --set WEIGHTS=dummy --kernels bf16,fp8,fp8_online,w4a16_g32,w4a16_g32_kit
+    fi
+    if [[ "$phases" == *" q35b "* ]]; then  # the three -dvg targets, one session: BF16, AWQ W4A16 (Marlin), FP8
+      D=qwen3.5-4b-bf16-tuned-dvg; Q=qwen3.5-4b-awq-dvg
+      step python3 -m scripts.kit draft-vocab --variant $D --set WEIGHTS=dummy
+      for s in "d 8120 $D" "w 8122 $Q" "f 8124 $F"; do set -- $s; bash "$0" up "$1" "$2" $kv12 "$3" --set "$S" --set SPEC_ACCEPTANCE=$R; done
+      end=$((SECONDS + 900)); for p in 8120 8122 8124; do bash "$0" ready $((end > SECONDS ? end - SECONDS : 1)) $p; done
+      for s in "8122 $Q" "8124 $F"; do set -- $s; bash "$0" ready 5 8120 "$1" && bash "$0" cmp 8120 "$1" $D "$2" $(m $kv12) \
+        --set "$S" --set SPEC_ACCEPTANCE=$R --set-a PORT=8120 --set-b PORT="$1" --concurrency 1,8 --requests 8; done
+      bash "$0" down d w f
+    fi
     if [[ "$phases" == *" q35 "* ]]; then
       step python3 -m scripts.kit draft-vocab --variant $F --set WEIGHTS=dummy
       bash "$0" up a 8100 $kv12 $A --set "$S"

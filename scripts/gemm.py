@@ -72,6 +72,9 @@ def _fill(layer, n: int, k: int, gen) -> None:
 
 
 def _backend(layer) -> str:
+    if isinstance(layer, _KitW4A16):
+        from scripts._w4a16_kernel import plan
+        return "kit Triton split-K " + json.dumps(plan(layer.packed.shape[0], layer.packed.shape[1] * 8, layer.group))
     qm = layer.quant_method
     for obj in (getattr(getattr(qm, "scheme", None), "kernel", None), getattr(getattr(qm, "scheme", None), "fp8_linear", None),
                 getattr(qm, "fp8_linear", None), getattr(qm, "kernel", None), qm):
@@ -80,12 +83,31 @@ def _backend(layer) -> str:
     return type(qm).__name__
 
 
-def _time_layer(kernel: str, shape: dict, ms_list: list[int], reps: int, gen) -> tuple[list[dict], str]:
+class _KitW4A16:
+    """The kit's Triton kernel on compressed-tensors' own int4 layout, as a callable layer."""
+
+    def __init__(self, n: int, k: int, group: int, gen):
+        import torch
+        self.group = group
+        self.packed = torch.randint(-2**31, 2**31 - 1, (n, k // 8), dtype=torch.int32, device="cuda", generator=gen)
+        self.scale = (torch.rand(n, k // group, device="cuda", generator=gen) * 0.01 + 1e-3).to(torch.bfloat16)
+
+    def __call__(self, x):
+        from scripts._w4a16_kernel import w4a16_matmul
+        return w4a16_matmul(x, self.packed, self.scale, self.group)
+
+    def rel_err(self, x) -> float:
+        """Against the float64 dequant-matmul, on the GPU's own bf16 path (Triton's CPU interpreter has no bf16)."""
+        from scripts._w4a16_kernel import reference
+        ref = reference(x, self.packed, self.scale, self.group)
+        return float((self(x).double() - ref).norm() / ref.norm())
+
+
+def _layers(kernel: str, n: int, k: int, copies: int, gen) -> list:
     import torch
     from vllm.model_executor.layers.linear import ReplicatedLinear
-    n, k = shape["n"], shape["k"]
-    wbytes = gemm.gemm_bytes(kernel, n, k, 0)
-    copies = max(2, min(64, -(-STREAM_BYTES // wbytes)))
+    if kernel.endswith("_kit"):
+        return [_KitW4A16(n, k, gemm.KERNELS[kernel]["group"], gen) for _ in range(copies)]
     # A prefix no scheme ignores (the AWQ scheme ignores linear_attn.*): every shape gets the kernel under test.
     prefix = "model.layers.0.gemm_bench"
     layers = []
@@ -95,9 +117,21 @@ def _time_layer(kernel: str, shape: dict, ms_list: list[int], reps: int, gen) ->
                                    prefix=prefix, return_bias=False, disable_tp=True)
         _fill(lin, n, k, gen)
         layers.append(lin)
+    return layers
+
+
+def _time_layer(kernel: str, shape: dict, ms_list: list[int], reps: int, gen) -> tuple[list[dict], str]:
+    import torch
+    n, k = shape["n"], shape["k"]
+    wbytes = gemm.gemm_bytes(kernel, n, k, 0)
+    copies = max(2, min(64, -(-STREAM_BYTES // wbytes)))
+    layers = _layers(kernel, n, k, copies, gen)
     rows = []
     for m in ms_list:
         x = torch.randn(m, k, dtype=torch.bfloat16, device="cuda", generator=gen)
+        err = layers[0].rel_err(x) if isinstance(layers[0], _KitW4A16) else None
+        if err is not None and not err < 1e-2:  # correct first: a wrong kernel's time is no number
+            raise KitError(f"{kernel} {shape['layer']} M={m}: relative error {err:.2e} against the float64 reference")
         # Warm-up outside the graph: autotuners and lazy inits run here, not in the capture.
         for lin in layers[:2]:
             lin(x)
@@ -115,7 +149,8 @@ def _time_layer(kernel: str, shape: dict, ms_list: list[int], reps: int, gen) ->
         if any(tuple(o.shape) != (m, n) for o in outs):
             raise KitError(f"{kernel} {shape['layer']}: output shape {tuple(outs[0].shape)}, expected {(m, n)}")
         rows.append({"m": m, "ms": round(statistics.median(times), 5),
-                     "ms_spread": [round(min(times), 5), round(max(times), 5)], "copies": copies})
+                     "ms_spread": [round(min(times), 5), round(max(times), 5)], "copies": copies,
+                     **({"rel_err": float(f"{err:.3g}")} if err is not None else {})})
         del graph, outs
     backend = _backend(layers[0])
     del layers

@@ -23,6 +23,8 @@ KERNELS = {
     "w4a16_g128": {"bits": 4, "group": 128, "scale_bytes": 2, "desc": "W4A16 group 128 (vLLM picks Machete on Hopper)"},
     "w4a16_g128_marlin": {"bits": 4, "group": 128, "scale_bytes": 2,
                           "desc": "W4A16 group 128 with Machete disabled (Marlin)"},
+    "w4a16_g32_kit": {"bits": 4, "group": 32, "scale_bytes": 2,
+                      "desc": "W4A16 group 32, the kit's Triton split-K kernel (scripts/_w4a16_kernel.py)"},
 }
 
 
