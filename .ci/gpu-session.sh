@@ -514,6 +514,24 @@ for c in (1, 8, 8, 3, 8):
         --set "$S" --set SPEC_ACCEPTANCE=$R --set-a PORT=8120 --set-b PORT="$1" --concurrency 1,8 --requests 8; done
       bash "$0" down d w f
     fi
+    if [[ "$phases" == *" q3w "* ]]; then  # q3 and q35b's W4A16 pair in one start (device time): BF16 -dvg and AWQ -dvg
+      # at 6 GiB (c=1,8 only) beside the three Qwen3-4B servers at 4 GiB, ~70 of 80 GB; compared one pair at a time
+      D=qwen3.5-4b-bf16-tuned-dvg; Q=qwen3.5-4b-awq-dvg; kv6=6442450944
+      step python3 -m scripts.kit draft-vocab --variant $D --set WEIGHTS=dummy
+      bash "$0" up d 8120 $kv6 $D --set "$S" --set SPEC_ACCEPTANCE=$R; bash "$0" up w 8122 $kv6 $Q --set "$S" --set SPEC_ACCEPTANCE=$R
+      bash "$0" up q3a 8110 $kv4 qwen3-4b-bf16; bash "$0" up q3f 8112 $kv4 qwen3-4b-fp8
+      bash "$0" up q3d 8114 $kv4 qwen3-4b-fp8-dflash --set SPEC_ACCEPTANCE=$R3
+      end=$((SECONDS + 900)); for p in 8120 8122 8110 8112 8114; do bash "$0" ready $((end > SECONDS ? end - SECONDS : 1)) $p; done
+      nvidia-smi --query-gpu=memory.used,memory.total --format=csv
+      bash "$0" ready 5 8120 8122 && bash "$0" cmp 8120 8122 $D $Q $(m $kv6) --set "$S" --set SPEC_ACCEPTANCE=$R \
+        --set-a PORT=8120 --set-b PORT=8122 --concurrency 1,8 --requests 8
+      bash "$0" ready 5 8110 8114 && bash "$0" cmp 8110 8114 qwen3-4b-bf16 qwen3-4b-fp8-dflash $(m $kv4) --set-a PORT=8110 \
+        --set-b PORT=8114 --set-b SPEC_ACCEPTANCE=$R3 --concurrency 1,8 --requests 8
+      bash "$0" ready 5 8110 8114 && bash "$0" bs 8110 8114 qwen3-4b-bf16 qwen3-4b-fp8-dflash 2
+      bash "$0" ready 5 8110 8112 && bash "$0" cmp 8110 8112 qwen3-4b-bf16 qwen3-4b-fp8 $(m $kv4) --set-a PORT=8110 \
+        --set-b PORT=8112 --concurrency 1,8 --requests 8
+      bash "$0" down d w q3a q3f q3d
+    fi
     if [[ "$phases" == *" q35 "* ]]; then
       step python3 -m scripts.kit draft-vocab --variant $F --set WEIGHTS=dummy
       bash "$0" up a 8100 $kv12 $A --set "$S"

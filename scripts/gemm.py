@@ -182,12 +182,13 @@ def _init_vllm():
     from vllm.distributed.parallel_state import init_distributed_environment, initialize_model_parallel
     torch.set_default_dtype(torch.bfloat16)  # as the engine sets it to the model's dtype before building layers
     cfg = VllmConfig()
-    object.__setattr__(cfg, "model_config", types.SimpleNamespace(dtype=torch.bfloat16))
     ctx = set_current_vllm_config(cfg)
     ctx.__enter__()
     init_distributed_environment(world_size=1, rank=0, local_rank=0,
-                                 distributed_init_method=f"file://{tempfile.mktemp(prefix='kit-gemm-')}", backend="nccl")
-    initialize_model_parallel(1, 1)
+                                 distributed_init_method=f"file://{tempfile.mktemp(prefix='kit-gemm-')}",
+                                 backend="nccl" if torch.cuda.is_available() else "gloo")
+    initialize_model_parallel(1, 1)  # reads model_config, which must still be None here
+    object.__setattr__(cfg, "model_config", types.SimpleNamespace(dtype=torch.bfloat16))
     return ctx
 
 
