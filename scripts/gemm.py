@@ -33,6 +33,7 @@ from scripts.kit.variant import load
 from scripts.serve import add_variant_args
 
 STREAM_BYTES = 256 * 2**20  # weights streamed per graph replay: 5x the H100's 50 MB L2
+_CONTEXT: list = []  # the vLLM config context, held for the process's life
 
 
 def _quant_config(kernel: str, prefix: str):
@@ -189,6 +190,7 @@ def _init_vllm():
                                  backend="nccl" if torch.cuda.is_available() else "gloo")
     initialize_model_parallel(1, 1)  # reads model_config, which must still be None here
     object.__setattr__(cfg, "model_config", types.SimpleNamespace(dtype=torch.bfloat16))
+    _CONTEXT.append(ctx)  # a collected context manager resets the config (the FP8 layers then found none)
     return ctx
 
 
