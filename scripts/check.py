@@ -8,7 +8,9 @@
   4. every summary figure a record keeps raw samples for equals what the samples give (latency
      levels, comparison ratios);
   5. derived files (measurements.json, the README.md and docs/ tables) are fresh.
-  Also (scripts/kit/ledger.py): records match results/ledger.tsv, corrections validate, git_commit is real.
+  Also (scripts/kit/ledger.py): records match results/ledger.tsv, and where git history exists, each record and
+  correction holds its first-committed bytes, none is gone, the ledger only grows; corrections validate,
+  git_commit is real.
 Exit 1 with one line per problem.
 """
 from __future__ import annotations
