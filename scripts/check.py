@@ -7,7 +7,8 @@
      schema, measurements.json against measurements.schema.json); errors name file and JSON path;
   4. every summary figure a record keeps raw samples for equals what the samples give (latency
      levels, comparison ratios);
-  5. derived files (measurements.json, the README.md and docs/ tables) are fresh.
+  5. derived files (measurements.json, the README.md and docs/ tables) are fresh;
+  6. each record's weights/acceptance labels agree with what its own argv or config says (scripts/kit/labels.py).
   Also (scripts/kit/ledger.py): records match results/ledger.tsv, and where git history exists, each record and
   correction holds its first-committed bytes, none is gone, the ledger only grows; corrections validate,
   git_commit is real.
@@ -19,7 +20,7 @@ import argparse
 import json
 import sys
 
-from scripts.kit import ledger
+from scripts.kit import labels, ledger
 from scripts.kit.errors import KitError, run_main
 from scripts.kit.paths import EXPERIMENTS, RESULTS, ROOT
 from scripts.kit.record import load_record
@@ -47,6 +48,7 @@ def problems() -> list[str]:
             if not (EXPERIMENTS / name / need).is_file():
                 out.append(f"experiments/{name}/{need}: missing")
     out += ledger.problems()
+    quantized = labels.quantize_index([json.loads(f.read_text()) for f in sorted(RESULTS.glob("*/*-quantize*.json"))])
     for f in sorted(RESULTS.rglob("*.json")):
         if f.parent == RESULTS / ledger.CORRECTIONS:  # not run records; ledger.problems() checks them
             continue
@@ -59,6 +61,7 @@ def problems() -> list[str]:
             if "schema_version" in rec and "kind" in rec:
                 loaded = load_record(f)
                 out += [f"{f.relative_to(ROOT)}: {m}" for m in record_mismatches(loaded)]
+                out += labels.mismatches(f.relative_to(ROOT).as_posix(), rec, loaded, quantized)
             else:
                 out.append(f"{f.relative_to(ROOT)}: not a run record (no schema_version/kind)")
         except (KitError, json.JSONDecodeError) as e:
