@@ -97,6 +97,25 @@ def test_latency_record_summaries_are_recomputed_from_samples():
     del w
 
 
+def test_latency_record_without_samples_is_held_to_its_repeats():
+    """Issue 30: an old record's repeats edited against their median passed. Every committed record
+    agrees with its repeats; each tamper below is named."""
+    from scripts.kit.paths import RESULTS
+    rec = json.loads((RESULTS / "qwen3-4b-bf16" / "20261123T091447Z-latency.json").read_text())
+    p = rec["payload"]
+    assert "samples" not in p["levels"][0] and L.sample_mismatches(p) == []
+    for edit, want in [
+            (lambda lv: lv["repeats"][0].update(output_tok_per_s=lv["repeats"][0]["output_tok_per_s"] + 40),
+             "concurrency 1: output_tok_per_s.min is 207.93 but its repeats give"),
+            (lambda lv: lv["output_tok_per_s"].update(median=250.0), "output_tok_per_s.median is 250.0 but its repeats give 214.1"),
+            (lambda lv: lv["repeats"][1].update(deviation_pct=9.0), "repeats[1].deviation_pct is 9.0"),
+            (lambda lv: lv.update(goodput_req_per_s=lv["goodput_req_per_s"] * 1.1), "concurrency 1: goodput_req_per_s is"),
+            (lambda lv: lv.update(requests=lv["requests"] + 1), "concurrency 1: requests/failed are")]:
+        t = json.loads(json.dumps(p))
+        edit(t["levels"][0])
+        assert any(m.startswith(want) or want in m for m in L.sample_mismatches(t)), want
+
+
 def test_verdict_needs_the_interval_off_one_and_the_margin():
     assert C.verdict(1.016, 1.004, 1.028, 0.02) == "no difference"  # the A/A run's chance call
     assert C.verdict(1.016, 1.004, 1.028, 0.0) == "b better"

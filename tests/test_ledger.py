@@ -236,3 +236,21 @@ def test_no_history_skips_the_commit_check(repo, capsys):
     assert ledger.problems(repo.root) == []
     err = capsys.readouterr().err
     assert "no .git: records' git_commit not checked" in err and "no .git: records not checked against git history" in err
+
+
+def test_latency_record_without_samples_must_be_older_than_samples(repo):
+    """Issue 30: a made-up latency record with no samples, once in the ledger, reached docs/results.md.
+    Only records git saw before the probe kept samples (ledger.SAMPLES_SINCE; here c1) may lack them."""
+    old = json.loads((RESULTS / "qwen3-4b-bf16" / "20261123T091447Z-latency.json").read_text())
+    put(repo.root, "results/v/20261121T000001Z-latency.json", old)
+    c2 = commit(repo.root, "an old latency record", "2026-11-21T02:00:00Z")
+    put(repo.root, "results/v/20261122T000000Z-latency.json", old)
+    commit(repo.root, "a new one without samples", "2026-11-22T00:00:00Z")
+    put(repo.root, "results/v/20261123T000000Z-latency.json", old)  # not committed
+    rels = [f"results/v/2026112{d}-latency.json" for d in ("1T000001Z", "2T000000Z", "3T000000Z")]
+    assert ledger.unsampled_problems(rels, repo.root, since=c2) == [
+        f"{rels[1]}: keeps no per-request samples, and was first committed after {c2[:12]}, since which the probe keeps them",
+        f"{rels[2]}: keeps no per-request samples, and git has not seen it: a new latency record keeps them "
+        f"(a record without them is not a measurement)"]
+    assert ledger.unsampled_problems(rels[:1], repo.root, since=repo.c0) == [
+        f"{rels[0]}: keeps no per-request samples, and was first committed after {repo.c0[:12]}, since which the probe keeps them"]

@@ -326,6 +326,29 @@ def history_problems(root: Path = ROOT) -> list[str]:
     return out
 
 
+# The commit from which the probe keeps every request's samples in latency records (check-schemas then
+# recomputes their percentiles). A latency record without samples is one git saw before it, or made up.
+SAMPLES_SINCE = "2c2e49bf7cd64a998b01b1a1e1d9c6f5cc81eef2"
+
+
+def unsampled_problems(rels: list[str], root: Path = ROOT, since: str = SAMPLES_SINCE) -> list[str]:
+    """rels: latency records that keep no per-request samples. Each must have been first committed no
+    later than `since` (issue 30: a made-up record with no samples, once in the ledger, reached
+    docs/results.md). Without git history (history_problems says so) nothing is checked."""
+    hist, _ = history(root)
+    if not rels or hist is None:
+        return []
+    firsts = sorted({hist.first[r][0] for r in rels if r in hist.first} | {since})
+    when = _commits(root, firsts)
+    if since not in when:
+        return [f"{since[:12]} (ledger.SAMPLES_SINCE) is not a commit of this repository: latency records without "
+                f"samples cannot be dated"]
+    return [f"{rel}: keeps no per-request samples, and " + (
+            f"was first committed after {since[:12]}, since which the probe keeps them" if rel in hist.first
+            else "git has not seen it: a new latency record keeps them (a record without them is not a measurement)")
+            for rel in rels if rel not in hist.first or when.get(hist.first[rel][0], 0) > when[since]]
+
+
 def correction_problems(root: Path = ROOT) -> list[str]:
     d = root / "results" / CORRECTIONS
     records = set(record_files(root))
