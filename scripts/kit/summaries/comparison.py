@@ -231,11 +231,23 @@ def _why_out(rec: dict) -> str:
     return "measured another config than config.env holds today: " + "; ".join(why)
 
 
+_ROWS: dict = {}
+
+
 def gpu_rows() -> tuple[list[dict], list[dict], list[tuple[str, str]]]:
-    """(GPU rows, CPU rows, [(record, why left out)]) over every comparison record in results/."""
+    """(GPU rows, CPU rows, [(record, why left out)]) over every comparison record in results/; made
+    once per list _comparisons() returns (the report asks ~25 times: README blocks, 16 headlines)."""
+    recs = _comparisons()
+    if _ROWS.get("recs") is not recs:
+        _ROWS.update(recs=recs, rows=_gpu_rows(recs))
+    gpu, cpu, out = _ROWS["rows"]
+    return [dict(r) for r in gpu], [dict(r) for r in cpu], list(out)
+
+
+def _gpu_rows(recs: list) -> tuple[list[dict], list[dict], list[tuple[str, str]]]:
     from scripts.kit.paths import ROOT
     gpu, cpu, out = [], [], []
-    for f, rec in _comparisons():
+    for f, rec in recs:
         rel = str(f.relative_to(ROOT))
         r = row(rel, rec)
         if r["device_kind"] != "gpu":
