@@ -214,7 +214,7 @@ def test_variance_refuses_records_of_two_machines(tmp_path):
 
 
 @pytest.mark.e2e
-def test_real_tiny_server_as_both_sides_writes_a_record_the_checker_recomputes(tiny_server, tmp_path):
+def test_real_tiny_server_as_both_sides_writes_a_record_the_checker_recomputes(tiny_server, tmp_path, monkeypatch):
     """The driver against real vLLM (the shared tiny server as A and B): requests, samples, conditions,
     and a record whose every ratio its samples give back."""
     url = tiny_server.url
@@ -230,6 +230,19 @@ def test_real_tiny_server_as_both_sides_writes_a_record_the_checker_recomputes(t
     # vLLM's request gauges, polled during each pass: some poll saw a request running.
     qs = [x["server_queue"] for x in p["passes"]]
     assert all(q and q["polls"] >= 1 for q in qs) and max(q["running_max"] for q in qs) >= 1
+    # Issue 33: a user's own `make compare A=tiny B=tiny` on a CPU reached README's table of GPU
+    # comparisons. Set beside the committed records, this one goes to the CPU table, labelled as the
+    # user's, and neither the GPU table nor the answer changes.
+    from scripts.kit.paths import RESULTS, ROOT
+    from scripts.kit.summaries import comparison as S
+    committed, answer, gpu_table = S._comparisons(), S.answer_block(), S.readme_table({})
+    mine = RESULTS / "tiny" / "20991231T000000Z-comparison.json"  # where make compare writes it
+    monkeypatch.setattr(S, "_comparisons", lambda: committed + [(mine, rec)])
+    gpu, cpu, _ = S.gpu_rows()
+    assert [r["record"] for r in cpu] == [str(mine.relative_to(ROOT))] and cpu[0]["device_kind"] == "cpu"
+    assert S.readme_table({}) == gpu_table and S.answer_block() == answer
+    block = S.readme_blocks({})[S.CPU_TAG]
+    assert block.startswith("These ran on a CPU: your own runs") and "| `tiny` → itself |" in block
 
 
 def test_conditions_of_a_two_gpu_host_cover_every_gpu():

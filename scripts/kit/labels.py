@@ -9,8 +9,9 @@ but cannot relabel dummy weights real against the record's own `--load-format du
     `--load-format dummy`, acceptance from `--speculative-config` (record.facts_from_argv);
   - else its config (a probe of a server by --url: the caller's config is that server's);
   - a quantized checkpoint whose latest quantize record before it says `random_source`: weights
-    "random", the real checkpoint format holding random values (2026-11-24: four AWQ records said
-    "real" for checkpoints quantized from random weights);
+    "random", the real checkpoint format holding random values, where the record's own server argv
+    loaded it (2026-11-24: four AWQ records said "real" for checkpoints quantized from random
+    weights); a probe of a server by --url could have held another checkpoint: "real" or "random";
   - a quantize record with `random_source`: not "real";
   - tune, sweep and variance records merge their servers' labels (record.facts_from_records): not derived here.
 
@@ -65,11 +66,15 @@ def expected(raw: dict, index: dict) -> tuple[dict[str, set], str]:
         got = {k: got[k] for k in ("weights", "acceptance")}
     else:
         got, src = _from_config(config), "its config"
+    out = {k: {v} for k, v in got.items()}
     if got["weights"] == "real" and config.get("QUANT", "none") != "none":
         before = [rs for utc, rs in index.get(quant_key(config), []) if utc <= raw["provenance"]["utc"]]
         if before and before[-1]:
-            got["weights"], src = "random", src + " and the quantize record of its checkpoint (random source)"
-    return {k: {v} for k, v in got.items()}, src
+            # Its own server's argv names the kit's checkpoint: random. A server probed by --url may have
+            # held another checkpoint, so either label stands there.
+            out["weights"] = {"random"} if src != "its config" else {"real", "random"}
+            src += " and the quantize record of its checkpoint (random source)"
+    return out, src
 
 
 def mismatches(rel: str, raw: dict, corrected: dict, index: dict, root: Path = ROOT) -> list[str]:

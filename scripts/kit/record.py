@@ -188,7 +188,8 @@ def provenance(variant, command: list[str] | None = None, started: float | None 
         prov.update(facts_from_records(sources, device))
     if (payload or {}).get("random_source") is True:
         prov["weights"] = "dummy"
-    elif prov["weights"] == "real" and variant["QUANT"] != "none":
+    elif server_argv is not None and prov["weights"] == "real" and variant["QUANT"] != "none":
+        # A server this run started from the kit's checkpoint; by --url, which checkpoint it was is not ours to say.
         prov["weights"] = _quantized_weights(variant, prov["utc"])
     return prov
 
