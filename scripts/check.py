@@ -61,11 +61,12 @@ def problems() -> list[str]:
         try:
             rec = json.loads(f.read_text())
             if "schema_version" in rec and "kind" in rec:
+                levels = (rec.get("payload") or {}).get("levels") or []
+                if rec["kind"] == "latency" and not all("samples" in lv for lv in levels):
+                    unsampled.append(f.relative_to(ROOT).as_posix())
                 loaded = load_record(f)
                 out += [f"{f.relative_to(ROOT)}: {m}" for m in record_mismatches(loaded)]
                 out += labels.mismatches(f.relative_to(ROOT).as_posix(), rec, loaded, quantized)
-                if rec["kind"] == "latency" and not all("samples" in lv for lv in rec["payload"]["levels"]):
-                    unsampled.append(f.relative_to(ROOT).as_posix())
             else:
                 out.append(f"{f.relative_to(ROOT)}: not a run record (no schema_version/kind)")
         except (KitError, json.JSONDecodeError) as e:

@@ -51,6 +51,8 @@ def test_each_tamper_fails_check_schemas_naming_its_file(tmp_path):
     # 3. A made-up latency record with no samples, with its ledger line (not committed).
     fake = json.loads((root / REPEATS).read_text())
     fake["provenance"]["utc"] = "2026-11-26T12:00:00Z"
+    from scripts.kit.record import load_record
+    fake["provenance"]["git_commit"] = load_record(ROOT / REPEATS)["provenance"]["git_commit"]  # a valid one
     fake["payload"]["levels"][0]["tpot_ms"]["p50"] = 1.209
     data = (json.dumps(fake, indent=2) + "\n").encode()
     (root / MADE_UP).write_bytes(data)
