@@ -6,9 +6,13 @@
   3. every JSON under results/ and experiments/ validates (records against run_record + payload
      schema, measurements.json against measurements.schema.json); errors name file and JSON path;
   4. every summary figure a record keeps raw samples for equals what the samples give (latency
-     levels, comparison ratios);
-  5. derived files (measurements.json, the README.md and docs/ tables) are fresh.
-  Also (scripts/kit/ledger.py): records match results/ledger.tsv, corrections validate, git_commit is real.
+     levels, comparison ratios); a latency record without samples agrees with its repeats, and is one
+     git saw before samples were kept;
+  5. derived files (measurements.json, the README.md and docs/ tables) are fresh;
+  6. each record's weights/acceptance labels agree with what its own argv or config says (scripts/kit/labels.py).
+  Also (scripts/kit/ledger.py): records match results/ledger.tsv, and where git history exists, each record and
+  correction holds its first-committed bytes, none is gone, the ledger only grows; corrections validate,
+  git_commit is real.
 Exit 1 with one line per problem.
 """
 from __future__ import annotations
@@ -17,7 +21,7 @@ import argparse
 import json
 import sys
 
-from scripts.kit import ledger
+from scripts.kit import labels, ledger
 from scripts.kit.errors import KitError, run_main
 from scripts.kit.paths import EXPERIMENTS, RESULTS, ROOT
 from scripts.kit.record import load_record
@@ -45,6 +49,8 @@ def problems() -> list[str]:
             if not (EXPERIMENTS / name / need).is_file():
                 out.append(f"experiments/{name}/{need}: missing")
     out += ledger.problems()
+    unsampled = []  # latency records without per-request samples: only old ones may (ledger.unsampled_problems)
+    quantized = labels.quantize_index([json.loads(f.read_text()) for f in sorted(RESULTS.glob("*/*-quantize*.json"))])
     for f in sorted(RESULTS.rglob("*.json")):
         if f.parent == RESULTS / ledger.CORRECTIONS:  # not run records; ledger.problems() checks them
             continue
@@ -55,12 +61,17 @@ def problems() -> list[str]:
         try:
             rec = json.loads(f.read_text())
             if "schema_version" in rec and "kind" in rec:
+                levels = (rec.get("payload") or {}).get("levels") or []
+                if rec["kind"] == "latency" and not all("samples" in lv for lv in levels):
+                    unsampled.append(f.relative_to(ROOT).as_posix())
                 loaded = load_record(f)
                 out += [f"{f.relative_to(ROOT)}: {m}" for m in record_mismatches(loaded)]
+                out += labels.mismatches(f.relative_to(ROOT).as_posix(), rec, loaded, quantized)
             else:
                 out.append(f"{f.relative_to(ROOT)}: not a run record (no schema_version/kind)")
         except (KitError, json.JSONDecodeError) as e:
             out.append(str(e) if isinstance(e, KitError) else f"{f.relative_to(ROOT)}: not JSON ({e})")
+    out += ledger.unsampled_problems(unsampled)
     for f in sorted(EXPERIMENTS.glob("*/measurements.json")):
         try:
             validate_measurements(json.loads(f.read_text()), str(f.relative_to(ROOT)))

@@ -121,6 +121,8 @@ def readme_text(docs: dict, path=README) -> str:
         mod = summarizer(kind)
         if mod and hasattr(mod, "readme_table"):
             text = replace_block(text, f"results-{kind}", mod.readme_table(docs))
+        for tag, body in (mod.readme_blocks(docs).items() if mod and hasattr(mod, "readme_blocks") else ()):
+            text = replace_block(text, tag, body)
     return text
 
 
@@ -140,7 +142,21 @@ def variant_readme_text(name: str, docs: dict) -> str | None:
         elif body:
             text = (text.rstrip("\n") + f"\n\n{mod.VARIANT_HEADING}\n{mod.VARIANT_LEAD}\n\n"
                     f"<!-- {mod.VARIANT_TAG}:begin -->\n{body}\n<!-- {mod.VARIANT_TAG}:end -->\n")
+        # The headline goes under the title, where a reader starts; it is made from comparison records only.
+        tag, body = mod.HEADLINE_TAG, mod.headline_block(name)
+        if f"<!-- {tag}:begin -->" in text:
+            text = replace_block(text, tag, body)
+        else:
+            title, _, rest = text.partition("\n")
+            text = f"{title}\n\n<!-- {tag}:begin -->\n{body}\n<!-- {tag}:end -->\n\n{rest.lstrip(chr(10))}"
     return text
+
+
+def left_out_lines() -> list[str]:
+    """What make report prints: every record no table holds, and why (issue 30: 21 of 30 comparison
+    records had gone silently)."""
+    return [f"left out of README's {kind} table: {rel}: {why}" for kind in ALSO_LISTED
+            for rel, why in summarizer(kind).left_out()]
 
 
 def main(argv=None) -> int:
@@ -179,6 +195,9 @@ def main(argv=None) -> int:
                     atomic_write(path, data)
     if a.check and stale:
         raise KitError("derived files are stale (run: make report): " + ", ".join(stale))
+    if not a.check:
+        for line in left_out_lines():
+            print(line, file=sys.stderr)
     print(("up to date" if not stale else ("stale: " if a.check else "wrote: ") + ", ".join(stale)), file=sys.stderr)
     return 0
 

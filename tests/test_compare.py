@@ -97,6 +97,25 @@ def test_latency_record_summaries_are_recomputed_from_samples():
     del w
 
 
+def test_latency_record_without_samples_is_held_to_its_repeats():
+    """Issue 30: an old record's repeats edited against their median passed. Every committed record
+    agrees with its repeats; each tamper below is named."""
+    from scripts.kit.paths import RESULTS
+    rec = json.loads((RESULTS / "qwen3-4b-bf16" / "20261123T091447Z-latency.json").read_text())
+    p = rec["payload"]
+    assert "samples" not in p["levels"][0] and L.sample_mismatches(p) == []
+    for edit, want in [
+            (lambda lv: lv["repeats"][0].update(output_tok_per_s=lv["repeats"][0]["output_tok_per_s"] + 40),
+             "concurrency 1: output_tok_per_s.min is 207.93 but its repeats give"),
+            (lambda lv: lv["output_tok_per_s"].update(median=250.0), "output_tok_per_s.median is 250.0 but its repeats give 214.1"),
+            (lambda lv: lv["repeats"][1].update(deviation_pct=9.0), "repeats[1].deviation_pct is 9.0"),
+            (lambda lv: lv.update(goodput_req_per_s=lv["goodput_req_per_s"] * 1.1), "concurrency 1: goodput_req_per_s is"),
+            (lambda lv: lv.update(requests=lv["requests"] + 1), "concurrency 1: requests/failed are")]:
+        t = json.loads(json.dumps(p))
+        edit(t["levels"][0])
+        assert any(m.startswith(want) or want in m for m in L.sample_mismatches(t)), want
+
+
 def test_verdict_needs_the_interval_off_one_and_the_margin():
     assert C.verdict(1.016, 1.004, 1.028, 0.02) == "no difference"  # the A/A run's chance call
     assert C.verdict(1.016, 1.004, 1.028, 0.0) == "b better"
@@ -195,7 +214,7 @@ def test_variance_refuses_records_of_two_machines(tmp_path):
 
 
 @pytest.mark.e2e
-def test_real_tiny_server_as_both_sides_writes_a_record_the_checker_recomputes(tiny_server, tmp_path):
+def test_real_tiny_server_as_both_sides_writes_a_record_the_checker_recomputes(tiny_server, tmp_path, monkeypatch):
     """The driver against real vLLM (the shared tiny server as A and B): requests, samples, conditions,
     and a record whose every ratio its samples give back."""
     url = tiny_server.url
@@ -211,6 +230,19 @@ def test_real_tiny_server_as_both_sides_writes_a_record_the_checker_recomputes(t
     # vLLM's request gauges, polled during each pass: some poll saw a request running.
     qs = [x["server_queue"] for x in p["passes"]]
     assert all(q and q["polls"] >= 1 for q in qs) and max(q["running_max"] for q in qs) >= 1
+    # Issue 33: a user's own `make compare A=tiny B=tiny` on a CPU reached README's table of GPU
+    # comparisons. Set beside the committed records, this one goes to the CPU table, labelled as the
+    # user's, and neither the GPU table nor the answer changes.
+    from scripts.kit.paths import RESULTS, ROOT
+    from scripts.kit.summaries import comparison as S
+    committed, answer, gpu_table = S._comparisons(), S.answer_block(), S.readme_table({})
+    mine = RESULTS / "tiny" / "20991231T000000Z-comparison.json"  # where make compare writes it
+    monkeypatch.setattr(S, "_comparisons", lambda: committed + [(mine, rec)])
+    gpu, cpu, _ = S.gpu_rows()
+    assert [r["record"] for r in cpu] == [str(mine.relative_to(ROOT))] and cpu[0]["device_kind"] == "cpu"
+    assert S.readme_table({}) == gpu_table and S.answer_block() == answer
+    block = S.readme_blocks({})[S.CPU_TAG]
+    assert block.startswith("These ran on a CPU: your own runs") and "| `tiny` → itself |" in block
 
 
 def test_conditions_of_a_two_gpu_host_cover_every_gpu():

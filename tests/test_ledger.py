@@ -64,12 +64,87 @@ def test_clean_tree_has_no_problems(repo):
 def test_edited_record_is_flagged_even_when_the_ledger_is_rebuilt(repo):
     put(repo.root, REC, record(repo.c0, git_dirty=not TEMPLATE["provenance"]["git_dirty"]))
     commit(repo.root, "silent edit", "2026-11-22T00:00:00Z")
-    want = f"{REC}: bytes differ from the ledger (first committed as {repo.c1[:12]})"
+    want = f"{REC}: bytes differ from those first committed ({repo.c1[:12]})"
     assert [p for p in ledger.problems(repo.root) if p.startswith(want)]
+    assert [p for p in ledger.problems(repo.root) if p.startswith(f"{REC}: bytes differ from the ledger")]
     # The ledger hashes the bytes as first committed, not the edited ones.
     (repo.root / "results" / "ledger.tsv").unlink()
     ledger.update(repo.root)
     assert [p for p in ledger.problems(repo.root) if p.startswith(want)]
+
+
+def rehash(root, rel):
+    """The careless fix: the ledger line rewritten to the record's present bytes."""
+    f = root / "results" / "ledger.tsv"
+    f.write_text("".join(f"{ledger.sha256((root / rel).read_bytes())}  {rel}\n" if l.endswith(f"  {rel}") else l + "\n"
+                         for l in f.read_text().splitlines()))
+
+
+@pytest.mark.parametrize("committed", [False, True], ids=["in-the-tree", "committed"])
+def test_edit_with_its_ledger_line_rehashed_is_caught_by_git(repo, committed):
+    commit(repo.root, "ledger", "2026-11-21T02:00:00Z")
+    put(repo.root, REC, record(repo.c0, git_dirty=not TEMPLATE["provenance"]["git_dirty"]))
+    rehash(repo.root, REC)
+    if committed:
+        commit(repo.root, "records and ledger together", "2026-11-22T00:00:00Z")
+    got = ledger.problems(repo.root)
+    assert [p for p in got if p.startswith(f"{REC}: bytes differ from those first committed ({repo.c1[:12]})")]
+    assert [p for p in got if p.startswith(f"results/ledger.tsv: the line for {REC} as first committed is gone")]
+    assert not [p for p in got if "differ from the ledger" in p]  # the ledger alone would have passed it
+
+
+@pytest.mark.parametrize("committed", [False, True], ids=["in-the-tree", "committed"])
+def test_deleted_record_and_ledger_line_are_caught(repo, committed):
+    put(repo.root, "results/v/other.json", record(repo.c0))
+    ledger.update(repo.root)
+    commit(repo.root, "ledger", "2026-11-21T02:00:00Z")
+    (repo.root / REC).unlink()
+    f = repo.root / "results" / "ledger.tsv"
+    f.write_text("".join(l + "\n" for l in f.read_text().splitlines() if not l.endswith(REC)))
+    if committed:
+        commit(repo.root, "drop an uncited record", "2026-11-22T00:00:00Z")
+    got = ledger.problems(repo.root)
+    assert [p for p in got if p.startswith(f"{REC}: a committed record (first added in {repo.c1[:12]}) is gone")]
+    assert [p for p in got if p.startswith(f"results/ledger.tsv: the line for {REC} as first committed is gone")]
+    assert not [p for p in got if "other.json" in p]
+
+
+def test_ledger_line_of_head_must_stay(repo):
+    commit(repo.root, "ledger", "2026-11-21T02:00:00Z")
+    f = repo.root / "results" / "ledger.tsv"
+    f.write_text("")
+    got = ledger.problems(repo.root)
+    assert f"{REC}: not in results/ledger.tsv (run: python -m scripts.kit ledger)" in got
+    assert [p for p in got if p.startswith(f"results/ledger.tsv: the line for {REC} as first committed is gone")]
+
+
+def test_record_restored_to_its_first_bytes_passes(repo):
+    """Session 20261125T0748Z's records were edited in place and later restored: first bytes are what count."""
+    commit(repo.root, "ledger", "2026-11-21T02:00:00Z")
+    first = (repo.root / REC).read_bytes()
+    put(repo.root, REC, record(repo.c0, git_dirty=not TEMPLATE["provenance"]["git_dirty"]))
+    rehash(repo.root, REC)
+    commit(repo.root, "edit in place", "2026-11-22T00:00:00Z")
+    (repo.root / REC).write_bytes(first)
+    rehash(repo.root, REC)
+    commit(repo.root, "restored", "2026-11-22T01:00:00Z")
+    assert ledger.problems(repo.root) == []
+
+
+def test_committed_correction_is_neither_deleted_nor_edited(repo):
+    put(repo.root, "results/v/bad.json", record("HEAD"))
+    ledger.update(repo.root)
+    correction(repo.root, [{"record": "results/v/bad.json", "pointer": "/provenance/git_commit", "was": "HEAD",
+                            "now": repo.c0}])
+    c = commit(repo.root, "correction", "2026-11-25T18:00:00Z")
+    name = "results/corrections/20261125T180000Z-fix.json"
+    assert ledger.problems(repo.root) == []
+    correction(repo.root, [{"record": "results/v/bad.json", "pointer": "/provenance/git_commit", "was": "HEAD",
+                            "now": repo.c1}])
+    assert [p for p in ledger.problems(repo.root) if p.startswith(f"{name}: bytes differ from those first committed ({c[:12]})")]
+    (repo.root / name).unlink()
+    commit(repo.root, "drop it", "2026-11-25T19:00:00Z")
+    assert [p for p in ledger.problems(repo.root) if p.startswith(f"{name}: a committed correction (first added in {c[:12]}) is gone")]
 
 
 def test_git_commit_not_in_repository(repo):
@@ -159,4 +234,23 @@ def test_no_history_skips_the_commit_check(repo, capsys):
     ledger.update(repo.root)
     os.rename(repo.root / ".git", repo.root / "git.moved")
     assert ledger.problems(repo.root) == []
-    assert "no .git" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "no .git: records' git_commit not checked" in err and "no .git: records not checked against git history" in err
+
+
+def test_latency_record_without_samples_must_be_older_than_samples(repo):
+    """Issue 30: a made-up latency record with no samples, once in the ledger, reached docs/results.md.
+    Only records git saw before the probe kept samples (ledger.SAMPLES_SINCE; here c1) may lack them."""
+    old = json.loads((RESULTS / "qwen3-4b-bf16" / "20261123T091447Z-latency.json").read_text())
+    put(repo.root, "results/v/20261121T000001Z-latency.json", old)
+    c2 = commit(repo.root, "an old latency record", "2026-11-21T02:00:00Z")
+    put(repo.root, "results/v/20261122T000000Z-latency.json", old)
+    commit(repo.root, "a new one without samples", "2026-11-22T00:00:00Z")
+    put(repo.root, "results/v/20261123T000000Z-latency.json", old)  # not committed
+    rels = [f"results/v/2026112{d}-latency.json" for d in ("1T000001Z", "2T000000Z", "3T000000Z")]
+    assert ledger.unsampled_problems(rels, repo.root, since=c2) == [
+        f"{rels[1]}: keeps no per-request samples, and was first committed after {c2[:12]}, since which the probe keeps them",
+        f"{rels[2]}: keeps no per-request samples, and git has not seen it: a new latency record keeps them "
+        f"(a record without them is not a measurement)"]
+    assert ledger.unsampled_problems(rels[:1], repo.root, since=repo.c0) == [
+        f"{rels[0]}: keeps no per-request samples, and was first committed after {repo.c0[:12]}, since which the probe keeps them"]

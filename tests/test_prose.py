@@ -148,3 +148,25 @@ def test_rounding(said, value, ok):
 def test_the_tree_prose_is_clean():
     """README.md, experiments/*/README.md and docs/: every cited path exists, every cited figure agrees."""
     assert prose.problems(ROOT) == []
+
+
+def test_unmarked_figures_with_units_are_found(tmp_path):
+    """Issue 30 item 5: an edited figure with no marker passed. Rule 3: README.md and docs/ figures with a
+    unit carry a marker, unless the line says it is a floor, a seed's figure or an input (SLO, KV budget)."""
+    text = ("TPOT was 2.418 ms at c=1 and 1.73x faster, 970 tok/s, 12.5 req/s, 3.92 GiB loaded.\n"
+            f"Marked: 2.418<!-- {CITE}#/payload/levels/0/tpot_ms/p50 --> ms and 1.73<!-- {CITE}#/payload/ratio -->x.\n"
+            "The roofline floor is 2.82 ms. At 6 GiB of KV a side. The SLO: TTFT p99 500 ms. An input of 4 GiB.\n"
+            "A 248320 x 2560 head, 128 x 512 tokens; `4.1 ms` in code; 2026-11-25; v0.26; 1,024 requests.\n"
+            "<!-- results-x:begin -->\n| 5.24x [5.01, 5.46] | 9.9 ms |\n<!-- results-x:end -->\n")
+    root = tree(tmp_path, text, DATA)
+    tree(root, "A doc: 7.5 ms.\n", name="docs/d.md")
+    tree(root, "Findings: 8.5 ms.\n", name="results/findings/README.md")
+    got = prose.unmarked(root)
+    assert [g.split(" carries")[0] for g in got] == [
+        "README.md:1: 2.418 ms", "README.md:1: 1.73x", "README.md:1: 970 tok/s", "README.md:1: 12.5 req/s",
+        "README.md:1: 3.92 GiB", "docs/d.md:1: 7.5 ms", "results/findings/README.md:1: 8.5 ms"]
+    assert got[0].endswith("or say on the line that it is a floor, a seed's figure or an input)")
+    assert set(got) <= set(prose.problems(root))
+    # KV on a line makes its GiB figures a setting, not its other figures.
+    tree(root, "At 20 GiB of KV the TPOT was 4.19 ms.\n", name="docs/d.md")
+    assert [g.split(" carries")[0] for g in prose.unmarked(root, ["docs/*.md"])] == ["docs/d.md:1: 4.19 ms"]

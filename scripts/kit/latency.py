@@ -384,12 +384,13 @@ RECOMPUTED = ("repeats", "requests", "failed", "ttft_ms", "tpot_ms", "itl_ms", "
 
 
 def sample_mismatches(payload: dict) -> list[str]:
-    """Every summary figure of a latency payload that its stored samples do not give back; [] for a
-    record from before samples were kept (it has none to check)."""
+    """Every summary figure of a latency payload that its stored samples do not give back. A record
+    from before samples were kept has only its repeats to check against (repeat_mismatches)."""
     slo = SLO(payload["slo"]["ttft_p99_ms"], payload["slo"]["tpot_p99_ms"])
     out = []
     for lv in payload["levels"]:
         if "samples" not in lv:
+            out += repeat_mismatches(lv, payload.get("max_spread_pct"))
             continue
         again = summarize_samples(lv["concurrency"], lv["samples"], [r["duration_s"] for r in lv["repeats"]], slo,
                                   payload["max_spread_pct"], [r.get("metrics_delta") for r in lv["repeats"]],
@@ -398,6 +399,43 @@ def sample_mismatches(payload: dict) -> list[str]:
             if again[k] != lv[k]:
                 out.append(f"concurrency {lv['concurrency']}: {k} is {json.dumps(lv[k])[:120]} but its samples give "
                            f"{json.dumps(again[k])[:120]}")
+    return out
+
+
+def repeat_mismatches(lv: dict, max_spread_pct: float | None) -> list[str]:
+    """What a level without samples still owes its repeats (issue 30: repeats edited against their
+    median passed): tok/s median/min/max are the repeats', each repeat's deviation from that median,
+    the unstable ones, the request and failure counts, and goodput = good requests / summed durations.
+    Tolerances are the record's own rounding (tok/s to 0.01, durations to 0.1 ms); its percentiles
+    (TTFT, TPOT, ITL, e2e) have nothing to be recomputed from."""
+    reps, c = lv["repeats"], lv["concurrency"]
+    if not reps:
+        return []
+    out = []
+    tps = [r["output_tok_per_s"] for r in reps]
+    med = statistics.median(tps)
+    o = lv["output_tok_per_s"]
+    for k, v in (("median", med), ("min", min(tps)), ("max", max(tps))):
+        if o.get(k) is None or abs(o[k] - v) > 0.011:
+            out.append(f"concurrency {c}: output_tok_per_s.{k} is {o.get(k)} but its repeats give {round(v, 2)}")
+    for i, r in enumerate(reps):
+        if "deviation_pct" in r and med and abs(r["deviation_pct"] - 100.0 * (r["output_tok_per_s"] - med) / med) > 0.05:
+            out.append(f"concurrency {c}: repeats[{i}].deviation_pct is {r['deviation_pct']} but its tok/s and the "
+                       f"median give {100.0 * (r['output_tok_per_s'] - med) / med:.2f}")
+    if max_spread_pct is not None and all("deviation_pct" in r for r in reps):
+        unstable = [i for i, r in enumerate(reps) if abs(r["deviation_pct"]) > max_spread_pct]
+        if unstable != lv.get("unstable_repeats", unstable):
+            out.append(f"concurrency {c}: unstable_repeats is {lv['unstable_repeats']} but the deviations give {unstable}")
+    if all("completed" in r for r in reps):
+        n, bad = sum(r["completed"] + r["failed"] for r in reps), sum(r["failed"] for r in reps)
+        if (lv["requests"], lv["failed"]) != (n, bad):
+            out.append(f"concurrency {c}: requests/failed are {lv['requests']}/{lv['failed']} but its repeats give {n}/{bad}")
+        dur = sum(r["duration_s"] for r in reps)
+        good = lv.get("good_fraction", 0) * lv["requests"]
+        if dur and "goodput_req_per_s" in lv and (abs(good - round(good)) > 0.01 or abs(
+                lv["goodput_req_per_s"] - round(good) / dur) > max(1e-4, 1e-4 * lv["goodput_req_per_s"])):
+            out.append(f"concurrency {c}: goodput_req_per_s is {lv['goodput_req_per_s']} but good_fraction x requests "
+                       f"over the repeats' {dur:.4f} s give {good / dur:.4f}")
     return out
 
 

@@ -3,6 +3,8 @@
 A committed record is never edited. results/ledger.tsv keeps one `<sha256>  <path>` line per record
 file (the format of `sha256sum`, so `cd <repo> && sha256sum -c results/ledger.tsv` checks it too):
 the hash of the bytes as first committed to git, or as written for a record git has not seen yet.
+Git is the ledger's witness: where history exists, check-schemas compares each record and correction
+with the blob of the commit that first added it, and the ledger with its committed versions.
 What a record got wrong is fixed by a correction beside it, results/corrections/<UTC>-<slug>.json
 (schemas/correction.schema.json): RFC 6901 pointers with the value `was` and the value `now`, which
 record.load_record applies in utc order. The original's bytes stay as measured; the ledger proves it.
@@ -18,6 +20,7 @@ import os
 import re
 import subprocess
 import sys
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -39,16 +42,16 @@ def sha256(data: bytes) -> str:
 
 def record_files(root: Path = ROOT) -> list[str]:
     """Every record file under root/results, as 'results/...' paths, sorted."""
+    return sorted(rel for p in (root / "results").rglob("*.json")
+                  if _is_record(rel := p.relative_to(root).as_posix()))
+
+
+def _is_record(rel: str) -> bool:
+    """Whether 'results/...' names a record file: not a correction, log, hidden file or derived sweep."""
     from .summaries.sweep import K_SWEEP_FILE  # derived by make report, not a record
-    results = root / "results"
-    out = []
-    for p in results.rglob("*.json"):
-        parts = p.relative_to(results).parts
-        if "logs" in parts or any(x.startswith(".") for x in parts) or parts[0] == CORRECTIONS \
-                or parts == (K_SWEEP_FILE,):
-            continue
-        out.append(p.relative_to(root).as_posix())
-    return sorted(out)
+    parts = rel.split("/")[1:]
+    return rel.endswith(".json") and parts[0] != CORRECTIONS and "logs" not in parts \
+        and not any(x.startswith(".") for x in parts) and parts != [K_SWEEP_FILE]
 
 
 def _locate(path) -> tuple[Path | None, str]:
@@ -104,17 +107,48 @@ def _has_history(root: Path) -> bool:
     return (root / ".git").exists()
 
 
-def first_added(root: Path = ROOT) -> dict[str, str]:
-    """{'results/...': the commit that first added the file}, from one `git log` pass."""
-    out: dict[str, str] = {}
+def _is_correction(rel: str) -> bool:
+    return rel.startswith(f"results/{CORRECTIONS}/") and rel.endswith(".json") and rel.count("/") == 2
+
+
+@dataclass
+class History:
+    """What git witnessed under results/, from one `git log --raw` pass: `first` maps each path ever
+    added to (the commit that first added it, that blob's id); `ledgers` are the blob ids of every
+    committed results/ledger.tsv, oldest first."""
+    first: dict[str, tuple[str, str]]
+    ledgers: list[str]
+
+
+def history(root: Path = ROOT) -> tuple[History | None, str]:
+    """(History, ''), or (None, why not) where git cannot witness: no .git (a tarball), or a shallow
+    clone, whose oldest commit is not where a file was first added."""
+    if not _has_history(root):
+        return None, f"{root} has no .git"
+    if _git(root, "rev-parse", "--is-shallow-repository").strip() == b"true":
+        return None, "shallow clone (git fetch --unshallow)"
+    first: dict[str, tuple[str, str]] = {}
+    ledgers: list[str] = []
     commit = ""
-    log = _git(root, "log", "--diff-filter=A", "--no-renames", "--format=%x00%H", "--name-only", "--", "results")
+    log = _git(root, "log", "--raw", "--no-abbrev", "--no-renames", "--format=%x00%H", "--", "results")
     for line in log.decode().splitlines():
         if line.startswith("\0"):
             commit = line[1:]
-        elif line:
-            out[line] = commit  # newest first: the last one seen is the first add
-    return out
+        elif line.startswith(":"):
+            meta, rel = line.split("\t", 1)
+            blob, status = meta.split()[3:5]
+            if status == "A":
+                first[rel] = (commit, blob)  # newest first: the last one seen is the first add
+            if rel == f"results/{LEDGER}" and status != "D":
+                ledgers.append(blob)
+    return History(first, ledgers[::-1]), ""
+
+
+def _blob_id(data: bytes, like: str) -> str:
+    """git's object id of data as a blob, in the repository's hash (sha1, or sha256 where ids are 64 long)."""
+    h = hashlib.sha256() if len(like) == 64 else hashlib.sha1()
+    h.update(b"blob %d\0" % len(data) + data)
+    return h.hexdigest()
 
 
 def _blobs(root: Path, specs: list[str]) -> list[bytes | None]:
@@ -146,9 +180,10 @@ def update(root: Path = ROOT) -> list[str]:
     todo = [r for r in record_files(root) if r not in have]
     if not todo:
         return []
-    added = first_added(root) if _has_history(root) else {}
+    hist = history(root)[0]
+    added = hist.first if hist else {}
     known = [r for r in todo if r in added]
-    first = dict(zip(known, _blobs(root, [f"{added[r]}:{r}" for r in known]))) if known else {}
+    first = dict(zip(known, _blobs(root, [added[r][1] for r in known]))) if known else {}
     new = [f"{sha256(first[r] if first.get(r) is not None else (root / r).read_bytes())}  {r}" for r in todo]
     path = root / "results" / LEDGER
     old = path.read_text() if path.is_file() else ""
@@ -235,9 +270,9 @@ def apply_corrections(rec: dict, path) -> dict:
 # -- checks -----------------------------------------------------------------------------------
 
 def ledger_problems(root: Path = ROOT) -> list[str]:
+    """Each record has one ledger line, and its bytes hash to it."""
     have, out = read_ledger(root)
     files = record_files(root)
-    changed = []
     for rel in files:
         hs = have.get(rel)
         if not hs:
@@ -245,16 +280,73 @@ def ledger_problems(root: Path = ROOT) -> list[str]:
         elif len(hs) > 1:
             out.append(f"{rel}: {len(hs)} different lines in results/{LEDGER}; a record has one")
         elif sha256((root / rel).read_bytes()) not in hs:
-            changed.append(rel)
-    added = first_added(root) if changed and _has_history(root) else {}
-    for rel in changed:
-        c = added.get(rel)
-        first = f"first committed as {c[:12]}" if c else f"ledger sha256 {next(iter(have[rel]))[:12]}"
-        restore = f"git show {c[:12]}:{rel}" if c else "the bytes the ledger names"
-        out.append(f"{rel}: bytes differ from the ledger ({first}); a committed record is never edited: "
-                   f"restore it ({restore}) and write a correction (results/{CORRECTIONS}/)")
+            out.append(f"{rel}: bytes differ from the ledger (sha256 {next(iter(hs))[:12]}); a committed record "
+                       f"is never edited: restore its bytes and write a correction (results/{CORRECTIONS}/)")
     out += [f"{rel}: in results/{LEDGER} but the file is gone" for rel in sorted(set(have) - set(files))]
     return out
+
+
+def history_problems(root: Path = ROOT) -> list[str]:
+    """Git is the ledger's witness. Every record and correction git has seen is still here with the
+    bytes of its first commit (so an edit cannot be hidden by rehashing its ledger line, 2026-11-26),
+    and the ledger keeps every line as first committed and every line of HEAD's: it only grows."""
+    hist, why = history(root)
+    if hist is None:
+        print(f"check-schemas: {why}: records not checked against git history", file=sys.stderr)
+        return []
+    out = []
+    for rel, (commit, blob) in sorted(hist.first.items()):
+        if not (_is_record(rel) or _is_correction(rel)):
+            continue
+        what = "record" if _is_record(rel) else "correction"
+        f = root / rel
+        if not f.is_file():
+            out.append(f"{rel}: a committed {what} (first added in {commit[:12]}) is gone: one is never deleted "
+                       f"(restore it: git show {commit[:12]}:{rel})")
+        elif _blob_id(f.read_bytes(), blob) != blob:
+            out.append(f"{rel}: bytes differ from those first committed ({commit[:12]}): a committed {what} is "
+                       f"never edited, nor its ledger line: restore it (git show {commit[:12]}:{rel}) and write "
+                       f"a correction (results/{CORRECTIONS}/)")
+    ledger = root / "results" / LEDGER
+    now = set(ledger.read_text().splitlines()) if ledger.is_file() else set()
+    specs = hist.ledgers + ([f"HEAD:results/{LEDGER}"] if hist.ledgers else [])
+    versions = [(b or b"").decode(errors="replace").splitlines() for b in _blobs(root, specs)] if specs else []
+    first_line: dict[str, str] = {}
+    for lines in versions[:-1]:
+        for line in lines:
+            m = LINE_RE.fullmatch(line)
+            if m:
+                first_line.setdefault(m[2], line)
+    gone = {m[2]: "as first committed" for m in map(LINE_RE.fullmatch, first_line.values()) if m[0] not in now}
+    for m in map(LINE_RE.fullmatch, versions[-1] if versions else []):
+        if m and m[0] not in now:
+            gone.setdefault(m[2], "at HEAD")
+    out += [f"results/{LEDGER}: the line for {rel} {when} is gone or changed: the ledger only grows "
+            f"(restore the line: git log -p -- results/{LEDGER})" for rel, when in sorted(gone.items())]
+    return out
+
+
+# The commit from which the probe keeps every request's samples in latency records (check-schemas then
+# recomputes their percentiles). A latency record without samples is one git saw before it, or made up.
+SAMPLES_SINCE = "2c2e49bf7cd64a998b01b1a1e1d9c6f5cc81eef2"
+
+
+def unsampled_problems(rels: list[str], root: Path = ROOT, since: str = SAMPLES_SINCE) -> list[str]:
+    """rels: latency records that keep no per-request samples. Each must have been first committed no
+    later than `since` (issue 30: a made-up record with no samples, once in the ledger, reached
+    docs/results.md). Without git history (history_problems says so) nothing is checked."""
+    hist, _ = history(root)
+    if not rels or hist is None:
+        return []
+    firsts = sorted({hist.first[r][0] for r in rels if r in hist.first} | {since})
+    when = _commits(root, firsts)
+    if since not in when:
+        return [f"{since[:12]} (ledger.SAMPLES_SINCE) is not a commit of this repository: latency records without "
+                f"samples cannot be dated"]
+    return [f"{rel}: keeps no per-request samples, and " + (
+            f"was first committed after {since[:12]}, since which the probe keeps them" if rel in hist.first
+            else "git has not seen it: a new latency record keeps them (a record without them is not a measurement)")
+            for rel in rels if rel not in hist.first or when.get(hist.first[rel][0], 0) > when[since]]
 
 
 def correction_problems(root: Path = ROOT) -> list[str]:
@@ -328,4 +420,4 @@ def commit_problems(root: Path = ROOT) -> list[str]:
 
 def problems(root: Path = ROOT) -> list[str]:
     """check-schemas' immutability checks: ledger, corrections, git_commit. One line per problem."""
-    return ledger_problems(root) + correction_problems(root) + commit_problems(root)
+    return ledger_problems(root) + history_problems(root) + correction_problems(root) + commit_problems(root)

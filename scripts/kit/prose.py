@@ -15,6 +15,11 @@ make it checkable, in README.md, experiments/*/README.md, docs/**/*.md and the s
      record.load_record, so its corrections apply; any other JSON, e.g. a comparison's derived ratio,
      with json.load). The figure must equal the value rounded to the figure's decimals. A unit or a
      `%` / `x` after the comment is the prose's business: only the number is compared.
+  3. A figure with a unit (ms, x, req/s, tok/s, GiB) carries a marker (rule 2), in README.md, docs/
+     and results/findings/ (UNMARKED_DOCS), except on a line that says it is a floor, a seed's figure, an input, a
+     target or the SLO (EXEMPT), and a GiB figure on a line that says KV or budget (a memory setting).
+     Generated blocks, code and code spans are not prose. Only a number right before its unit is
+     seen: in "4.909 vs 4.19 ms" the first figure is the writer's to mark.
 
 Pure Python, no git: it runs inside `make check-schemas`.
 """
@@ -41,6 +46,12 @@ _LINK = re.compile(r"\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
 _MARK = re.compile(r"<!--\s*([^\s#]+\.json)#(\S*)\s*-->")
 # A sign only after a space, a bracket or the like: in "526<!-- a -->-902" the dash is a range's.
 _NUM = re.compile(r"(?:(?:(?<=[\s(\[=:,;])|^)[-+])?(?<![\w.])(?:\d+(?:\.\d+)?|\.\d+)$")
+# Rule 3. "x" only right after the number (2.85x): "248320 x 2560" is a shape, not a ratio.
+_UNIT_FIG = re.compile(r"(?<![\w.\-/#~])(\d+(?:\.\d+)?)(?:(x)|\s?(ms|req/s|tok/s|GiB))(?![\w/])")
+UNMARKED_DOCS = ("README.md", "docs/**/*.md", "results/findings/**/*.md")
+EXEMPT = re.compile(r"\b(floor|seed|input|target|SLO)", re.I)  # the line says what the figure is
+EXEMPT_GIB = re.compile(r"\b(KV|budget)")  # a GiB figure on such a line is a memory setting, an input
+_GENERATED = re.compile(r"<!-- ([\w-]+):begin -->.*?<!-- \1:end -->", re.S)
 _TRAIL = re.compile(r"(?::\d+(?:-\d+)?)?(?:#.*)?$")
 
 
@@ -166,6 +177,32 @@ def cited_figures(text: str) -> list[tuple[int, str | None, str, str]]:
     return out
 
 
+def unmarked_figures(text: str) -> list[tuple[int, str]]:
+    """(line, figure with its unit) for each figure of rule 3 with no marker after its number."""
+    body = _GENERATED.sub(_blank, text)
+    body = _FENCE.sub(_blank, body)
+    body = _CODE.sub(lambda m: m.group(0) if "\n\n" in m.group(2) else _blank(m), body)
+    body = _COMMENT.sub(lambda m: "\0" * len(m.group(0)), body)  # a marker between number and unit: marked
+    lines = body.split("\n")
+    out = []
+    for m in _UNIT_FIG.finditer(body):
+        n = _line(body, m.start())
+        if not (EXEMPT.search(lines[n - 1]) or (m.group(3) == "GiB" and EXEMPT_GIB.search(lines[n - 1]))):
+            out.append((n, m.group(0)))
+    return out
+
+
+def unmarked(root: Path = ROOT, patterns=UNMARKED_DOCS) -> list[str]:
+    out = []
+    for pat in patterns:
+        for doc in sorted(Path(root).glob(pat)):
+            name = doc.relative_to(root).as_posix()
+            out += [f"{name}:{line}: {fig} carries no record marker (write 2.418<!-- results/....json#/pointer --> ms, "
+                    f"or say on the line that it is a floor, a seed's figure or an input)"
+                    for line, fig in unmarked_figures(doc.read_text())]
+    return out
+
+
 def check(root: Path = ROOT) -> list[tuple[bool, str]]:
     """Every citation of every document: (ok, line). problems() keeps the failures."""
     root = Path(root)
@@ -208,14 +245,20 @@ def check(root: Path = ROOT) -> list[tuple[bool, str]]:
 
 
 def problems(root: Path = ROOT) -> list[str]:
-    return [line for ok, line in check(root) if not ok]
+    return [line for ok, line in check(root) if not ok] + unmarked(root)
 
 
 def main(argv=None) -> int:
     import argparse
     p = argparse.ArgumentParser(prog="python -m scripts.kit.prose", description=__doc__.split("\n\n")[0])
     p.add_argument("-v", "--verbose", action="store_true", help="list the citations that agree too")
+    p.add_argument("--unmarked", nargs="*", metavar="GLOB",
+                   help="list figures with units but no marker in these files (default: rule 3's)")
     a = p.parse_args(argv)
+    if a.unmarked is not None:
+        found = unmarked(ROOT, a.unmarked or UNMARKED_DOCS)
+        print("\n".join(found) or "none")
+        return 1 if found else 0
     found = check()
     for ok, line in found:
         if a.verbose or not ok:

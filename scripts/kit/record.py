@@ -188,7 +188,25 @@ def provenance(variant, command: list[str] | None = None, started: float | None 
         prov.update(facts_from_records(sources, device))
     if (payload or {}).get("random_source") is True:
         prov["weights"] = "dummy"
+    elif server_argv is not None and prov["weights"] == "real" and variant["QUANT"] != "none":
+        # A server this run started from the kit's checkpoint; by --url, which checkpoint it was is not ours to say.
+        prov["weights"] = _quantized_weights(variant, prov["utc"])
     return prov
+
+
+def _quantized_weights(variant, utc: str) -> str:
+    """"random" where the latest quantize record of this checkpoint says it was made from random weights
+    (real format, random values), else "real": the rule check-schemas holds records to (labels.py)."""
+    from . import labels
+    from .paths import RESULTS
+    recs = []
+    for f in sorted(RESULTS.glob("*/*-quantize*.json")):
+        try:
+            recs.append(json.loads(f.read_text()))
+        except (OSError, json.JSONDecodeError):
+            continue  # check-schemas names it
+    before = [rs for t, rs in labels.quantize_index(recs).get(labels.quant_key(variant.config), []) if t <= utc]
+    return "random" if before and before[-1] else "real"
 
 
 def make_record(kind: str, variant, payload: dict, command=None, started=None, server_argv=None, server_env=None,

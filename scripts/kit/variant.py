@@ -183,6 +183,13 @@ class Variant:
         are left out), so a new schema key or condition does not orphan older records."""
         return _identity({**_defaults(_schema()), **rec["config"]}) == self.identity
 
+    def delta(self, config: dict) -> dict:
+        """{key: (today's value, the recorded one)} for each identity key where a record's stored config
+        differs from this variant as it is now (empty: describes() holds)."""
+        got = _identity({**_defaults(_schema()), **config})
+        return {k: (self.identity.get(k), got.get(k)) for k in sorted(set(got) | set(self.identity))
+                if got.get(k) != self.identity.get(k)}
+
     @property
     def acceptance(self) -> str:
         if self["SPEC_METHOD"] == "none":

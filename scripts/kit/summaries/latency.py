@@ -55,6 +55,9 @@ def summarize(variant, records: list) -> dict:
             "device": rec["provenance"]["device"]["name"], "vllm": rec["provenance"]["versions"].get("vllm"),
             "weights": rec["provenance"]["weights"], "acceptance": rec["provenance"]["acceptance"],
             "workload_sha256": p["workload"]["sha256"], "slo": p["slo"], "repeats": p["repeats"],
+            # Records from before 2026-11-25 keep no per-request samples: check-schemas holds their
+            # figures to their repeats only, and the table says their percentiles cannot be recomputed.
+            "recomputable": all("samples" in lv for lv in p["levels"]),
             "levels": {str(lv["concurrency"]): _level(lv) for lv in p["levels"]},
             "max_concurrency_meeting_slo": p["max_concurrency_meeting_slo"],
             # Recomputed under today's bytes model, not read from the record: v1 records counted target
@@ -130,6 +133,8 @@ def readme_table(docs: dict) -> str:
             flags.append("unstable repeats")
         if s["invalid_records"]:
             flags.append(f"{len(s['invalid_records'])} invalid")
+        if not s.get("recomputable"):
+            flags.append("no samples: percentiles not recomputable")
         rows.append(f"| `{name}` | {_cond(s.get('conditions') or {})} | {s['device']} | {s['weights']} | "
                     f"{_fmt(c1.get('tpot_p50_ms'))} | "
                     f"{_fmt(c1.get('ttft_p50_ms'))} | {_fmt(c1.get('output_tok_per_s'))} | "

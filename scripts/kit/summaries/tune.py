@@ -123,8 +123,8 @@ Levers not searched here:
 ## Evidence
 {candidate_table(s['candidates'])}
 
-Decisions, in order. The candidates were measured one after another in one session, not
-interleaved: the search's rule picks between them (values and noise bands), but the gap between two
+Decisions, in order. The candidates were measured one after another, not interleaved,
+{measured_span(s['candidates'])}: the search's rule picks between them (values and noise bands), but the gap between two
 candidates is not a comparison, so no ratio or percentage is printed (the records keep them). For a
 ratio: `make compare A={payload['base']} B={name}` (Comparisons, below).
 {chr(10).join('- ' + plain_decision(d) for d in s['decisions'])}
@@ -158,6 +158,17 @@ three 2026-11-25 runs of one Qwen3.5 config was slower than every repeat of its 
 (results/gpu-sessions/20261125T0808Z/README.md).
 Candidates measured on one host are compared only with each other.
 """
+
+
+def measured_span(candidates: list) -> str:
+    """When the candidates' latency records were made, from their UTC stamps: a resumed search joins
+    records of earlier sessions (2026-11-25: two READMEs said "in one session" of evidence from 11-23
+    to 11-25)."""
+    days = sorted({m[1] for c in candidates for m in [re.search(r"/(\d{8})T\d{6}Z-", c.get("latency_record") or "")] if m})
+    fmt = lambda d: f"{d[:4]}-{d[4:6]}-{d[6:]}"
+    if not days:
+        return "with no latency record to date them"
+    return f"on {fmt(days[0])}" if len(days) == 1 else f"on {len(days)} days from {fmt(days[0])} to {fmt(days[-1])}"
 
 
 _PCT = re.compile(r" \([+-]\d+(?:\.\d+)?%\)")
