@@ -28,6 +28,7 @@ from scripts.kit.errors import KitError, run_main
 import scripts.kit.record as record_mod
 from scripts.kit.procs import ServerProcess, stop_on_signals
 from scripts.kit.record import make_record, write_record
+from scripts.report import refresh_after_write
 from scripts.kit.variant import load
 
 # Lifted from the server log into the smoke record: what vLLM actually chose.
@@ -193,6 +194,7 @@ def after_ready(a, v, srv, cmd, ready, log, started) -> int:
         path = write_record(make_record("serve_smoke", v, payload, started=started, server_argv=srv.argv,
                                         server_env=srv.env))
         print(f"record: {path}", file=sys.stderr)
+        refresh_after_write(path)
         for k, e in endpoints.items():
             print(f"  {k}: {e['status']} {e['latency_ms']} ms {e.get('sample', '')!r}", file=sys.stderr)
     for job in a.then:
