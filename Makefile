@@ -29,7 +29,7 @@ PROBE ?=
 PY := $(if $(wildcard .venv/bin/python),.venv/bin/python,python3)
 QPY := $(if $(wildcard .venv-quant/bin/python),.venv-quant/bin/python,python3)
 V := --variant $(VARIANT) $(foreach s,$(SET),--set $(s))
-.PHONY: help install wheelhouse download serve serve-fleet eval-latency profile compare variance sweep eval-quality eval-quality-full quantize bake verify-cache build build-import verify-image k8s tune check-schemas test test-all golden report new
+.PHONY: help install wheelhouse download serve serve-fleet eval-latency profile compare variance sweep eval-quality eval-quality-full quantize bake verify-cache build build-import verify-image k8s tune check-schemas test test-all vllm026-src golden report new
 
 help: ## list targets, then the variables they read
 	@awk '/^[a-z0-9-]+:.*## /{split($$0, t, /:.*## /); printf "  make %-18s %s\n", t[1], t[2]} /^#:/{v = v substr($$0, 4) "\n"} END{printf "\n%s", v}' $(MAKEFILE_LIST)
@@ -79,6 +79,8 @@ test: ## the fast suite (CPU; real vLLM on the tiny model, one shared server): s
 	$(PY) -m pytest -m "not gpu and not slow" --durations=10 $(PYTEST_ARGS)
 test-all: ## every CPU test, the slow e2e ones too (bake, tune, quantize, gates, sweep, profile): what CI runs
 	$(PY) -m pytest -m "not gpu" --durations=10 $(PYTEST_ARGS)
+vllm026-src: ## fetch vLLM 0.26's own gdn_attn.py into .cache/ (git-ignored) once: the 15 tests that need it skip without it
+	$(PY) -m scripts.kit vllm026-src
 golden: ## regenerate tests/golden/argv from every variant (review the diff)
 	$(PY) -m scripts.kit golden
 report: ## regenerate measurements.json and README tables from results/

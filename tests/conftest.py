@@ -95,6 +95,12 @@ def pytest_deselected(items):
 
 
 def pytest_terminal_summary(terminalreporter):
+    from scripts.kit.vllm026 import SKIP
+    no_src = [r for r in terminalreporter.stats.get("skipped", []) if SKIP in str(getattr(r, "longrepr", ""))]
+    if no_src:
+        terminalreporter.write_sep("-", f"skipped {len(no_src)} test(s) for want of vLLM 0.26's source: "
+                                        f"`make vllm026-src` fetches it once into .cache/ (pip download of the "
+                                        f"vllm==0.26.0 wheel, one file kept)")
     if _deselected_slow:
         terminalreporter.write_sep("-", f"skipped {len(_deselected_slow)} slow e2e test(s): `make test-all` runs them")
         for nodeid in _deselected_slow:
