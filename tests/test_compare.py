@@ -313,6 +313,7 @@ def test_queue_summary_and_warning_by_hand():
 
 
 @pytest.mark.e2e
+@pytest.mark.slow  # ~60 s: four report runs over the copied tree
 def test_derived_files_are_current_after_eval_latency_and_compare_through_make(tiny_server, kit_copy):
     """Issue #33: eval-quality refreshed measurements.json, the README blocks and docs/results.md; eval-latency
     and compare did not, so `make check-schemas` failed right after them. Through make, on a copy of the
