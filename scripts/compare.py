@@ -101,7 +101,7 @@ def require_sides(a) -> None:
 
 def load_sides(a) -> tuple:
     """A and B resolved. Ports, when this run starts both servers (they are resident at once): A keeps
-    its PORT (SET or SET_A, else config.env, else 8000); B keeps its own when it differs, else takes the
+    its PORT (SET or SET_A, else config.env or the schema default); B keeps its own when it differs, else takes the
     next free port above A's (its config records it; SET_B=PORT=N chooses it). SET_A and SET_B naming one
     port for both is refused."""
     va = load(a.a, a.set + a.set_a)
