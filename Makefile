@@ -1,9 +1,23 @@
 # The kit's menu: every recipe is one `python -m scripts.<verb>` line; the logic lives in scripts/.
-# `make` alone lists the targets. Variables: VARIANT (default tiny), SET="KEY=VAL ..." (per-run
-# overrides, e.g. SET=WEIGHTS=dummy), DRY_RUN=1, URL= (use a running server), BASELINE=,
-# PROBE="--flag ..." (make eval-latency: the probe's options).
-# Overrides go in SET, quoted and space-separated: `make serve SET="PORT=8001 WEIGHTS=dummy"`. A bare
-# `PORT=8001` is a make variable the kit never reads, and of several `SET=` make keeps only the last.
+# `make` alone prints the targets (their `## ` text), then the variables (the `#:` lines below, as written).
+#: Variables, given on the command line (make TARGET VAR=value ...); a target's own line names the rest:
+#:   VARIANT=name        the variant, experiments/<name>/ (default: tiny)
+#:   SET="K=V K2=V2"     per-run overrides of config.env keys (docs/config.md), quoted, space-separated,
+#:                       e.g. SET="PORT=8001 WEIGHTS=dummy". A bare PORT=8001 is a make variable the kit
+#:                       never reads, and of several SET= make keeps only the last.
+#:   the port            SET=PORT=8001 (default 8000). compare: A takes it, B keeps its own PORT or takes
+#:                       the next free port above A's (printed); SET_B=PORT=N chooses B's.
+#:   A= B=               compare: the reference and the candidate variant (both required)
+#:   SET_A= SET_B=       compare: overrides for A only / B only, as SET (SET applies to both)
+#:   PROBE="--flag ..."  eval-latency, compare: the probe's workload flags (`python -m scripts.probe --help`),
+#:                       e.g. PROBE="--concurrency 1 --requests 4 --warmup-waves 1" for a short run
+#:   URL=                eval-latency, eval-quality: use the server already running there (URL_A= URL_B=: compare)
+#:   BASELINE=           eval-latency: the variant whose figures are shown beside (default: its BASELINE key)
+#:   BASE=               tune: the variant to search from; new: the parent to inherit
+#:   SLO=ttft=MS,tpot=MS tune: the p99 latency objective each candidate must hold
+#:   DRY_RUN=1           serve, serve-fleet, build, verify-image, gemm: print the command and env (gemm: the plan), start nothing
+#:   KERNELS= M=         gemm: which kernels (bf16,fp8,fp8_online,w4a16_g32,...) and batch sizes (1,2,4,5,8)
+#:   PYTEST_ARGS=        test, test-all: more pytest arguments, e.g. PYTEST_ARGS="-k compare -x"
 SHELL := bash
 .SHELLFLAGS := -eu -o pipefail -c
 .DEFAULT_GOAL := help
@@ -16,10 +30,10 @@ PROBE ?=
 PY := $(if $(wildcard .venv/bin/python),.venv/bin/python,python3)
 QPY := $(if $(wildcard .venv-quant/bin/python),.venv-quant/bin/python,python3)
 V := --variant $(VARIANT) $(foreach s,$(SET),--set $(s))
-.PHONY: help install wheelhouse download serve serve-fleet eval-latency profile gemm compare variance sweep eval-quality eval-quality-full quantize bake verify-cache build build-import verify-image k8s tune check-schemas test test-all golden report new
+.PHONY: help install wheelhouse download serve serve-fleet eval-latency profile gemm compare variance sweep eval-quality eval-quality-full quantize bake verify-cache build build-import verify-image k8s tune check-schemas test test-all vllm026-src golden report new
 
-help: ## list targets
-	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
+help: ## list targets, then the variables they read
+	@awk '/^[a-z0-9-]+:.*## /{split($$0, t, /:.*## /); printf "  make %-18s %s\n", t[1], t[2]} /^#:/{v = v substr($$0, 4) "\n"} END{printf "\n%s", v}' $(MAKEFILE_LIST)
 install: ## create .venv (vLLM, lm-eval) and .venv-quant (llm-compressor), fetch the tiny model [WHEELHOUSE=DIR] [HOST_TORCH=auto|yes|no]
 	python3 -m scripts.install$(if $(WHEELHOUSE), --wheelhouse $(WHEELHOUSE))$(if $(HOST_TORCH), --host-torch $(HOST_TORCH))
 wheelhouse: ## on a connected host, all `make install` needs offline into OUT (+ manifest.json); then there: make install WHEELHOUSE=OUT [TARGET=gpu|cpu] [PYTHON=3.12] [PLATFORM=manylinux_2_35_x86_64] [OUT=wheelhouse] [HOST_TORCH=1: no torch, the host has it] [HOST_FREEZE=FILE: the host's pip freeze, checked against]
@@ -36,8 +50,8 @@ profile: ## one decode step by phase (target, draft, sampler, bookkeeping, gaps)
 	$(PY) -m scripts.profile $(V)
 gemm: ## each linear layer of VARIANT's architecture timed per kernel and batch size against its byte floor: record (CUDA GPU) [KERNELS=bf16,fp8,w4a16_g32,...] [M=1,2,4,5,8] [DRY_RUN=1]
 	$(PY) -m scripts.gemm $(V) $(if $(KERNELS),--kernels $(KERNELS)) $(if $(M),--m $(M)) $(if $(DRY_RUN),--dry-run)
-compare: ## is B faster than A? both served on one GPU, timed interleaved: A=VARIANT B=VARIANT [ROUNDS=5] [SET_A= SET_B=] [URL_A= URL_B=]
-	$(PY) -m scripts.compare --a $(A) --b $(B) $(foreach s,$(SET),--set $(s)) $(foreach s,$(SET_A),--set-a $(s)) $(foreach s,$(SET_B),--set-b $(s)) $(if $(ROUNDS),--rounds $(ROUNDS)) $(if $(URL_A),--url-a $(URL_A)) $(if $(URL_B),--url-b $(URL_B))
+compare: ## is B faster than A? both served on one GPU, timed interleaved: A=VARIANT B=VARIANT [ROUNDS=5] [SET_A= SET_B=] [URL_A= URL_B=] [PROBE=]
+	$(PY) -m scripts.compare $(if $(A),--a $(A)) $(if $(B),--b $(B)) $(foreach s,$(SET),--set $(s)) $(foreach s,$(SET_A),--set-a $(s)) $(foreach s,$(SET_B),--set-b $(s)) $(if $(ROUNDS),--rounds $(ROUNDS)) $(if $(URL_A),--url-a $(URL_A)) $(if $(URL_B),--url-b $(URL_B)) $(PROBE)
 variance: ## how much levels moved within one session, and with what: RECORDS="results/.../x-comparison.json ..."
 	$(PY) -m scripts.variance $(RECORDS)
 sweep: ## one lever over values, served and probed per value: OVER=SPEC_K=0,1,2,4 [RATES=0.98,0.82,...] [JOBS=N] [RESUME=1]
@@ -60,7 +74,7 @@ verify-image: ## run the image, wait for health, one completion, prove the cache
 	$(PY) -m scripts.image verify $(V) $(if $(DRY_RUN),--dry-run)
 k8s: ## render Kubernetes manifests for VARIANT: replicas behind vllm-router [POLICY=...]
 	$(PY) -m scripts.image k8s $(V) $(if $(POLICY),--policy $(POLICY))
-tune: ## search the levers of BASE under SLO and the quality gate; write the winner as a variant [JOBS=N]
+tune: ## search the levers of BASE= under SLO= and the quality gate; write the winner as a variant [BUDGET=N candidates and/or time, e.g. 6,20m] [JOBS=N]
 	$(PY) -m scripts.tune --base $(BASE) $(foreach s,$(SET),--set $(s)) $(if $(SLO),--slo $(SLO)) $(if $(BUDGET),--budget $(BUDGET)) $(if $(JOBS),--jobs $(JOBS))
 check-schemas: ## validate schemas, every config.env, every record, freshness of derived files
 	$(PY) -m scripts.check
@@ -68,6 +82,8 @@ test: ## the fast suite (CPU; real vLLM on the tiny model, one shared server): s
 	$(PY) -m pytest -m "not gpu and not slow" --durations=10 $(PYTEST_ARGS)
 test-all: ## every CPU test, the slow e2e ones too (bake, tune, quantize, gates, sweep, profile): what CI runs
 	$(PY) -m pytest -m "not gpu" --durations=10 $(PYTEST_ARGS)
+vllm026-src: ## fetch vLLM 0.26's own gdn_attn.py into .cache/ (git-ignored) once: the 15 tests that need it skip without it
+	$(PY) -m scripts.kit vllm026-src
 golden: ## regenerate tests/golden/argv from every variant (review the diff)
 	$(PY) -m scripts.kit golden
 report: ## regenerate measurements.json and README tables from results/

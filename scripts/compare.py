@@ -30,16 +30,19 @@ from scripts.kit import weights
 from scripts.kit.device import host_platform
 from scripts.kit.errors import KitError, run_main
 from scripts.kit.paths import RESULTS, rel as _rel
-from scripts.kit.procs import ServerProcess, free_port, stop_on_signals
+from scripts.kit.procs import ServerProcess, free_port, port_free, stop_on_signals
 from scripts.kit.record import facts_from_argv, make_record, write_record
 from scripts.kit.variant import load
+from scripts.report import refresh_after_write
 
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="make compare", description=__doc__.split("\n\n")[0],
                                 epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--a", required=True, metavar="VARIANT", help="the reference (e.g. the BF16 baseline)")
-    p.add_argument("--b", required=True, metavar="VARIANT", help="the candidate; the record goes under results/<B>/")
+    # Checked in main, not by argparse: `make compare` without A= passes no --a, and argparse's
+    # "the following arguments are required: --a" names a flag the make user never typed.
+    p.add_argument("--a", metavar="VARIANT", help="the reference (e.g. the BF16 baseline); make: A=")
+    p.add_argument("--b", metavar="VARIANT", help="the candidate; the record goes under results/<B>/; make: B=")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override for both sides (repeatable)")
     p.add_argument("--set-a", action="append", default=[], metavar="KEY=VALUE", help="override for A only (repeatable)")
     p.add_argument("--set-b", action="append", default=[], metavar="KEY=VALUE", help="override for B only (repeatable)")
@@ -89,17 +92,41 @@ def fill_defaults(a) -> None:
             setattr(a, f, getattr(ns, f))
 
 
+def require_sides(a) -> None:
+    missing = [k.upper() + "=" for k in "ab" if not getattr(a, k)]
+    if missing:
+        raise KitError(f"{' and '.join(missing)} not given: make compare A=<reference variant> B=<candidate variant>, "
+                       f"e.g. `make compare A=tiny B=tiny` (python -m scripts.compare --a tiny --b tiny)")
+
+
 def load_sides(a) -> tuple:
+    """A and B resolved. Ports, when this run starts both servers (they are resident at once): A keeps
+    its PORT (SET or SET_A, else config.env or the schema default); B keeps its own when it differs, else takes the
+    next free port above A's (its config records it; SET_B=PORT=N chooses it). SET_A and SET_B naming one
+    port for both is refused."""
     va = load(a.a, a.set + a.set_a)
     vb = load(a.b, a.set + a.set_b)
     if a.url_a is None and a.url_b is None and va["PORT"] == vb["PORT"]:
-        # Both servers are resident at once: B moves to a free port (recorded in its config).
-        vb = load(a.b, a.set + a.set_b + [f"PORT={free_port(vb['HOST'])}"])
+        if any(s.startswith("PORT=") for s in a.set_b):
+            raise KitError(f"SET_B=PORT={vb['PORT']}: A has port {va['PORT']} too, and both servers run at once; "
+                           f"give B another port")
+        port = next_free_port(vb["HOST"], va["PORT"] + 1)
+        vb = load(a.b, a.set + a.set_b + [f"PORT={port}"])
+        print(f"compare: B ({vb.name}) on port {port}, the next free one above A's {va['PORT']} "
+              f"(SET_B=PORT=N chooses it)", file=sys.stderr)
     return va, vb
+
+
+def next_free_port(host: str, start: int) -> int:
+    for port in range(start, min(start + 100, 65536)):
+        if port_free(host, port):
+            return port
+    return free_port(host)
 
 
 def main(argv=None) -> int:
     a = parser().parse_args(argv)
+    require_sides(a)
     if a.rounds < 5:
         raise KitError(f"--rounds {a.rounds}: a comparison needs at least 5 interleaved rounds")
     fill_defaults(a)
@@ -107,7 +134,8 @@ def main(argv=None) -> int:
     va, vb = load_sides(a)
     platform = host_platform()
     sides = {"a": Side("a", va, a.url_a, platform, a.results_dir), "b": Side("b", vb, a.url_b, platform, a.results_dir)}
-    print(f"compare: A = {va.name}, B = {vb.name}; {a.rounds} rounds, levels {','.join(map(str, a.concurrency))}; "
+    where = {k: s.url or f"{s.v['HOST']}:{s.v['PORT']}" for k, s in sides.items()}
+    print(f"compare: A = {va.name} ({where['a']}), B = {vb.name} ({where['b']}); {a.rounds} rounds, levels {','.join(map(str, a.concurrency))}; "
           f"workload sha256 {w.sha256[:12]}", file=sys.stderr)
     started = time.time()
     stop_on_signals()
@@ -147,6 +175,10 @@ def main(argv=None) -> int:
     path = write_record(rec, a.results_dir)
     print(report_text(payload), file=sys.stderr)
     print(f"record: {_rel(path)}", file=sys.stderr)
+    for s in sides.values():
+        if s.proc:
+            print(f"server log {s.key.upper()}: {_rel(s.proc.log_path)}", file=sys.stderr)
+    refresh_after_write(path)
     if not payload["validity"]["valid"]:
         print("INVALID comparison:\n  " + "\n  ".join(payload["validity"]["errors"]), file=sys.stderr)
         return 1

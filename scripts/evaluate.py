@@ -431,7 +431,7 @@ def main(argv=None) -> int:
     refresh_after_write(path)  # measurements.json and the README tables include this record now
     for name, r in out.items():
         rec = "-" if r["recovery_pct"] is None else f"{r['recovery_pct']:.1f}%"
-        cut = "-" if r["cutoff_rate"] is None else f"{r['cutoff_rate']:.1%}"
+        cut = ("-" if r["cutoff_rate"] is None else f"{r['cutoff_rate']:.1%}") + f" (max {r['max_cutoff_rate']:.0%})"
         print(f"  {r['verdict'].upper():6} {name}: {r['score']:.4f} [{r['ci95'][0]:.4f}, {r['ci95'][1]:.4f}] "
               f"n={r['n']} floor={r['floor']} cut-off={cut} recovery={rec}"
               + "".join(f"\n           - {x}" for x in r["reasons"]), file=sys.stderr)

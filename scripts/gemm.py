@@ -263,6 +263,8 @@ def main(argv=None) -> int:
                "device_name": torch.cuda.get_device_name(), "wall_s": round(time.time() - t0, 1)}
     path = write_record(make_record("gemm", v, payload, started=t0))
     print(f"record: {path}", file=sys.stderr)
+    from scripts.report import refresh_after_write
+    refresh_after_write(path)  # one rule for every record: what derives from results/ follows it
     print(f"{'kernel':18} {'M':>2} {'GEMM ms/step':>12} {'floor':>7} {'% floor':>7}")
     for s in payload["step"]:
         print(f"{s['kernel']:18} {s['m']:2} {s['ms']:12.3f} {s['floor_ms']:7.3f} {s['pct_of_floor']:7.1f}")

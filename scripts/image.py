@@ -40,6 +40,7 @@ from scripts.kit.errors import KitError, run_main
 from scripts.kit.paths import ROOT
 from scripts.kit.procs import free_port
 from scripts.kit.record import git_state, make_record, write_record
+from scripts.report import refresh_after_write
 from scripts.kit.variant import load
 
 IMAGE_ROOT = k8s.IMAGE_ROOT
@@ -436,6 +437,7 @@ def cmd_verify(a, v) -> int:
                "completion": completion, "cache": evidence}
     path = write_record(make_record("image_verify", v, payload, started=started))
     print(f"record: {path}", file=sys.stderr)
+    refresh_after_write(path)
     if not evidence["hit"]:
         raise KitError(f"{tag}: the baked cache was NOT hit ({evidence['direct_loads']} direct loads, "
                        f"{evidence['compiles']} compiles, {evidence['new_artifact_count']} new artifacts); see {path}")

@@ -38,6 +38,7 @@ from scripts.kit.paths import EXPERIMENTS, RESULTS, ROOT, rel as _rel
 from scripts.kit.procs import ServerProcess, stop_on_signals
 from scripts.kit.record import make_record, records, write_record
 from scripts.kit.variant import load
+from scripts.report import refresh_after_write
 from scripts.serve import add_variant_args, describe
 
 _local = threading.local()
@@ -679,6 +680,9 @@ def main(argv=None) -> int:
     plot = write_plot(v, a.results_dir, a.plot or EXPERIMENTS / v.name / "latency.png")
     if plot:
         print(f"plot: {_rel(plot)}", file=sys.stderr)
+    if proc:
+        print(f"server log: {_rel(proc.log_path)}", file=sys.stderr)
+    refresh_after_write(path)
     if not rec["payload"]["validity"]["valid"]:
         print("INVALID run (not reported as a result):\n  " + "\n  ".join(rec["payload"]["validity"]["errors"]),
               file=sys.stderr)

@@ -46,6 +46,7 @@ from scripts.kit.errors import KitError, run_main
 from scripts.kit.paths import EXPERIMENTS, RESULTS, ROOT, atomic_write, rel
 from scripts.kit.procs import ServerProcess, flock, gpu_lock_path, stop_on_signals
 from scripts.kit.record import load_record, make_record, records, write_record
+from scripts.report import refresh_after_write
 from scripts.kit.variant import load
 from scripts.serve import add_variant_args, describe
 
@@ -311,6 +312,7 @@ def main(argv=None) -> int:
     plot = write_plot([(rel(p), r) for p, r in newest], a.output or EXPERIMENTS / v.name / "profile.png")
     if plot:
         print(f"plot: {rel(plot)}", file=sys.stderr)
+    refresh_after_write(path)
     return 0
 
 

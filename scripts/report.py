@@ -203,10 +203,11 @@ def main(argv=None) -> int:
 
 
 def refresh_after_write(record_path) -> bool:
-    """What a command that wrote a record calls next: regenerate what derives from results/, so
-    `make check-schemas` does not fail on "derived files are stale" until someone runs `make report`
-    (issue #20). A record written elsewhere (a test's tmp folder, a tune's candidates) feeds no derived
-    file and is left alone. Runs `python -m scripts.report` with the interpreter `make check-schemas`
+    """The rule for every command that writes a record (tests/test_records.py checks each one calls
+    this, after its own plots): regenerate what derives from results/, so `make check-schemas` does not
+    fail on "derived files are stale" until someone runs `make report` (issues #20, #33). Only a record
+    that report reads, results/<variant>/<file>, feeds derived files; one written elsewhere (a test's
+    tmp folder, a sweep's points, a tune's candidates: their batch's own record refreshes) is left alone. Runs `python -m scripts.report` with the interpreter `make check-schemas`
     uses (.venv's when there is one): `make quantize` runs in .venv-quant, whose plotting need not
     draw the same bytes. Best effort: the record stands whatever happens here, and a failure says to
     run `make report`. True when the derived files were refreshed."""
@@ -214,9 +215,7 @@ def refresh_after_write(record_path) -> bool:
     import subprocess
     from pathlib import Path
     from scripts.kit.paths import RESULTS
-    try:
-        Path(record_path).resolve().relative_to(RESULTS.resolve())
-    except ValueError:
+    if Path(record_path).resolve().parent.parent != RESULTS.resolve():
         return False
     venv = ROOT / ".venv" / "bin" / "python"
     py = str(venv) if venv.exists() else sys.executable

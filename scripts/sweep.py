@@ -46,6 +46,7 @@ from scripts.kit.errors import KitError, run_main
 from scripts.kit.paths import RESULTS, ROOT, atomic_write
 from scripts.kit.procs import run_logged
 from scripts.kit.record import load_record, log_ref, make_record, records, write_record
+from scripts.report import refresh_after_write
 from scripts.kit.summaries import sweep as S
 from scripts.kit.variant import load
 from scripts.serve import add_variant_args
@@ -251,6 +252,7 @@ def main(argv=None) -> int:
             atomic_write(png, data)
     except ModuleNotFoundError as e:
         print(f"plot skipped ({e}); `make report` draws it from the record", file=sys.stderr)
+    refresh_after_write(path)
     print(f"{key:>24}  status   " + "  ".join(f"tok/s c={c}  TPOT c={c}" for c in sorted(
         {c for pt in points for c in pt.get("levels", {})}, key=int)), file=sys.stderr)
     for pt in points:

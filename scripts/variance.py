@@ -33,6 +33,7 @@ from scripts.kit import latency as L
 from scripts.kit.errors import KitError, run_main
 from scripts.kit.paths import RESULTS, ROOT, rel as _rel
 from scripts.kit.record import load_record, make_record, write_record
+from scripts.report import refresh_after_write
 from scripts.kit.variant import load
 
 CONDITIONS = ("sm_clock_mhz", "power_w", "temperature_c", "gpu_processes", "loadavg_1m")
@@ -148,6 +149,7 @@ def main(argv=None) -> int:
         print(f"{e['variant']} ({e['side'].upper()}) c={e['concurrency']}: TPOT p50 per pass {t['min']}-{t['max']} ms "
               f"(range {t['range_pct']}%, cv {t['cv_pct']}%){split}, slowdown passes {len(e['slowdown_passes'])}", file=sys.stderr)
     print(f"record: {_rel(out)}", file=sys.stderr)
+    refresh_after_write(out)
     return 0
 
 

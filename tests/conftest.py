@@ -31,6 +31,29 @@ def tree(tmp_path, monkeypatch):
     return write
 
 
+@pytest.fixture
+def kit_copy(tmp_path):
+    """A copy of the kit's tree (code, schemas, variants, records, docs) in tmp: a command run there
+    writes its records and refreshes its derived files without touching the checkout. run(argv) runs
+    a command in it (git is not copied: records name a fixed commit)."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    from scripts.kit.paths import ROOT
+    kit = tmp_path / "kit"
+    for top in ("scripts", "schemas", "experiments", "results", "eval", "weights/configs", "docs"):
+        shutil.copytree(ROOT / top, kit / top, ignore=shutil.ignore_patterns("logs", "__pycache__"))
+    for f in ("README.md", "sitecustomize.py", "pyproject.toml", "Makefile"):
+        shutil.copy2(ROOT / f, kit / f)
+    env = {**os.environ, "PYTHONPATH": str(kit), "KIT_GIT_COMMIT": "0" * 40}
+
+    def run(argv: list[str], timeout: float = 600) -> subprocess.CompletedProcess:
+        return subprocess.run(argv, cwd=kit, env=env, capture_output=True, text=True, timeout=timeout)
+    run.root, run.py = kit, sys.executable
+    return run
+
+
 def tiny_ready() -> bool:
     return weights.is_complete(load("tiny").weights_dir)
 
@@ -72,6 +95,12 @@ def pytest_deselected(items):
 
 
 def pytest_terminal_summary(terminalreporter):
+    from scripts.kit.vllm026 import SKIP
+    no_src = [r for r in terminalreporter.stats.get("skipped", []) if SKIP in str(getattr(r, "longrepr", ""))]
+    if no_src:
+        terminalreporter.write_sep("-", f"skipped {len(no_src)} test(s) for want of vLLM 0.26's source: "
+                                        f"`make vllm026-src` fetches it once into .cache/ (pip download of the "
+                                        f"vllm==0.26.0 wheel, one file kept)")
     if _deselected_slow:
         terminalreporter.write_sep("-", f"skipped {len(_deselected_slow)} slow e2e test(s): `make test-all` runs them")
         for nodeid in _deselected_slow:

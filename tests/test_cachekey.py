@@ -142,6 +142,18 @@ def test_check_manifest_without_bake_says_how_to_bake(variant, monkeypatch):
     assert "not a baked hit" in cachekey.describe_cache(variant, "gpu")
 
 
+def test_an_eager_server_is_told_it_compiles_nothing_not_to_bake():
+    """Issue #33: `make serve` on a CPU host said "vLLM compiles on start (cold)" and "run: make bake"
+    while the server ran --enforce-eager (EAGER=auto on CPU), which compiles nothing."""
+    from scripts.kit.variant import load
+    for v, platform in ((load("tiny"), "cpu"), (load("tiny", ["EAGER=on"]), "gpu")):
+        line = cachekey.describe_cache(v, platform)
+        assert line.startswith("compile cache: not used: the server runs --enforce-eager (EAGER=")
+        assert "make bake" not in line and "compiles on start" not in line
+    assert "--set" in cachekey.describe_cache(load("tiny", ["EAGER=on"]), "gpu")
+    assert "not a baked hit" in cachekey.describe_cache(load("tiny"), "gpu")
+
+
 def test_check_manifest_matches_after_bake_and_lists_artifacts(variant, monkeypatch):
     doc = bake_fake(variant, monkeypatch)
     assert doc["artifact_count"] == 3 and doc["total_bytes"] == 152

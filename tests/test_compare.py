@@ -342,3 +342,27 @@ def test_queue_summary_and_warning_by_hand():
             'vllm:kv_cache_usage_perc{engine="1"} 0.75\n')
     assert L.parse_gauges(text) == {"running": 5.0, "waiting": 1.0, "kv_usage": 0.75}
     assert L.parse_gauges("vllm:prefix_cache_hits_total 3\n") is None
+
+
+@pytest.mark.e2e
+@pytest.mark.slow  # ~60 s: four report runs over the copied tree
+def test_derived_files_are_current_after_eval_latency_and_compare_through_make(tiny_server, kit_copy):
+    """Issue #33: eval-quality refreshed measurements.json, the README blocks and docs/results.md; eval-latency
+    and compare did not, so `make check-schemas` failed right after them. Through make, on a copy of the
+    tree, against the real tiny server (URL=, URL_A=, URL_B=), with PROBE= shrinking both workloads: each
+    command's record leaves report --check clean, and each says where it refreshed."""
+    import sys
+    from scripts.kit.paths import ROOT
+    (kit_copy.root / ".venv").symlink_to(ROOT / ".venv")  # make's PY; the copy has no install of its own
+    url, port = tiny_server.url, tiny_server.variant["PORT"]
+    probe = "--concurrency 1 --requests 2 --input-lens 16 --class-weights 1 --output-min 4 --output-max 8 --prefix-tokens 0"
+    check = [sys.executable, "-m", "scripts.report", "--check"]
+    for target, args in (("eval-latency", [f"URL={url}", f"PROBE={probe} --repeats 1 --warmup-waves 1"]),
+                         ("compare", ["A=tiny", "B=tiny", f"URL_A={url}", f"URL_B={url}",
+                                      f"PROBE={probe} --warmup-waves 1"])):
+        r = kit_copy(["make", "--no-print-directory", target, f"SET=PORT={port}", *args])
+        assert r.returncode == 0, r.stderr[-3000:]
+        assert "report: wrote: " in r.stderr and "experiments/tiny/measurements.json" in r.stderr, r.stderr[-2000:]
+        fresh = kit_copy(check)
+        assert fresh.returncode == 0, f"after make {target}: {fresh.stderr[-2000:]}"
+    assert ": no difference" in r.stderr or "B (tiny) better" in r.stderr or "A (tiny) better" in r.stderr

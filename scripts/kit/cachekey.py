@@ -306,7 +306,11 @@ def check_manifest(variant, platform: str | None = None, argv=None, env=None) ->
 
 
 def describe_cache(variant, platform: str | None = None) -> str:
-    """One line for `make serve`: which compile cache the server will use, or why it will compile."""
+    """One line for `make serve`: which compile cache the server will use, why it will compile, or that
+    it compiles nothing (--enforce-eager, as EAGER=auto gives every CPU host)."""
+    if "--enforce-eager" in variant.to_argv(platform or host_platform()):
+        return (f"compile cache: not used: the server runs --enforce-eager (EAGER={variant['EAGER']}, "
+                f"{variant.sources.get('EAGER', 'default')}), so vLLM compiles nothing and captures no graphs")
     ok, reason = check_manifest(variant, platform)
     where = _rel(variant.cache_root)
     if ok:

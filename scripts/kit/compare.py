@@ -250,9 +250,10 @@ def headline(rows: list[dict], metric: str, concurrency: int) -> dict | None:
 
 
 def describe(row: dict, a: str, b: str) -> str:
-    """'tpot_p50_ms c=1: 4.19 -> 2.42, B 1.73x [1.70, 1.76]: b better' (in words a reader acts on)."""
+    """'tpot_p50_ms c=1: A tiny 4.19 vs B tiny 2.42, B 1.731x [1.700, 1.760]: B (tiny) better'. Each value
+    and the verdict name the side: A against itself reads "tiny better" otherwise, whichever side won."""
     if row["ratio"] is None:
         return f"{row['metric']} c={row['concurrency']}: no value"
-    who = {"b better": f"{b} better", "a better": f"{a} better", "no difference": "no difference"}[row["verdict"]]
-    return (f"{row['metric']} c={row['concurrency']}: {a} {row['a']} vs {b} {row['b']}, "
-            f"{b} {row['ratio']:.3f}x [{row['ci95'][0]:.3f}, {row['ci95'][1]:.3f}]: {who}")
+    who = {"b better": f"B ({b}) better", "a better": f"A ({a}) better", "no difference": "no difference"}[row["verdict"]]
+    return (f"{row['metric']} c={row['concurrency']}: A {a} {row['a']} vs B {b} {row['b']}, "
+            f"B {row['ratio']:.3f}x [{row['ci95'][0]:.3f}, {row['ci95'][1]:.3f}]: {who}")

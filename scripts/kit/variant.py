@@ -268,13 +268,16 @@ class Variant:
             argv += ["--load-format", "dummy"]
             if self["DUMMY_TOKENIZER"] == "none":
                 argv += ["--skip-tokenizer-init"]
-        eager = self["EAGER"] == "on" or (self["EAGER"] == "auto" and platform == "cpu")
-        if eager:
+        if self.eager(platform):
             argv += ["--enforce-eager"]
         sc = self.speculative_config()
         if sc:
             argv += ["--speculative-config", json.dumps(sc, sort_keys=True, separators=(",", ":"))]
         return argv + self.serve_flags()
+
+    def eager(self, platform: str) -> bool:
+        """Whether the server runs --enforce-eager (EAGER; auto = on a CPU host)."""
+        return self["EAGER"] == "on" or (self["EAGER"] == "auto" and platform == "cpu")
 
     def to_env(self, platform: str) -> dict:
         """Environment the server gets on top of the caller's: offline flags, cache root, pass-through."""
@@ -293,6 +296,12 @@ class Variant:
             env["KIT_GDN_REUSE"] = "1"
         if self["SPEC_DRAFT_GRAPH"]:  # as above (scripts/_draft_graph_patch.py): the largest graphed batch
             env["KIT_DRAFT_GRAPH"] = str(self["SPEC_DRAFT_GRAPH"])
+        if platform == "cpu" and self.eager(platform):
+            # --enforce-eager keeps torch.compile off the model, not off vLLM's sampler: it compiles its logprob
+            # rank count (batched_count_greater_than, vllm/v1/sample/ops/logprobs.py; Inductor's C++ on a CPU)
+            # on the first request that asks for logprobs, which then took 10-29 s on 2 cores, later ones
+            # 0.4 s (issue 33). Eager, that count is one comparison and a sum: the first took 0.6 s.
+            env["TORCH_COMPILE_DISABLE"] = "1"
         return env
 
 

