@@ -822,13 +822,13 @@ def main(argv=None) -> int:
     b.add_argument("--cache", help="cache tarball baked elsewhere (skips the bake)")
     b.add_argument("--weights", choices=["copy", "mount"], default="copy",
                    help="copy the weights into the image (default) or mount them at run time")
-    b.add_argument("--tag", help=f"image tag (default {REPOSITORY}:<variant>)")
+    b.add_argument("--tag", help=f"image tag (default {REPOSITORY}:<variant>, which podman names localhost/{REPOSITORY}:<variant>)")
     ver = sub.add_parser("verify", help="run the image, one chat completion, prove the cache hit")
     common(ver)
     engine(ver)
     ver.add_argument("--target", choices=["gpu", "cpu"],
                      help="with --dry-run only (a built image says which it is): default this host's")
-    ver.add_argument("--tag", help=f"image tag (default {REPOSITORY}:<variant>)")
+    ver.add_argument("--tag", help=f"image tag (default {REPOSITORY}:<variant>, which podman names localhost/{REPOSITORY}:<variant>)")
     ver.add_argument("--weights", choices=["copy", "mount"], default=None,
                      help="mount the host's weights read-only (default: from the image's kit.weights label)")
     kk = sub.add_parser("k8s", help="render Kubernetes manifests (stdout, or --out DIR)")
