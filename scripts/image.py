@@ -719,8 +719,12 @@ def cmd_verify(a, v) -> int:
             if now - last_alive_check > 2:
                 last_alive_check = now
                 if docker.run(running_argv(cid), capture=True, check=False, quiet=True).strip() != "true":
-                    raise KitError(f"container {cid[:12]} exited before it was ready:\n"
-                                   + docker.run(logs_argv(cid), capture=True, check=False)[-3000:])
+                    log = docker.run(logs_argv(cid), capture=True, check=False)
+                    # The cause is the engine's last error line, often thousands of characters above
+                    # the tail (an API-server traceback follows it): "/dev/shm: 160 MiB required".
+                    errors = [l.strip() for l in log.splitlines() if re.search(r"\b\w*Error: ", l)]
+                    raise KitError(f"container {cid[:12]} exited before it was ready"
+                                   + (f" ({errors[-1][-300:]})" if errors else "") + ":\n" + log[-3000:])
             try:
                 if requests.get(url + "/health", timeout=5).status_code == 200:
                     break
