@@ -324,6 +324,21 @@ def cache_evidence(log: str, diff: str, cache_in_image: str, eager: bool = False
             "compile_total_s": total[-1] if total else None, "evidence": (loads + compiles)[:10]}
 
 
+# An exception line, bare or behind vLLM's "(EngineCore pid=N) ERROR <date> <time> [file:line] " prefix.
+ERROR_LINE = re.compile(r"^(?:\(\w+ pid=\d+\) ERROR \S+ \S+ \[[^\]]+\] )?([A-Z]\w*(?:Error|Exception): .*)")
+
+
+def first_error(log: str) -> str | None:
+    """The first exception a server log names: the cause. Later ones restate it ("Engine core
+    initialization failed. See root cause above"), and the API server's traceback after it pushes it
+    thousands of characters above the tail (the /dev/shm shortfall of the tiny image did)."""
+    for line in log.splitlines():
+        m = ERROR_LINE.match(line.strip())
+        if m:
+            return m.group(1)[:300]
+    return None
+
+
 def dockerignore_patterns(text: str) -> list[tuple[bool, re.Pattern]]:
     """(is_exception, regex) per .dockerignore line, in order (Docker's syntax: *, ?, **, leading !)."""
     out = []
@@ -720,11 +735,9 @@ def cmd_verify(a, v) -> int:
                 last_alive_check = now
                 if docker.run(running_argv(cid), capture=True, check=False, quiet=True).strip() != "true":
                     log = docker.run(logs_argv(cid), capture=True, check=False)
-                    # The cause is the engine's last error line, often thousands of characters above
-                    # the tail (an API-server traceback follows it): "/dev/shm: 160 MiB required".
-                    errors = [l.strip() for l in log.splitlines() if re.search(r"\b\w*Error: ", l)]
+                    cause = first_error(log)
                     raise KitError(f"container {cid[:12]} exited before it was ready"
-                                   + (f" ({errors[-1][-300:]})" if errors else "") + ":\n" + log[-3000:])
+                                   + (f" ({cause})" if cause else "") + ":\n" + log[-3000:])
             try:
                 if requests.get(url + "/health", timeout=5).status_code == 200:
                     break

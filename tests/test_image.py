@@ -590,3 +590,13 @@ def test_parse_history_of_podman_and_docker():
     docker = ('{"Comment":"","CreatedAt":"x","CreatedBy":"COPY scripts/ scripts/ # buildkit","ID":"sha256:cc","Size":"12"}\n'
               '{"CreatedBy":"RUN pip install","ID":"<missing>","Size":"99"}\n')
     assert [(x["id"], x["size_bytes"]) for x in image.parse_history(docker)] == [("<missing>", 99), ("cc", 12)]
+
+
+def test_first_error_is_the_cause_not_the_restatement():
+    log = ("(APIServer pid=15) WARNING [x.py:1] fd limit errors like `OSError: [Errno 24] Too many open files`\n"
+           "(EngineCore pid=40) ERROR 11-26 15:15:11 [core.py:1510] Traceback (most recent call last):\n"
+           "(EngineCore pid=40) ERROR 11-26 15:15:11 [core.py:1510] RuntimeError: Insufficient space in /dev/shm: "
+           "160 MiB required, 62 MiB free.\n"
+           "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}\n")
+    assert image.first_error(log) == "RuntimeError: Insufficient space in /dev/shm: 160 MiB required, 62 MiB free."
+    assert image.first_error("INFO all good\n") is None
