@@ -128,12 +128,13 @@ def set_args(overrides) -> list[str]:
 def build_argv(v, tag: str, target: str, weights: str, git_commit: str, root: Path = ROOT,
                extra: list[str] = ()) -> list[str]:
     """docker build of one Dockerfile target for v (target: runtime | image; weights: copy | mount);
+    root: the build context, this checkout or a copy of it (paths inside are the checkout's);
     extra: more build arguments (cpu_build_args)."""
     argv = ["docker", "build", "--file", str(root / "Dockerfile"), "--target", target, "--tag", tag,
             "--build-arg", f"VARIANT={v.name}", "--build-arg", f"WEIGHTS={weights}",
             "--build-arg", f"CONFIG_SHA256={v.config_sha256}", "--build-arg", f"GIT_COMMIT={git_commit}"]
     if weights == "copy":
-        argv += ["--build-arg", f"WEIGHTS_DIR={rel(v.weights_dir, root)}"]
+        argv += ["--build-arg", f"WEIGHTS_DIR={rel(v.weights_dir)}"]
     return argv + list(extra) + [str(root)]
 
 

@@ -82,7 +82,7 @@ def test_tiny_image_builds_serves_and_rebuilds_only_the_code_layer(tmp_path, mon
         assert len(again["rebuilt"]) <= 7 and again["cached_steps"] == again["steps"] - len(again["rebuilt"])
         docker = image.Docker(False, engine, say=False)
         old, new = image.image_layers(docker, tag)[2], image.image_layers(docker, rebuilt_tag)[2]
-        deps = next(i for i, layer in enumerate(new) if "pip install" in layer["created_by"])
+        deps = next(i for i, layer in enumerate(new) if "--mount=type=bind" in layer["created_by"])
         assert new[deps] == old[deps], "the deps layer is the same layer"
     finally:
         docker = image.Docker(False, engine, say=False)
