@@ -30,7 +30,9 @@ PROBE ?=
 PY := $(if $(wildcard .venv/bin/python),.venv/bin/python,python3)
 QPY := $(if $(wildcard .venv-quant/bin/python),.venv-quant/bin/python,python3)
 V := --variant $(VARIANT) $(foreach s,$(SET),--set $(s))
-.PHONY: help install wheelhouse download serve serve-fleet eval-latency profile gemm compare variance sweep eval-quality eval-quality-full quantize bake verify-cache build build-import verify-image k8s tune check-schemas test test-all vllm026-src golden report new
+# Image targets: ENGINE=docker|podman (default: the one on PATH), TARGET=gpu|cpu (default: this host's), IMAGE=tag.
+IMG := $(if $(ENGINE),--engine $(ENGINE)) $(if $(DRY_RUN),--dry-run)
+.PHONY: help install wheelhouse download serve serve-fleet eval-latency profile gemm compare variance sweep eval-quality eval-quality-full quantize bake verify-cache build-base build build-import verify-image k8s tune check-schemas test test-all vllm026-src golden report new
 
 help: ## list targets, then the variables they read
 	@awk '/^[a-z0-9-]+:.*## /{split($$0, t, /:.*## /); printf "  make %-18s %s\n", t[1], t[2]} /^#:/{v = v substr($$0, 4) "\n"} END{printf "\n%s", v}' $(MAKEFILE_LIST)
@@ -66,14 +68,16 @@ bake: ## pre-compile VARIANT's torch.compile cache and write its manifest
 	$(PY) -m scripts.bake $(V)
 verify-cache: ## cold-start offline and prove the baked cache was hit
 	$(PY) -m scripts.bake $(V) --verify
-build: ## docker image for VARIANT with a natively baked cache (GPU host)
-	$(PY) -m scripts.image build $(V) $(if $(DRY_RUN),--dry-run)
+build-base: ## the CPU image's base (Debian 12 minbase + python3, mmdebstrap), skipped when made from the same inputs [ENGINE=]
+	$(PY) -m scripts.image base $(IMG)
+build: ## image for VARIANT: GPU host: vLLM base, cache baked natively; CPU host: the local base, wheelhouse, eager [ENGINE= TARGET=gpu|cpu IMAGE=]
+	$(PY) -m scripts.image build $(V) $(IMG) $(if $(TARGET),--target $(TARGET)) $(if $(IMAGE),--tag $(IMAGE))
 build-import: ## docker image for VARIANT from CACHE=cache_import.tar.gz
-	$(PY) -m scripts.image build $(V) --cache $(CACHE) $(if $(DRY_RUN),--dry-run)
-verify-image: ## run the image, wait for health, one completion, prove the cache hit
-	$(PY) -m scripts.image verify $(V) $(if $(DRY_RUN),--dry-run)
-k8s: ## render Kubernetes manifests for VARIANT: replicas behind vllm-router [POLICY=...]
-	$(PY) -m scripts.image k8s $(V) $(if $(POLICY),--policy $(POLICY))
+	$(PY) -m scripts.image build $(V) --cache $(CACHE) $(IMG) $(if $(IMAGE),--tag $(IMAGE))
+verify-image: ## run the built image, wait for health, one chat completion, prove the cache hit, write the record [ENGINE= IMAGE=]
+	$(PY) -m scripts.image verify $(V) $(IMG) $(if $(IMAGE),--tag $(IMAGE))
+k8s: ## render Kubernetes manifests for VARIANT: replicas behind vllm-router [POLICY=...] [IMAGE=the pushed tag]
+	$(PY) -m scripts.image k8s $(V) $(if $(POLICY),--policy $(POLICY)) $(if $(IMAGE),--image $(IMAGE))
 tune: ## search the levers of BASE= under SLO= and the quality gate; write the winner as a variant [BUDGET=N candidates and/or time, e.g. 6,20m] [JOBS=N]
 	$(PY) -m scripts.tune --base $(BASE) $(foreach s,$(SET),--set $(s)) $(if $(SLO),--slo $(SLO)) $(if $(BUDGET),--budget $(BUDGET)) $(if $(JOBS),--jobs $(JOBS))
 check-schemas: ## validate schemas, every config.env, every record, freshness of derived files

