@@ -77,7 +77,8 @@ def _backend(layer) -> str:
         from scripts._w4a16_kernel import plan
         return "kit Triton split-K " + json.dumps(plan(layer.packed.shape[0], layer.packed.shape[1] * 8, layer.group))
     qm = layer.quant_method
-    for obj in (getattr(getattr(qm, "scheme", None), "kernel", None), getattr(getattr(qm, "scheme", None), "fp8_linear", None),
+    scheme = getattr(layer, "scheme", None) or getattr(qm, "scheme", None)  # compressed-tensors keeps it on the layer
+    for obj in (getattr(scheme, "kernel", None), getattr(scheme, "fp8_linear", None),
                 getattr(qm, "fp8_linear", None), getattr(qm, "kernel", None), qm):
         if obj is not None:
             return type(obj).__name__
