@@ -160,6 +160,18 @@ def test_levers_tiny_on_cpu():
     assert any("eager" in s for s in skipped)
 
 
+def test_weights_lever_offers_each_made_checkpoint_fp8_too():
+    v = load("qwen3.5-4b-bf16")
+    made = [{"QUANT": "none"}, {"QUANT": "awq_w4a16", "QUANT_GROUP_SIZE": 32, "QUANT_SCOPE": "mlp"},
+            {"QUANT": "fp8_dynamic", "QUANT_SCOPE": "linear"}]
+    ls, _ = T.levers(v.config, "gpu", lambda o: o in made, None, (1, 8))
+    (weights,) = [lv for lv in ls if lv.name == "weights"]
+    assert list(weights.values) == made  # only folders that exist; FP8 keyed by scope, no group size
+    # Each value names a weights folder the variant code builds (make quantize's output for FP8).
+    tags = {load("qwen3.5-4b-bf16", [f"{k}={val}" for k, val in o.items()]).weights_tag for o in made}
+    assert tags == {"bf16", "awq-w4a16-g32-mlp", "fp8-dynamic-linear"}
+
+
 def test_levers_qwen35_on_gpu_offer_mtp_and_schedule():
     v = load("qwen3.5-4b-awq-seq8")
     ls, skipped = T.levers(v.config, "gpu", lambda o: True, None, (1, 8))

@@ -118,12 +118,14 @@ def levers(cfg: dict, platform: str, weights_ok, arch: dict | None = None,
     """
     out, skipped = [], []
     gpu = platform == "gpu"
-    # Quantization: every (QUANT, group, scope) whose weights folder exists.
-    combos = [{"QUANT": "none"}] + [{"QUANT": "awq_w4a16", "QUANT_GROUP_SIZE": g, "QUANT_SCOPE": s}
-                                    for g in (32, 64, 128) for s in ("mlp", "linear")]
+    # Quantization: every (QUANT, group, scope) whose weights folder exists. FP8 has no group (one scale a
+    # channel): its folder is keyed by scope alone.
+    combos = ([{"QUANT": "none"}] + [{"QUANT": "awq_w4a16", "QUANT_GROUP_SIZE": g, "QUANT_SCOPE": s}
+                                     for g in (32, 64, 128) for s in ("mlp", "linear")]
+              + [{"QUANT": "fp8_dynamic", "QUANT_SCOPE": s} for s in ("mlp", "linear")])
     have = [c for c in combos if weights_ok(c)]
     if len(have) > 1:
-        out.append(Lever("weights", tuple(have), "existing weight folders of MODEL (bf16, AWQ group/scope)"))
+        out.append(Lever("weights", tuple(have), "existing weight folders of MODEL (bf16, AWQ group/scope, FP8 scope)"))
     else:
         skipped.append("weights: only one weights folder exists for MODEL (make quantize makes others)")
     # Speculation: K (0 = off) for the method the variant uses, or MTP where the checkpoint has the head.
