@@ -251,7 +251,7 @@ def test_a_run_that_fails_after_start_writes_a_failed_record(tmp_path, monkeypat
 
     def llm_compressor_fails(*_a, **_k):
         raise RuntimeError("oneshot: out of memory in layer 3")
-    monkeypatch.setattr(Q, "run_awq", llm_compressor_fails)
+    monkeypatch.setattr(Q, "run_oneshot", llm_compressor_fails)
     refreshed = []
     monkeypatch.setattr(report, "refresh_after_write", lambda p: refreshed.append(p))
     out, res = tmp_path / "awq", tmp_path / "results"
