@@ -35,7 +35,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from scripts.kit import bytecode, cachekey, weights
+from scripts.kit import bytecode, cachekey, startup, weights
 from scripts.kit.device import host_platform
 from scripts.kit.errors import KitError, run_main
 from scripts.kit.paths import RESULTS, ROOT
@@ -193,23 +193,36 @@ def server_limits(url: str, v, platform: str, cap: int | None) -> tuple[int, int
 
 # -- one start -------------------------------------------------------------------------------
 def run_server(v, argv, env, log: Path, cap: int | None, platform: str) -> dict:
-    """Start, time ready and first token, drive every shape, stop. Everything bake and verify measure."""
+    """Start, time ready and first token, drive every shape, stop. Everything bake and verify measure.
+    The start is traced from inside the server (KIT_STARTUP_TRACE, scripts/_startup_trace.py); the raw
+    events are kept beside the log and reduced into `trace` (scripts/kit/startup.py)."""
+    import tempfile
     watcher = LogWatcher(log)
+    tdir = Path(tempfile.mkdtemp(prefix="kit-start-trace-"))
+    env = dict(env, KIT_STARTUP_TRACE=str(tdir))
     srv = ServerProcess(argv, env, v["HOST"], v["PORT"], v["READY_TIMEOUT_S"], log_path=log, on_wait=watcher.poll)
-    with srv:
-        watcher.poll(srv.ready_s)
-        print(f"ready after {srv.ready_s:.1f} s; sending warm-up requests", file=sys.stderr)
-        # The warm-up compiles shapes on the GPU as a start-up does: it holds the GPU lock shared too.
-        with flock(gpu_lock_path(), shared=True):
-            at = first_token_at(srv.url, v.name)
-            first = round(at - srv.t0, 2) if at else None
-            max_len, seqs = server_limits(srv.url, v, platform, cap)
-            t = time.perf_counter()
-            shapes, sent, failed = drive(srv.url, v.name, plan_shapes(max_len, seqs))
-            wall = round(time.perf_counter() - t, 2)
+    try:
+        with srv:
+            watcher.poll(srv.ready_s)
+            print(f"ready after {srv.ready_s:.1f} s; sending warm-up requests", file=sys.stderr)
+            # The warm-up compiles shapes on the GPU as a start-up does: it holds the GPU lock shared too.
+            with flock(gpu_lock_path(), shared=True):
+                at = first_token_at(srv.url, v.name)
+                first = round(at - srv.t0, 2) if at else None
+                max_len, seqs = server_limits(srv.url, v, platform, cap)
+                t = time.perf_counter()
+                shapes, sent, failed = drive(srv.url, v.name, plan_shapes(max_len, seqs))
+                wall = round(time.perf_counter() - t, 2)
+        tr = startup.reduce(tdir, srv.t0_wall, srv.t0_wall + srv.ready_s, srv.t0_wall + first if first else None)
+        raw = log.with_name(log.stem + ".trace.jsonl")
+        startup.keep_raw(tdir, raw)
+    finally:
+        shutil.rmtree(tdir, ignore_errors=True)
+    print("where the start went (from inside the server):\n" + startup.text(tr), file=sys.stderr)
     text = log.read_text(errors="replace")
     return {"ready_s": round(srv.ready_s, 2), "first_token_s": first, "shapes": shapes, "sent": sent + 1,
-            "failed": failed, "wall_s": wall, "phases": parse_phases(text, watcher.at, srv.ready_s)}
+            "failed": failed, "wall_s": wall, "phases": parse_phases(text, watcher.at, srv.ready_s),
+            "trace": dict(tr, raw=log_ref(raw))}
 
 
 def _log_path(v, what: str) -> Path:
@@ -246,7 +259,7 @@ def bake(v, platform: str, argv, env, cap: int | None, compile_bytecode: bool = 
     triton = env.get("TRITON_CACHE_DIR")
     payload = {
         "cold": {"ready_s": run["ready_s"], "first_token_s": run["first_token_s"]},
-        "phases": run["phases"],
+        "phases": run["phases"], "trace": run["trace"],
         "warmup": {"requests": run["sent"], "failed": run["failed"], "wall_s": run["wall_s"], "shapes": run["shapes"]},
         "cache": {"root": _rel(root), "manifest": _rel(cachekey.manifest_path(v)), "key_sha256": manifest["key_sha256"],
                   "artifact_count": manifest["artifact_count"], "total_bytes": manifest["total_bytes"],
@@ -317,7 +330,7 @@ def verify(v, platform: str, argv, env, cap: int | None, expect: str, force_aot:
         "manifest_ok": ok, "manifest_reason": reason, "cold": cold, "warm": warm,
         "speedup_ready_x": ratio(cold["ready_s"], warm["ready_s"]),
         "speedup_first_token_x": ratio(cold["first_token_s"], warm["first_token_s"]),
-        "new_artifacts": len(new), "new_artifact_sample": new[:20], "phases": run["phases"],
+        "new_artifacts": len(new), "new_artifact_sample": new[:20], "phases": run["phases"], "trace": run["trace"],
         "force_aot_load": force_aot, "shim_name": env.get("KIT_DEVICE_NAME"), "argv": argv, "log": log_ref(log),
     }
     rec_path = write_record(make_record("startup", v, payload, started=started, server_argv=argv, server_env=env),

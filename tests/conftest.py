@@ -66,9 +66,12 @@ def tiny_server(tmp_path_factory):
     v = load("tiny", [f"PORT={free_port()}"])
     platform = host_platform()
     log = tmp_path_factory.mktemp("tiny") / "server.log"
-    srv = ServerProcess(v.to_argv(platform), v.to_env(platform), v["HOST"], v["PORT"], 600, log_path=log)
+    # Traced as bake and verify-cache trace a start (tests/test_startup_trace.py reads it).
+    trace = tmp_path_factory.mktemp("start-trace")
+    srv = ServerProcess(v.to_argv(platform), dict(v.to_env(platform), KIT_STARTUP_TRACE=str(trace)), v["HOST"],
+                        v["PORT"], 600, log_path=log)
     with srv:
-        srv.variant = v
+        srv.variant, srv.trace_dir = v, trace
         yield srv
 
 

@@ -155,6 +155,13 @@ class ServerProcess:
         full_env = {**os.environ, "TMPDIR": self._tmp}
         full_env.setdefault("TORCHINDUCTOR_CACHE_DIR", inductor)
         full_env.update(self.env)
+        # The repo root first on the server's path, however the kit was started (make sets it; a bare
+        # `python -m scripts.serve` did not): sitecustomize.py must load in every server process, or the
+        # variant's patches (KIT_*) and the start-up trace are silently off.
+        from .paths import ROOT
+        paths = [p for p in full_env.get("PYTHONPATH", "").split(os.pathsep) if p]
+        if str(ROOT) not in paths:
+            full_env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *paths])
         self._quiet = False
         if self.log_path:
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -165,7 +172,7 @@ class ServerProcess:
                                      waiting=f"server on port {self.port}: waiting for a probe to finish "
                                              f"timing ({GPU_LOCK_ENV}={lock})")
             self._start_lock.__enter__()
-        self.t0 = time.monotonic()
+        self.t0, self.t0_wall = time.monotonic(), time.time()
         # Without a log file the server's output goes to our stdout/stderr, through a relay that stops
         # echoing when we stop it: its shutdown (vLLM's EngineDeadError traceback, leak warnings) is ours.
         out = self._log or subprocess.PIPE

