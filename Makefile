@@ -32,7 +32,7 @@ QPY := $(if $(wildcard .venv-quant/bin/python),.venv-quant/bin/python,python3)
 V := --variant $(VARIANT) $(foreach s,$(SET),--set $(s))
 # Image targets: ENGINE=docker|podman (default: the one on PATH), TARGET=gpu|cpu (default: this host's), IMAGE=tag.
 IMG := $(if $(ENGINE),--engine $(ENGINE)) $(if $(DRY_RUN),--dry-run)
-.PHONY: help install wheelhouse download serve serve-fleet eval-latency profile gemm compare variance sweep eval-quality eval-quality-full quantize bake verify-cache build-base build build-import verify-image k8s tune check-schemas test test-all vllm026-src golden report new
+.PHONY: help install wheelhouse download serve standby serve-fleet eval-latency profile gemm compare variance sweep eval-quality eval-quality-full quantize bake verify-cache build-base build build-import verify-image k8s tune check-schemas test test-all vllm026-src golden report new
 
 help: ## list targets, then the variables they read
 	@awk '/^[a-z0-9-]+:.*## /{split($$0, t, /:.*## /); printf "  make %-18s %s\n", t[1], t[2]} /^#:/{v = v substr($$0, 4) "\n"} END{printf "\n%s", v}' $(MAKEFILE_LIST)
@@ -42,8 +42,10 @@ wheelhouse: ## on a connected host, all `make install` needs offline into OUT (+
 	python3 -m scripts.wheelhouse $(if $(TARGET),--target $(TARGET)) $(if $(PYTHON),--python $(PYTHON)) $(if $(PLATFORM),--platform $(PLATFORM)) $(if $(OUT),--out $(OUT)) $(if $(HOST_TORCH),--host-torch) $(if $(HOST_FREEZE),--host-freeze $(HOST_FREEZE))
 download: ## fetch/build weights for VARIANT (SET=WEIGHTS=dummy: architecture only)
 	$(PY) -m scripts.download $(V)
-serve: ## run VARIANT's vLLM server until Ctrl-C (DRY_RUN=1: print command and env)
-	$(PY) -m scripts.serve $(V) $(if $(DRY_RUN),--dry-run)
+serve: ## run VARIANT's vLLM server until Ctrl-C (DRY_RUN=1: print command and env; STANDBY=1: start it asleep, wake with POST /wake_up)
+	$(PY) -m scripts.serve $(V) $(if $(STANDBY),--set STANDBY=$(STANDBY)) $(if $(DRY_RUN),--dry-run)
+standby: ## VARIANT as a standby: start, sleep, then wake -> first token, CYCLES times: record (CUDA GPU) [CYCLES=3]
+	$(PY) -m scripts.standby $(V) $(if $(CYCLES),--cycles $(CYCLES))
 serve-fleet: ## REPLICAS=N servers of VARIANT (one GPU each) behind vllm-router until Ctrl-C [POLICY=cache_aware|round_robin|...] [DRY_RUN=1]
 	$(PY) -m scripts.fleet $(V) $(if $(REPLICAS),--replicas $(REPLICAS)) $(if $(POLICY),--policy $(POLICY)) $(if $(DRY_RUN),--dry-run)
 eval-latency: ## latency probe of VARIANT (URL= to probe a running server; PROBE="--concurrency 1,2 --repeats 3 ...": probe flags, see `python -m scripts.probe --help`)

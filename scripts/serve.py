@@ -11,6 +11,8 @@ its own process group, is declared ready by GET /health, and is stopped as a gro
     python -m scripts.serve --variant X --smoke --then "python -m scripts.probe --variant X --url {url}"
         # one server start for several jobs: each --then command runs against the live server
         # ({url} is substituted), in order; the server is stopped afterwards, whatever they return
+    python -m scripts.serve --variant X --set STANDBY=1   # CUDA GPU: once ready, one request, then asleep
+        # until POST /wake_up (scripts/kit/standby.py); `make standby` measures wake to first token
 """
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ import shlex
 import sys
 import time
 
-from scripts.kit import weights
+from scripts.kit import standby, weights
 from scripts.kit.device import host_platform
 from scripts.kit.errors import KitError, run_main
 import scripts.kit.record as record_mod
@@ -141,6 +143,9 @@ def main(argv=None) -> int:
     v = load(a.variant, a.set)
     platform = host_platform()
     cmd, env = v.to_argv(platform), v.to_env(platform)
+    if v["STANDBY"] and (a.smoke or a.then):
+        raise KitError("STANDBY=1 leaves a server asleep until called; --smoke and --then need it awake "
+                       "(make standby VARIANT=... measures a standby)")
     if a.then:
         # A server started for a command (the probe, a sweep point) lets it reset the prefix cache
         # between repeats; dev mode adds only such endpoints and is not in vLLM's compile hash. The
@@ -158,6 +163,7 @@ def main(argv=None) -> int:
                 raise KitError(f"vLLM rejects the command for {v.name}: {err}")
             print("vLLM's argument parser accepts these flags", file=sys.stderr)
         return 0
+    standby.check_host(v, platform)
     weights.require(v)
     started = time.time()
     # The port in the name: a sweep starts several servers of one variant in the same second, and
@@ -175,6 +181,11 @@ def main(argv=None) -> int:
         print(f"ready: {srv.url}/v1 (model name {v.name!r}) after {ready:.1f} s", file=sys.stderr)
         if a.smoke or a.then:
             return after_ready(a, v, srv, cmd, ready, log, started)
+        if v["STANDBY"]:
+            got = standby.enter(srv.url, v.name)
+            print(f"standby: asleep (level {standby.LEVEL}: weights in host memory) after a warm request "
+                  f"({got['warm_first_token_s']} s to its first token) and a {got['sleep_s']} s sleep; wake it with "
+                  f"POST {srv.url}/wake_up", file=sys.stderr)
         print("Ctrl-C stops the server", file=sys.stderr)
         rc = srv.proc.wait()
         raise KitError(f"server exited with code {rc}")

@@ -9,6 +9,8 @@ slot (a server whose KV cache is full), and /metrics then has vLLM's request gau
 KV cache usage = running / N). `die_after=N` makes it drop the (N+1)th completion mid-stream and stop
 listening, like a server killed mid-probe. `text=""` streams chunks with empty text, as vLLM does
 while its detokenizer holds text back (random weights can do that for a whole request).
+`sleep_mode=True` adds vLLM's dev-mode sleep endpoints (POST /sleep?level=N, POST /wake_up taking
+`wake_s`, GET /is_sleeping); a completion sent while asleep is refused with 503.
 
     with FakeOpenAIStream(model="tiny", ttft_s=0.05, itl_s=0.01) as fake:
         requests.post(fake.url + "/v1/completions", json={...}, stream=True)
@@ -35,7 +37,7 @@ class _QuietServer(ThreadingHTTPServer):
 class FakeOpenAIStream:
     def __init__(self, model: str, ttft_s: float = 0.05, itl_s: float = 0.01, dev_mode: bool = False,
                  die_after: int | None = None, spec_rates: list | None = None, text: str = " tok",
-                 capacity: int | None = None):
+                 capacity: int | None = None, sleep_mode: bool = False, wake_s: float = 0.0):
         self.model, self.ttft_s, self.itl_s, self.dev_mode, self.text = model, ttft_s, itl_s, dev_mode, text
         self.die_after, self.spec_rates = die_after, spec_rates
         self.completions = 0
@@ -47,6 +49,7 @@ class FakeOpenAIStream:
         self.httpd = _QuietServer(("127.0.0.1", 0), self._handler())
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         self.dead = False
+        self.sleep_mode, self.wake_s, self.asleep, self.sleeps, self.wakes = sleep_mode, wake_s, False, [], 0
 
     def _metrics_text(self) -> str:
         lines = [f'{k}{{model_name="{self.model}",engine="0"}} {v}' for k, v in self.counters.items()]
@@ -90,6 +93,8 @@ class FakeOpenAIStream:
                     self._send(200, b"")
                 elif self.path == "/v1/models":
                     self._send(200, json.dumps({"data": [{"id": fake.model}]}).encode())
+                elif self.path == "/is_sleeping" and fake.sleep_mode:
+                    self._send(200, json.dumps({"is_sleeping": fake.asleep}).encode())
                 elif self.path == "/metrics":
                     with fake.lock:
                         self._send(200, fake._metrics_text().encode(), "text/plain")
@@ -101,8 +106,18 @@ class FakeOpenAIStream:
                 if self.path == "/reset_prefix_cache" and fake.dev_mode:
                     fake.resets += 1
                     return self._send(200, b"")
+                if fake.sleep_mode and self.path.startswith("/sleep"):
+                    fake.asleep = True
+                    fake.sleeps.append(self.path.partition("level=")[2] or "1")
+                    return self._send(200, b"")
+                if fake.sleep_mode and self.path == "/wake_up":
+                    time.sleep(fake.wake_s)
+                    fake.asleep, fake.wakes = False, fake.wakes + 1
+                    return self._send(200, b"")
                 if self.path != "/v1/completions":
                     return self._send(404, b'{"detail":"Not Found"}')
+                if fake.asleep:
+                    return self._send(503, b'{"error":"the engine is asleep"}')
                 with fake.lock:
                     fake.completions += 1
                     n = fake.completions

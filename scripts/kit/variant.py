@@ -223,8 +223,10 @@ class Variant:
 
     @property
     def cache_root(self) -> Path:
-        """Per-variant VLLM_CACHE_ROOT: vLLM's compile key misses num_speculative_tokens (vllm#53366)."""
-        return WEIGHTS / "cache" / self.name
+        """Per-variant VLLM_CACHE_ROOT: vLLM's compile key misses num_speculative_tokens (vllm#53366). A
+        standby (STANDBY=1) has its own: sleep mode's allocator is in vLLM's compile key, and a bake of
+        one must not empty the other's."""
+        return WEIGHTS / "cache" / (self.name + ("-standby" if self["STANDBY"] else ""))
 
     # -- server command ---------------------------------------------------------------------
     def speculative_config(self) -> dict | None:
@@ -270,6 +272,8 @@ class Variant:
                 argv += ["--skip-tokenizer-init"]
         if self.eager(platform):
             argv += ["--enforce-eager"]
+        if self["STANDBY"]:
+            argv += ["--enable-sleep-mode"]
         sc = self.speculative_config()
         if sc:
             argv += ["--speculative-config", json.dumps(sc, sort_keys=True, separators=(",", ":"))]
@@ -296,6 +300,8 @@ class Variant:
             env["KIT_GDN_REUSE"] = "1"
         if self["SPEC_DRAFT_GRAPH"]:  # as above (scripts/_draft_graph_patch.py): the largest graphed batch
             env["KIT_DRAFT_GRAPH"] = str(self["SPEC_DRAFT_GRAPH"])
+        if self["STANDBY"]:  # vLLM's /sleep and /wake_up exist only in its dev mode (not in its compile hash)
+            env["VLLM_SERVER_DEV_MODE"] = "1"
         if platform == "cpu" and self.eager(platform):
             # --enforce-eager keeps torch.compile off the model, not off vLLM's sampler: it compiles its logprob
             # rank count (batched_count_greater_than, vllm/v1/sample/ops/logprobs.py; Inductor's C++ on a CPU)

@@ -1,0 +1,99 @@
+"""`make standby VARIANT=...`: how fast a standby server answers (issue 32): start the variant with STANDBY=1,
+then CYCLES times put it to sleep and time the wake call and the first token after it. Record (`standby`).
+
+Each cycle: POST /sleep?level=1 (weights to host memory, KV cache dropped), the GPU memory the server
+holds while asleep (nvidia-smi, where there is one), then POST /wake_up and one short streamed
+completion: `first_token_s` counts from the wake call to that completion's first token, what a
+client of a scaled-up standby waits beyond a running server. Before the cycles, the same completion on
+the awake server gives the reference. The server is started and stopped here, as a process group.
+
+    python -m scripts.standby --variant qwen3.5-4b-bf16-tuned-dvg --set WEIGHTS=dummy --cycles 3
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import time
+
+from scripts.kit import standby, weights
+from scripts.kit.device import host_platform
+from scripts.kit.errors import KitError, run_main
+from scripts.kit.paths import RESULTS
+from scripts.kit.paths import rel as _rel
+from scripts.kit.procs import ServerProcess, stop_on_signals
+from scripts.kit.record import log_ref, make_record, write_record
+from scripts.kit.schema import validate_record
+from scripts.kit.variant import load
+
+
+def gpu_used_mib() -> int | None:
+    """Memory in use on the GPUs this process sees (nvidia-smi), summed; None without nvidia-smi."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    try:
+        return sum(int(x) for x in out.stdout.split()) if out.returncode == 0 else None
+    except ValueError:
+        return None
+
+
+def measure(url: str, model: str, cycles: int) -> dict:
+    t = time.monotonic()
+    awake = [round(standby.first_token(url, model) - t, 3)]
+    for _ in range(2):
+        t = time.monotonic()
+        awake.append(round(standby.first_token(url, model) - t, 3))
+    mem_awake, rows = gpu_used_mib(), []
+    for i in range(cycles):
+        slept = standby.sleep(url)
+        mem_asleep = gpu_used_mib()
+        got = standby.wake_and_first_token(url, model)
+        rows.append({"cycle": i + 1, "sleep_s": round(slept, 3), "gpu_used_mib_asleep": mem_asleep, **got})
+        print(f"cycle {i + 1}/{cycles}: sleep {slept:.2f} s; wake {got['wake_s']:.2f} s, first token "
+              f"{got['first_token_s']:.2f} s after the wake call", file=sys.stderr)
+    ft = [r["first_token_s"] for r in rows]
+    return {"level": standby.LEVEL, "awake_first_token_s": awake, "gpu_used_mib_awake": mem_awake, "cycles": rows,
+            "wake_first_token_s": {"median": round(statistics.median(ft), 3), "max": max(ft)}}
+
+
+def main(argv=None) -> int:
+    from scripts.serve import add_variant_args
+    p = argparse.ArgumentParser(prog="make standby", description=__doc__.split("\n\n")[0],
+                                epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_variant_args(p)
+    p.add_argument("--cycles", type=int, default=3, help="sleep/wake cycles (default: 3)")
+    a = p.parse_args(argv)
+    if a.cycles < 1:
+        raise KitError(f"--cycles {a.cycles}: at least 1")
+    v = load(a.variant, [*a.set, "STANDBY=1"])
+    platform = host_platform()
+    standby.check_host(v, platform)
+    weights.require(v)
+    argv_, env = v.to_argv(platform), v.to_env(platform)
+    started = time.time()
+    log = RESULTS / v.name / "logs" / f"standby-{time.strftime('%Y%m%dT%H%M%S')}.log"
+    stop_on_signals()
+    srv = ServerProcess(argv_, env, v["HOST"], v["PORT"], v["READY_TIMEOUT_S"], log_path=log)
+    with srv:
+        print(f"ready after {srv.ready_s:.1f} s (log: {_rel(log)})", file=sys.stderr)
+        payload = measure(srv.url, v.name, a.cycles)
+        if not srv.alive():
+            raise KitError(f"the server died during the cycles (log: {_rel(log)})")
+    payload.update(ready_s=round(srv.ready_s, 2), argv=argv_, log=log_ref(log))
+    rec = make_record("standby", v, payload, started=started, server_argv=argv_, server_env=env)
+    validate_record(rec, "new standby record")
+    path = write_record(rec, RESULTS)
+    from scripts.report import refresh_after_write
+    refresh_after_write(path)
+    w = payload["wake_first_token_s"]
+    print(f"wake -> first token: median {w['median']} s, max {w['max']} s over {a.cycles} cycle(s) "
+          f"(awake: {payload['awake_first_token_s'][-1]} s)\nrecord: {_rel(path)}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    run_main(main)

