@@ -68,6 +68,9 @@
 #       issue 18: comparisons of each BF16 baseline vs its best variant, alone (2 servers), and the Qwen3.5
 #       pair again beside one idle neighbour: the ratio's interval, and how much an idle neighbour moves
 #       each side's level, in one session. Run detached (~15 min).
+#   bash .ci/gpu-session.sh start [PHASE...]   issue 32 (PHASE: bake before fork plan q3 standby; default all):
+#       bake the best Qwen3.5 variant and Qwen3-4B BF16, then warm starts alone (traced), with each cut, and
+#       the standby's wake -> first token. Run detached (~20 min).
 #   bash .ci/gpu-session.sh stop NAME    INT to a detached job's session, wait for it to end (150 s at most)
 #   bash .ci/gpu-session.sh collect SECONDS
 #       wait until every detached job has ended or SECONDS pass, then put /tmp/kit's results/ and
@@ -240,6 +243,35 @@ case "${1:-}" in
     pa=$2; pb=$3; a=$4; b=$5; shift 5
     step python3 -m scripts.compare --a "$a" --b "$b" --url-a "http://127.0.0.1:$pa" --url-b "http://127.0.0.1:$pb" \
       --set WEIGHTS=dummy $CMP "$@" ;;
+  start)  # issue 32: where a warm start's seconds go (KIT_STARTUP_TRACE, in every bake/verify record), the cuts
+    # that keep the baked cache (vLLM hashes neither VLLM_WORKER_MULTIPROC_METHOD nor VLLM_ENABLE_STARTUP_PLAN),
+    # and a standby's wake -> first token. The bakes run side by side (their cold figures say so in the
+    # session README); every warm start and standby after them runs alone on the GPU.
+    # PHASES (default all): bake before fork plan q3 standby
+    shift; phases=${*:-bake before fork plan q3 standby}
+    V35=qwen3.5-4b-bf16-tuned-dvg; V3=qwen3-4b-bf16
+    S35="--variant $V35 --set WEIGHTS=dummy"; S3="--variant $V3 --set WEIGHTS=dummy"; C="--max-concurrency 8"
+    FORK="--set VLLM_WORKER_MULTIPROC_METHOD=fork"; PLAN="--set VLLM_ENABLE_STARTUP_PLAN=1"
+    has() { [[ " $phases " == *" $1 "* ]]; }
+    if has bake; then
+      step python3 -m scripts.bake $S3 $C > "$LOGS/bake-q3.log" 2>&1 & q3=$!
+      step python3 -m scripts.bake $S35 $C; wait $q3; echo "=== bake q3 rc=$?"; tail -n 20 "$LOGS/bake-q3.log"
+    fi
+    if has before; then for i in 1 2; do step python3 -m scripts.bake $S35 $C --verify; done; fi
+    if has fork; then for i in 1 2; do step python3 -m scripts.bake $S35 $C --verify $FORK; done; fi
+    # the first start with a plan writes it; the next ones apply it
+    if has plan; then for i in 1 2 3; do step python3 -m scripts.bake $S35 $C --verify $FORK $PLAN; done; fi
+    if has q3; then
+      step python3 -m scripts.bake $S3 $C --verify
+      for i in 1 2 3; do step python3 -m scripts.bake $S3 $C --verify $FORK $PLAN; done
+    fi
+    if has standby; then  # a standby has its own cache root (sleep mode is in vLLM's key): start it from a copy
+      for v in $V35 $V3; do
+        rm -rf "weights/cache/$v-standby"; cp -a "weights/cache/$v" "weights/cache/$v-standby"
+        rm -f "weights/cache/$v-standby/kit-cache-manifest.json"
+        step python3 -m scripts.standby --variant $v --set WEIGHTS=dummy $FORK --cycles 5
+      done
+    fi ;;
   study)
     # Issues 18 and 19, in order of what they need most, each phase's servers started at once:
     # 1. the Qwen3.5 pair (BF16; BF16 + MTP K=4 at the published rates) beside one idle Qwen3 server,
