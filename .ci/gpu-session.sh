@@ -254,7 +254,7 @@ case "${1:-}" in
     FORK="--set VLLM_WORKER_MULTIPROC_METHOD=fork"; PLAN="--set VLLM_ENABLE_STARTUP_PLAN=1"
     has() { [[ " $phases " == *" $1 "* ]]; }
     if has bake; then
-      step python3 -m scripts.bake $S3 $C > "$LOGS/bake-q3.log" 2>&1 & q3=$!
+      step python3 -m scripts.bake $S3 $C --set PORT=8010 > "$LOGS/bake-q3.log" 2>&1 & q3=$!
       step python3 -m scripts.bake $S35 $C; wait $q3; echo "=== bake q3 rc=$?"; tail -n 20 "$LOGS/bake-q3.log"
     fi
     if has before; then for i in 1 2; do step python3 -m scripts.bake $S35 $C --verify; done; fi
