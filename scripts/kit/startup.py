@@ -36,7 +36,8 @@ CHECKPOINTS = (
     ("API: until ready", "@ready", None, None, None),
     ("first request", "@first", None, None, None),
 )
-DETAIL = ("model config", "draft config", "HF config", "model class inspection", "tokenizer", "torch.compile",
+DETAIL = ("model config", "draft config", "HF config", "model class inspection", "tokenizer", "multimodal processor",
+          "engine client", "torch.compile",
           "profile run", "CUDA graph capture", "kernel warm-up")
 
 
