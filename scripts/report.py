@@ -109,7 +109,8 @@ def patches_table() -> str:
     """What the kit changes in vLLM, from the one table of its patches (scripts/patches/__init__.py)."""
     rows = ["| change | key (variable) | module | written for | upstream | tests |", "|---|---|---|---|---|---|"]
     for p in PATCHES:
-        key = "none" if p.switch is None else f"`{p.key}`" if p.key == p.switch else f"`{p.key}` (`{p.switch}`)"
+        key = ("none" if p.switch is None else f"`{p.switch}`" if p.key in (None, p.switch)
+               else f"`{p.key}` (`{p.switch}`)")
         tests = ", ".join(f"`{t}`" for t in p.tests)
         rows.append(f"| {p.what} | {key} | `scripts/patches/{p.module}.py` | {p.targets} | {p.upstream} | {tests} |")
     return "\n".join(rows)

@@ -10,15 +10,16 @@ Adding a change is one row here and one module beside this file with `install()`
 any, is a schema property that Variant.to_env turns into the switch. When upstream ships a change in the
 vLLM the GPU hosts run, drop its row, its module, its tests and the key that sets its switch.
 
-This file is read at every interpreter's start, so it imports nothing (torch and vLLM are imported by the modules,
-and only through import hooks: on_import.py).
+This file is read at every interpreter's start, so it imports nothing: the modules import torch and
+vLLM, and only through import hooks (on_import.py).
 """
 
 
 class Patch:
     """One row. switch: the variable sitecustomize.py loads the module on (None: not loaded at start);
-    key: the config.env key that sets it; module: its name under scripts/patches/; what: one line;
-    targets: the release it is written against; upstream: what upstream has or awaits; tests: repo-relative."""
+    key: the config.env key that sets it (None: set in the environment only); module: its name under
+    scripts/patches/; what: one line; targets: the release it is written against; upstream: what
+    upstream has or awaits; tests: repo-relative paths."""
     __slots__ = ("switch", "key", "module", "what", "targets", "upstream", "tests")
 
     def __init__(self, switch, key, module, what, targets, upstream, tests):
