@@ -22,7 +22,7 @@ SHELL := bash
 .SHELLFLAGS := -eu -o pipefail -c
 .DEFAULT_GOAL := help
 # Keep what the caller had (the GPU machine puts vLLM on PYTHONPATH); the repo root first, so
-# sitecustomize.py (the device-name shim) loads in every Python process, vLLM's workers too.
+# sitecustomize.py (it loads the kit's patches, scripts/patches/) runs in every Python process, vLLM's workers too.
 export PYTHONPATH := $(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH))
 VARIANT ?= tiny
 SET ?=

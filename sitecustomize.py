@@ -1,23 +1,21 @@
-"""The kit's patches, each loaded only when its variable is set (every Python process with the repo root
-on PYTHONPATH imports this file at startup, vLLM's EngineCore and workers included):
-- KIT_STARTUP_TRACE: where a start's seconds go, per process (issue 32; scripts/_startup_trace.py);
-- KIT_DEVICE_NAME: the device-name shim for the baked compile cache (style P15; scripts/_cache_patch.py
-  holds the logic, the same-compute-capability guard and the reasons);
-- KIT_DRAFT_VOCAB: MTP drafts from a token set (issue 19; scripts/_draft_vocab_patch.py);
-- KIT_GDN_REUSE: GDN metadata built once a step (issue 19; scripts/_gdn_reuse_patch.py);
-- KIT_DRAFT_GRAPH: MTP draft passes 2..K as one CUDA graph (issue 19; scripts/_draft_graph_patch.py).
+"""The kit's patches (scripts/patches/__init__.py: one row each), each loaded only when its variable is set.
+Every Python process with the repo root on PYTHONPATH imports this file at start, vLLM's EngineCore and
+workers included; the table imports nothing, and a patch's module is imported only when its row is on.
 A patch that fails says so and leaves vLLM as it is: it must never stop an interpreter from starting.
 """
 import os
 
-for _var, _module, _what in (("KIT_STARTUP_TRACE", "scripts._startup_trace", "start-up trace"),
-                             ("KIT_DEVICE_NAME", "scripts._cache_patch", "device-name shim"),
-                             ("KIT_DRAFT_VOCAB", "scripts._draft_vocab_patch", "draft vocabulary"),
-                             ("KIT_GDN_REUSE", "scripts._gdn_reuse_patch", "GDN metadata reuse"),
-                             ("KIT_DRAFT_GRAPH", "scripts._draft_graph_patch", "draft chain graph")):
-    if os.environ.get(_var):
+try:
+    from scripts.patches import PATCHES
+except Exception as e:
+    import sys
+    print(f"kit: no patch active (scripts.patches: {type(e).__name__}: {e})", file=sys.stderr)
+    PATCHES = ()
+for _p in PATCHES:
+    if _p.switch and os.environ.get(_p.switch):
         try:
-            __import__(_module, fromlist=["install"]).install()
+            __import__(f"scripts.patches.{_p.module}", fromlist=["install"]).install()
         except Exception as e:
             import sys
-            print(f"kit: {_what} NOT active ({type(e).__name__}: {e})", file=sys.stderr)
+            print(f"kit: {_p.switch} is set but scripts/patches/{_p.module}.py is NOT active ({type(e).__name__}: {e})",
+                  file=sys.stderr)

@@ -410,7 +410,7 @@ print(f"GDN reuse on vs off, greedy at acceptance 0: {sum(same)} of {len(same)} 
         --set SERVE_KV_CACHE_MEMORY_BYTES=2147483648 --set SERVE_GPU_MEMORY_UTILIZATION=0.2 \
         --set SPEC_ACCEPTANCE=0.98,0.82,0.70,0.54 $s > "$LOGS/profile-d$s.log" 2>&1
     done ;;
-  levers4)  # issue 19: SPEC_DRAFT_GRAPH (scripts/_draft_graph_patch.py) on qwen3.5-4b-bf16-tuned-dv, in one session:
+  levers4)  # issue 19: SPEC_DRAFT_GRAPH (scripts/patches/draft_graph.py) on qwen3.5-4b-bf16-tuned-dv, in one session:
     # the lever itself (graph off vs on, acceptance 0 where the host binds, then the published rates), and the
     # targets against BF16 (acceptance 0: a 5.5 ms step; published: 2.5x TPOT c=1; pessimistic: no slower).
     # All at 256 sequences and 6 GiB of KV (as 20261126T033955Z), so three servers fit; the third idles

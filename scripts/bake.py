@@ -194,7 +194,7 @@ def server_limits(url: str, v, platform: str, cap: int | None) -> tuple[int, int
 # -- one start -------------------------------------------------------------------------------
 def run_server(v, argv, env, log: Path, cap: int | None, platform: str) -> dict:
     """Start, time ready and first token, drive every shape, stop. Everything bake and verify measure.
-    The start is traced from inside the server (KIT_STARTUP_TRACE, scripts/_startup_trace.py); the raw
+    The start is traced from inside the server (KIT_STARTUP_TRACE, scripts/patches/startup_trace.py); the raw
     events are kept beside the log and reduced into `trace` (scripts/kit/startup.py)."""
     import tempfile
     watcher = LogWatcher(log)

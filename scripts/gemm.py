@@ -74,7 +74,7 @@ def _fill(layer, n: int, k: int, gen) -> None:
 
 def _backend(layer) -> str:
     if isinstance(layer, _KitW4A16):
-        from scripts._w4a16_kernel import plan
+        from scripts.patches.w4a16_kernel import plan
         return "kit Triton split-K " + json.dumps(plan(layer.packed.shape[0], layer.packed.shape[1] * 8, layer.group))
     qm = layer.quant_method
     scheme = getattr(layer, "scheme", None) or getattr(qm, "scheme", None)  # compressed-tensors keeps it on the layer
@@ -95,12 +95,12 @@ class _KitW4A16:
         self.scale = (torch.rand(n, k // group, device="cuda", generator=gen) * 0.01 + 1e-3).to(torch.bfloat16)
 
     def __call__(self, x):
-        from scripts._w4a16_kernel import w4a16_matmul
+        from scripts.patches.w4a16_kernel import w4a16_matmul
         return w4a16_matmul(x, self.packed, self.scale, self.group)
 
     def rel_err(self, x) -> float:
         """Against the float64 dequant-matmul, on the GPU's own bf16 path (Triton's CPU interpreter has no bf16)."""
-        from scripts._w4a16_kernel import reference
+        from scripts.patches.w4a16_kernel import reference
         ref = reference(x, self.packed, self.scale, self.group)
         return float((self(x).double() - ref).norm() / ref.norm())
 

@@ -356,7 +356,9 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="make quantize", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     add_variant_args(p)
-    p.add_argument("--no-verify", action="store_true", help="skip the reload + held-out perplexity check")
+    p.add_argument("--no-verify", action="store_true",
+                   help="skip the reload and the held-out perplexity / top-1 scoring against the source (the "
+                        "checkpoint's scheme, ignore list and MTP tensors are still checked; the record's verify is null)")
     p.add_argument("--force", action="store_true", help="redo even if the output folder is complete")
     p.add_argument("--random-source", action="store_true",
                    help="build the source folder with random bf16 weights from ARCH_CONFIG if it is missing (no hub)")

@@ -22,11 +22,12 @@ from scripts.kit.paths import EXPERIMENTS, ROOT, atomic_write
 from scripts.kit.record import records
 from scripts.kit.schema import validate_measurements
 from scripts.kit.variant import discover, load
+from scripts.patches import PATCHES
 
 README = ROOT / "README.md"
 # Files whose marked blocks (`<!-- tag:begin -->` ... `<!-- tag:end -->`) make report fills: each file
-# gets every block it has markers for. README.md keeps results-comparison; docs/config.md the variants
-# and keys tables; docs/results.md the per-variant results tables.
+# gets every block it has markers for. README.md keeps results-comparison; docs/config.md the variants,
+# keys and patches tables; docs/results.md the per-variant results tables.
 DOC_FILES = (README, ROOT / "docs" / "config.md", ROOT / "docs" / "results.md")
 ALSO_LISTED = ("comparison",)  # kinds whose summary lists records from other variants' folders too
 
@@ -104,6 +105,17 @@ def keys_table() -> str:
     return "\n".join(rows)
 
 
+def patches_table() -> str:
+    """What the kit changes in vLLM, from the one table of its patches (scripts/patches/__init__.py)."""
+    rows = ["| change | key (variable) | module | written for | upstream | tests |", "|---|---|---|---|---|---|"]
+    for p in PATCHES:
+        key = ("none" if p.switch is None else f"`{p.switch}`" if p.key in (None, p.switch)
+               else f"`{p.key}` (`{p.switch}`)")
+        tests = ", ".join(f"`{t}`" for t in p.tests)
+        rows.append(f"| {p.what} | {key} | `scripts/patches/{p.module}.py` | {p.targets} | {p.upstream} | {tests} |")
+    return "\n".join(rows)
+
+
 def replace_block(text: str, tag: str, body: str) -> str:
     begin, end = f"<!-- {tag}:begin -->", f"<!-- {tag}:end -->"
     if begin not in text or end not in text:
@@ -117,6 +129,7 @@ def readme_text(docs: dict, path=README) -> str:
     text = path.read_text() if path.exists() else ""
     text = replace_block(text, "variants", variant_table(docs))
     text = replace_block(text, "keys", keys_table())
+    text = replace_block(text, "patches", patches_table())
     for kind in sorted({k for d in docs.values() for k in d["results"]}):
         mod = summarizer(kind)
         if mod and hasattr(mod, "readme_table"):

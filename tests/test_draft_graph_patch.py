@@ -1,4 +1,4 @@
-"""scripts/_draft_graph_patch.py: MTP draft passes 2..K captured once per batch size and replayed.
+"""scripts/patches/draft_graph.py: MTP draft passes 2..K captured once per batch size and replayed.
 
 CUDA graphs need a GPU, so two stand-ins (named as such):
 - `Tape`, a CPU recording with CUDA-graph semantics: `capture` runs the function under a dispatch mode
@@ -28,7 +28,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-import scripts._draft_graph_patch as G
+import scripts.patches.draft_graph as G
 from scripts.kit.errors import KitError
 from scripts.kit.variant import load
 

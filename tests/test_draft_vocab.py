@@ -1,5 +1,5 @@
 """Draft-vocabulary trimming (issue 19 item 3): the token set (scripts/kit/draft_vocab.py) from a real
-tokenizer, and the drafter patch (scripts/_draft_vocab_patch.py) on CPU tensors. The patch's speed needs
+tokenizer, and the drafter patch (scripts/patches/draft_vocab.py) on CPU tensors. The patch's speed needs
 a GPU (a comparison record); its logic runs here: the trimmed argmax is the full one whenever the full
 winner is in the set, and the best in-set token otherwise."""
 from __future__ import annotations
@@ -11,7 +11,7 @@ import types
 import pytest
 import torch
 
-from scripts import _draft_vocab_patch as DP
+from scripts.patches import draft_vocab as DP
 from scripts.kit import draft_vocab as DV
 from scripts.kit.errors import KitError
 from scripts.kit.variant import load

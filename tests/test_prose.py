@@ -44,6 +44,20 @@ def test_existing_paths_pass_and_non_paths_are_ignored(tmp_path):
     assert cited == [".ci/run.sh", "eval", "results/v/y.json", "scripts/a.py", ".ci/run.sh", "results/v"]
 
 
+def test_a_moved_file_is_found_at_its_new_place_from_a_session_readme_only(tmp_path):
+    """Session READMEs under results/ are append-only: they keep the path a file had when they were written."""
+    text = "`scripts/_draft_graph_patch.py` and `scripts/_gone.py`\n"
+    root = tree(tmp_path, text, {"scripts/patches/draft_graph.py": "", "README.md": text},
+                name="results/gpu-sessions/20261126T0546Z/README.md")
+    assert prose.problems(root) == [
+        "README.md:1: cites scripts/_draft_graph_patch.py, which does not exist",
+        "README.md:1: cites scripts/_gone.py, which does not exist",
+        "results/gpu-sessions/20261126T0546Z/README.md:1: cites scripts/_gone.py, which does not exist"]
+    (root / "scripts/patches/draft_graph.py").unlink()
+    assert "results/gpu-sessions/20261126T0546Z/README.md:1: cites scripts/_draft_graph_patch.py, which does not " \
+           "exist" in prose.problems(root)
+
+
 def test_markdown_link_targets_are_checked(tmp_path):
     root = tree(tmp_path, "[the log](results/v/log.txt#L3) and [docs](docs/missing.md)\n",
                 {"results/v/log.txt": ""})

@@ -1,8 +1,9 @@
-"""`make quantize` on CPU: real llm-compressor AWQ on the real tiny model (SmolLM2-135M), in .venv-quant.
+"""`make quantize` on CPU: real llm-compressor AWQ and FP8 on the real tiny model (SmolLM2-135M), in .venv-quant.
 
 The quantization runs as a subprocess in .venv-quant (llm-compressor cannot share .venv with vLLM);
-output and records go to tmp, never to weights/ or results/. ~2-4 min on 2 idle cores (fp32, 8 x 128
-calibration tokens, n_grid 5, cpu.md §3). Also the pure parts: recipe == dummy config lists, bad input.
+output and records go to tmp, never to weights/ or results/. AWQ: ~2-4 min on 2 idle cores (fp32, 8 x 128
+calibration tokens, n_grid 5, cpu.md §3), slow. FP8 without the verify step: ~15 s, in `make test`; with it,
+slow. Also the pure parts: recipe == dummy config lists, bad input.
 """
 from __future__ import annotations
 
@@ -177,6 +178,80 @@ def test_quantize_tiny_fp8_end_to_end(tmp_path):
         dtypes = {k: str(st.get_slice(k).get_dtype()) for k in st.keys()}
     assert dtypes["model.layers.0.mlp.down_proj.weight"] == "F8_E4M3"
     assert dtypes["model.layers.0.mlp.down_proj.weight_scale"] in ("BF16", "F32")
+    assert yaml.safe_load((out / "recipe.yaml").read_text()) == quant.recipe(load("tiny", ["QUANT=fp8_dynamic", "QUANT_SCOPE=linear"]))
+
+
+# One interpreter for both runs (importing llm-compressor is a third of a run): a real FP8 run, published;
+# then the same job with --force, whose llm-compressor step is faked to die half-way through writing.
+FP8_RUNS = """
+import sys
+import scripts.quantize as Q
+Q.main(sys.argv[1:])
+def dies_while_writing(v, src, out, *a):
+    (out / "model.safetensors").write_bytes(b"half")
+    raise RuntimeError("fake failure half-way through writing")
+Q.run_oneshot = dies_while_writing
+try:
+    Q.main([*sys.argv[1:], "--force"])
+except RuntimeError as e:
+    print("second run:", e)
+"""
+
+
+@pytest.mark.e2e
+def test_quantize_tiny_fp8_checkpoint_without_verify_and_a_fake_failure_leaves_it_whole(tmp_path):
+    """`make test`'s FP8 quantize (issue 29): real llm-compressor FP8 dynamic on tiny with --no-verify
+    (the slow test above scores it). The checkpoint is what vLLM builds W8A8 FP8 layers from: FP8 e4m3
+    weights with one scale per output channel on every Linear, the 16-bit embedding (lm_head is tied to
+    it) and lm_head in the ignore list; the record is schema-valid. A second run of the same job that
+    dies half-way through writing its checkpoint leaves the published folder as it was, no staging
+    folder, and a failed record. ~15 s on 2 idle cores."""
+    v = load("tiny")
+    if not weights.is_complete(v.base_weights_dir):
+        pytest.fail("tiny weights missing: run `make install` (it fetches them)")
+    if not QPY.exists():
+        pytest.skip(".venv-quant does not exist (run: make install)")
+    out, res = tmp_path / "fp8", tmp_path / "results"
+    args = ["--variant", "tiny", "--set", "QUANT=fp8_dynamic", "--set", "QUANT_SCOPE=linear", "--no-verify",
+            "--out", str(out), "--results", str(res)]
+    r = subprocess.run([str(QPY), "-c", FP8_RUNS, *args], cwd=ROOT, capture_output=True, text=True, timeout=600,
+                       env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"})
+    assert r.returncode == 0, r.stderr[-4000:]
+    assert r.stdout.strip().splitlines()[-1] == "second run: fake failure half-way through writing", r.stdout[-2000:]
+
+    assert weights.is_complete(out) and not list(tmp_path.glob(".fp8.*"))  # staging gone after both runs
+    qc = json.loads((out / "config.json").read_text())["quantization_config"]
+    assert qc["quant_method"] == "compressed-tensors" and qc["format"] == "float-quantized"
+    assert qc["ignore"] == ["lm_head"] and list(qc["config_groups"]) == ["group_0"]
+    g = qc["config_groups"]["group_0"]
+    assert g["targets"] == ["Linear"] and g["weights"]["dynamic"] is False
+    assert (g["weights"]["num_bits"], g["weights"]["type"], g["weights"]["strategy"]) == (8, "float", "channel")
+    assert (g["input_activations"]["num_bits"], g["input_activations"]["type"]) == (8, "float")
+    assert g["input_activations"]["dynamic"] and g["input_activations"]["strategy"] == "token"
+
+    from safetensors import safe_open
+    with safe_open(str(out / "model.safetensors"), framework="pt") as st:
+        tensors = {k: (str(st.get_slice(k).get_dtype()), st.get_slice(k).get_shape()) for k in st.keys()}
+    linears = sorted(k.removesuffix(".weight") for k in tensors if k.endswith("_proj.weight"))
+    assert len(linears) == 7 * 30  # q k v o gate up down, 30 layers
+    for name in linears:
+        (wd, (n, k)), (sd, sshape) = tensors[f"{name}.weight"], tensors[f"{name}.weight_scale"]
+        assert wd == "F8_E4M3" and sd == "BF16" and sshape == [n, 1], (name, tensors[f"{name}.weight"], sd, sshape)
+    assert tensors["model.embed_tokens.weight"][0] == "BF16" and not any(k.startswith("lm_head") for k in tensors)
+    assert json.loads((out / "config.json").read_text())["tie_word_embeddings"]  # lm_head is embed_tokens
+
+    recs = {load_record(p)["payload"]["status"]: load_record(p) for p in (res / "tiny").glob("*-quantize*.json")}
+    assert sorted(recs) == ["failed", "ok"]  # load_record validated both against their schemas
+    ok, failed = recs["ok"]["payload"], recs["failed"]["payload"]
+    assert ok["published"] and ok["verify"] is None and ok["scheme"] == "fp8_dynamic" and ok["calibration"] is None
+    assert ok["checkpoint"]["format"] == "float-quantized" and ok["checkpoint"]["ignore"] == ["lm_head"]
+    assert set(ok["timings_s"]) == {"calibration_data_s", "oneshot_s", "total_s"}  # no verify_s
+    assert ok["size_bytes"]["quantized"] < 0.7 * ok["size_bytes"]["source"]
+    assert ok["manifest_sha256"] == quant_sha(out / "kit-manifest.json")
+    manifest = json.loads((out / "kit-manifest.json").read_text())
+    assert all(manifest["files"][f] == quant_sha(out / f) for f in manifest["files"])  # the first run's bytes
+    assert not failed["published"] and failed["error"] == "RuntimeError: fake failure half-way through writing"
+    assert "calibration_data_s" in failed["timings_s"] and "oneshot_s" not in failed["timings_s"]
     assert yaml.safe_load((out / "recipe.yaml").read_text()) == quant.recipe(load("tiny", ["QUANT=fp8_dynamic", "QUANT_SCOPE=linear"]))
 
 

@@ -79,10 +79,10 @@ def kit_lines(stderr: str) -> list[str]:
 
 
 # -- sitecustomize.py itself -----------------------------------------------------------------
-def test_sitecustomize_is_under_30_lines_and_gated_on_its_variable():
-    text = (ROOT / "sitecustomize.py").read_text()
-    assert len(text.splitlines()) < 30
-    assert '("KIT_DEVICE_NAME", "scripts._cache_patch"' in text and "if os.environ.get(_var):" in text
+def test_sitecustomize_is_under_30_lines_and_the_shim_is_a_row_gated_on_its_variable():
+    from scripts.patches import PATCHES
+    assert len((ROOT / "sitecustomize.py").read_text().splitlines()) < 30
+    assert [p.module for p in PATCHES if p.switch == "KIT_DEVICE_NAME"] == ["device_name"]
 
 
 def test_without_variable_nothing_is_imported_or_hooked(fake_torch):
@@ -95,7 +95,7 @@ def test_without_variable_nothing_is_imported_or_hooked(fake_torch):
     """, {}, [fake_torch])
     assert r.returncode == 0, r.stderr
     mods, finders, name = r.stdout.splitlines()
-    assert mods == "[]" and "AfterImport" not in finders
+    assert mods == "['scripts', 'scripts.patches']" and "AfterImport" not in finders  # the table only
     assert name == H100_SXM and kit_lines(r.stderr) == []
 
 
@@ -124,7 +124,7 @@ def test_shim_with_fake_cuda_properties_is_idempotent_and_clears_inductor_cache(
     r = run_py("""
         import os, torch
         from torch._inductor.codecache import CacheBase
-        from scripts._cache_patch import install, patch_torch
+        from scripts.patches.device_name import install, patch_torch
         # A get_system value computed with the real name (as if cached before the patch) ...
         real = torch.cuda.get_device_properties.__wrapped__
         torch.cuda.get_device_properties = real
@@ -197,7 +197,7 @@ def test_shim_with_fake_cuda_properties_on_real_cpu_torch_reaches_inductor_key()
 
 
 def test_named_properties_are_read_only():
-    from scripts._cache_patch import NamedProperties
+    from scripts.patches.device_name import NamedProperties
 
     class Real:
         name, major = "A", 9

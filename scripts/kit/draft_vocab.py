@@ -10,7 +10,7 @@ weights: the probe's acceptance per position, with and without the set.
 
 The set is computed once, with the model's real tokenizer, and stored beside the weights:
 weights/<MODEL>/draft-vocab-<N>.json (ids sorted, the calibration source and how much of it the set
-covers). The server side is scripts/_draft_vocab_patch.py.
+covers). The server side is scripts/patches/draft_vocab.py.
 
     python -m scripts.kit draft-vocab --variant qwen3.5-4b-bf16-tuned --set SPEC_DRAFT_VOCAB=32768 [--text FILE ...]
 """

@@ -24,7 +24,7 @@ KERNELS = {
     "w4a16_g128_marlin": {"bits": 4, "group": 128, "scale_bytes": 2,
                           "desc": "W4A16 group 128 with Machete disabled (Marlin)"},
     "w4a16_g32_kit": {"bits": 4, "group": 32, "scale_bytes": 2,
-                      "desc": "W4A16 group 32, the kit's Triton split-K kernel (scripts/_w4a16_kernel.py)"},
+                      "desc": "W4A16 group 32, the kit's Triton split-K kernel (scripts/patches/w4a16_kernel.py)"},
 }
 
 

@@ -5,7 +5,8 @@ make it checkable, in README.md, experiments/*/README.md, docs/**/*.md and the s
 
   1. A cited path exists. Every token in `backticks` or in a markdown link target that starts with
      one of PREFIXES names a file or folder of the tree (glob characters must match at least one;
-     a trailing `:line` or `#anchor` is dropped; `<placeholders>` and `...` are not paths).
+     a trailing `:line` or `#anchor` is dropped; `<placeholders>` and `...` are not paths). A session
+     README under results/ may cite a file by the path it had then, when MOVED says where it went.
   2. A cited figure agrees with its record. A figure carries its source as an HTML comment right
      after the number, which rendered markdown hides:
 
@@ -38,6 +39,11 @@ DOCS = ("README.md", "experiments/*/README.md", "docs/**/*.md", "results/**/READ
 PREFIXES = ("results/", "experiments/", "scripts/", "schemas/", "tests/", "weights/configs/", "docs/", "eval/",
             ".ci/")
 GLOB_CHARS = set("*?[")
+# Files that moved, old path -> new. The session READMEs under results/ are append-only and keep citing
+# the old path, checked at its new place; every other document must cite the new one.
+MOVED = {f"scripts/{old}.py": f"scripts/patches/{new}.py" for old, new in (
+    ("_cache_patch", "device_name"), ("_draft_vocab_patch", "draft_vocab"), ("_gdn_reuse_patch", "gdn_reuse"),
+    ("_draft_graph_patch", "draft_graph"), ("_on_import", "on_import"), ("_w4a16_kernel", "w4a16_kernel"))}
 
 _FENCE = re.compile(r"^[ \t]*(```|~~~).*?^[ \t]*\1[^\n]*$", re.S | re.M)
 _COMMENT = re.compile(r"<!--.*?-->", re.S)
@@ -213,6 +219,8 @@ def check(root: Path = ROOT) -> list[tuple[bool, str]]:
         for line, path in cited_paths(text):
             if _exists(root, path):
                 out.append((True, f"{name}:{line}: cites {path} ok"))
+            elif name.startswith("results/") and path in MOVED and _exists(root, MOVED[path]):
+                out.append((True, f"{name}:{line}: cites {path} ok (moved to {MOVED[path]})"))
             else:
                 what = "which matches no file" if GLOB_CHARS & set(path) else "which does not exist"
                 out.append((False, f"{name}:{line}: cites {path}, {what}"))

@@ -1,4 +1,4 @@
-"""Reduce a KIT_STARTUP_TRACE folder (scripts/_startup_trace.py) to where one server start's seconds went.
+"""Reduce a KIT_STARTUP_TRACE folder (scripts/patches/startup_trace.py) to where one server start's seconds went.
 
 `path` is the start as one line of consecutive phases, from the kit's spawn of the server (t0) to ready
 (GET /health == 200) and on to the first streamed token: each phase ends at a checkpoint (CHECKPOINTS),

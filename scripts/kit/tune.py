@@ -148,7 +148,7 @@ def levers(cfg: dict, platform: str, weights_ok, arch: dict | None = None,
                 skipped.append(f"draft_vocab: no set of {DRAFT_VOCAB} tokens for MODEL (python -m scripts.kit draft-vocab "
                                f"--variant BASE --set SPEC_DRAFT_VOCAB={DRAFT_VOCAB} makes it)")
             eager = cfg["EAGER"] == "on" or (cfg["EAGER"] == "auto" and not gpu)
-            if gpu and not eager:  # CUDA graphs (scripts/_draft_graph_patch.py); K < 2 is dropped by fixup
+            if gpu and not eager:  # CUDA graphs (scripts/patches/draft_graph.py); K < 2 is dropped by fixup
                 out.append(Lever("draft_graph", ({"SPEC_DRAFT_GRAPH": DRAFT_GRAPH}, {"SPEC_DRAFT_GRAPH": 0}),
                                  f"MTP draft passes 2..K as one CUDA graph (batches up to {DRAFT_GRAPH}), or vLLM's"))
             else:

@@ -293,12 +293,12 @@ class Variant:
         env["FLASHINFER_WORKSPACE_BASE"] = str(self.cache_root / "flashinfer")
         typed = _schema()["properties"]
         env.update({k: v for k, v in sorted(self.config.items()) if k not in typed and not k.startswith("SERVE_")})
-        if self["SPEC_DRAFT_VOCAB"]:  # read by sitecustomize.py in the engine process (scripts/_draft_vocab_patch.py)
+        if self["SPEC_DRAFT_VOCAB"]:  # read by sitecustomize.py in the engine process (scripts/patches/draft_vocab.py)
             from .draft_vocab import ENV, path_for
             env[ENV] = str(path_for(self["MODEL"], self["SPEC_DRAFT_VOCAB"]))
-        if self["GDN_METADATA_REUSE"] == "on":  # as above (scripts/_gdn_reuse_patch.py)
+        if self["GDN_METADATA_REUSE"] == "on":  # as above (scripts/patches/gdn_reuse.py)
             env["KIT_GDN_REUSE"] = "1"
-        if self["SPEC_DRAFT_GRAPH"]:  # as above (scripts/_draft_graph_patch.py): the largest graphed batch
+        if self["SPEC_DRAFT_GRAPH"]:  # as above (scripts/patches/draft_graph.py): the largest graphed batch
             env["KIT_DRAFT_GRAPH"] = str(self["SPEC_DRAFT_GRAPH"])
         if self["STANDBY"]:  # vLLM's /sleep and /wake_up exist only in its dev mode (not in its compile hash)
             env["VLLM_SERVER_DEV_MODE"] = "1"

@@ -1,10 +1,10 @@
 """after_import(target, fn): call fn(module) right after `target` has executed, or now if it already has.
 
-The kit's patches to torch and vLLM (scripts/_cache_patch.py, _draft_vocab_patch.py, _gdn_reuse_patch.py,
-_draft_graph_patch.py; the first and the last both patch vLLM's proposer module)
-run in vLLM's engine and worker processes, started with spawn, where only sitecustomize.py reaches them;
-and importing torch or vLLM there just to patch it would cost seconds in every Python process. So each
-hooks the import: a one-shot finder lets the normal machinery find the module, then wraps its loader.
+The kit's patches to torch and vLLM (this package; draft_vocab.py and draft_graph.py both patch vLLM's
+proposer module) run in vLLM's engine and worker processes, started with spawn, where only
+sitecustomize.py reaches them; and importing torch or vLLM there just to patch it would cost seconds in
+every Python process. So each hooks the import: a one-shot finder lets the normal machinery find the
+module, then wraps its loader.
 """
 from __future__ import annotations
 

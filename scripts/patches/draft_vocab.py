@@ -83,6 +83,6 @@ def _rows_for(proposer, ids_list: list[int]):
 def install(target: str = TARGET) -> str:
     """Patch `target` when it is imported (now, if it already is), with the set in $KIT_DRAFT_VOCAB."""
     from scripts.kit.draft_vocab import ENV, load_ids
-    from scripts._on_import import patch_classes
+    from scripts.patches.on_import import patch_classes
     ids = load_ids(os.environ[ENV])
     return patch_classes(target, lambda cls: patch_class(cls, ids), "draft vocabulary", "_greedy_sample")

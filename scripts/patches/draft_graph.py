@@ -13,7 +13,7 @@ host then does five small copies into the graph's inputs and one replay instead 
 What the graph holds, per pass, in vLLM's own order and with vLLM's own helpers: the position, slot and
 sequence-length update (`_update_positions_dependent_metadata`), the attention metadata build
 (`build_per_group_and_layer_attn_metadata`), the draft model's forward, the draft token (`_sample_draft_
-tokens`, greedy; the kit's draft vocabulary, scripts/_draft_vocab_patch.py, runs inside the graph too).
+tokens`, greedy; the kit's draft vocabulary, scripts/patches/draft_vocab.py, runs inside the graph too).
 Everything the graph reads lives in buffers of fixed address: the proposer's own persistent buffers, and
 this patch's copies of the step's first draft token, hidden state, position, sequence lengths and block
 table. Host values are fixed at capture, as in vLLM's FULL graphs for the target: max_seq_len is
@@ -308,6 +308,6 @@ def _chain_for(p, max_bs: int, graphs=None):
 
 def install(target: str = TARGET) -> str:
     """Patch `target` when it is imported (now, if it already is); $KIT_DRAFT_GRAPH is the largest batch."""
-    from scripts._on_import import patch_classes
+    from scripts.patches.on_import import patch_classes
     max_bs = int(os.environ[ENV])
     return patch_classes(target, lambda cls: patch_class(cls, max_bs), "draft chain graph", "propose")

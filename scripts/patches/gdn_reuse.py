@@ -168,6 +168,6 @@ def install(target: str = TARGET) -> bool:
     """Patch `target` when it is imported (now, if it already is), if $KIT_GDN_REUSE is "1"."""
     if os.environ.get(ENV) != "1":
         return False
-    from scripts._on_import import after_import
+    from scripts.patches.on_import import after_import
     after_import(target, patch_module)
     return True

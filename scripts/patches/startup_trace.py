@@ -167,7 +167,7 @@ class _ImportTimer:
 def install() -> None:
     if not os.path.isdir(os.environ.get("KIT_STARTUP_TRACE", "")):
         raise FileNotFoundError(f"KIT_STARTUP_TRACE={os.environ.get('KIT_STARTUP_TRACE')!r} is not a directory")
-    from scripts._on_import import after_import
+    from scripts.patches.on_import import after_import
     for mod, label in IMPORTS:
         if mod not in sys.modules:
             sys.meta_path.insert(0, _ImportTimer(mod, label))

@@ -103,5 +103,5 @@ def install() -> str:
         return "off"
     if "torch" in sys.modules:
         return "patched" if patch_torch(sys.modules["torch"]) else "already"
-    from scripts._on_import import after_import
+    from scripts.patches.on_import import after_import
     return after_import("torch", patch_torch)

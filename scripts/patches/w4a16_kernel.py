@@ -14,7 +14,7 @@ Layout (compressed-tensors pack-quantized, symmetric int4, as llm-compressor wri
                 stored as w + 8 (so 0..15);
   weight_scale  [N, K // G] in the activations' dtype: w_real = (q - 8) * scale[n, k // G].
 
-    from scripts._w4a16_kernel import w4a16_matmul, reference
+    from scripts.patches.w4a16_kernel import w4a16_matmul, reference
     y = w4a16_matmul(x, weight_packed, weight_scale, group_size=32)   # x [M, K], y [M, N]
 
 Tested on CPU under Triton's interpreter against `reference` (tests/test_w4a16_kernel.py); timed per

