@@ -674,6 +674,9 @@ for c in (1, 8, 8, 3, 8):
     # a call's 16 MiB a file on 2026-11-26 and did not come back.
     find results experiments -newer .t0 -type f ! -path '*/logs/*' ! -name '*.trace.json.gz' > /tmp/new-files
     tar -czf "$OUT/r.tgz" -T /tmp/new-files; tar -czf "$OUT/logs.tgz" jobs $(ls -d logs 2>/dev/null)
+    # the servers' logs and start-up traces the records name (results/*/logs/, git-ignored here): the session's
+    # README keeps them (2026-11-26 19:24 they were left behind and fetched by hand)
+    find results -newer .t0 -path '*/logs/*' -type f | tar -czf "$OUT/srvlogs.tgz" -T -
     find results/profiles -newer .t0 -name '*.trace.json.gz' -exec cp {} "$OUT/" \;
     # study's profiles: records apart from their traces (each trace its own file, 16 MiB a file comes back)
     [ -d presults ] && { tar -czf "$OUT/p.tgz" --exclude='./profiles' --exclude='*/logs' -C presults .

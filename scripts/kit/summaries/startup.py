@@ -1,9 +1,34 @@
 """Summary of `startup` records (make verify-cache): cold vs warm start on the baked cache, hit or miss.
 
 The headline is the latest run that expected a hit; deliberate misses (e.g. another GPU name without
-the shim) are counted and the latest is kept for contrast.
+the shim) are counted and the latest is kept for contrast. `traced`: the newest passing warm start of
+each set of start-up cuts (START_KEYS) that has a trace (scripts/kit/startup.py), phase by phase;
+docs/startup.png draws them for every variant (artifacts).
 """
 from __future__ import annotations
+
+from scripts.kit.paths import ROOT
+
+PLOT = ROOT / "docs" / "startup.png"
+
+
+def _cuts(rec: dict) -> dict:
+    """The start keys a record ran with, where they differ from the default (none: vLLM's own start)."""
+    from scripts.kit.variant import START_KEYS, _defaults, _schema
+    default = _defaults(_schema())
+    return {k: rec["config"][k] for k in START_KEYS if k in rec["config"] and rec["config"][k] != default.get(k)}
+
+
+def _traced(records) -> list[dict]:
+    newest = {}
+    for rel, r in records:
+        p = r["payload"]
+        if p.get("trace") and p["expected"] == "hit" and p["passed"]:
+            newest[tuple(sorted(_cuts(r).items()))] = (rel, r)
+    return [{"record": rel, "utc": r["provenance"]["utc"], "cuts": _cuts(r), "gpu": r["provenance"]["device"]["name"],
+             "ready_s": r["payload"]["warm"]["ready_s"], "first_token_s": r["payload"]["warm"]["first_token_s"],
+             "path": [{"phase": x["phase"], "s": x["s"]} for x in r["payload"]["trace"]["path"]]}
+            for rel, r in sorted(newest.values(), key=lambda t: t[1]["provenance"]["utc"])]
 
 
 def _row(rec: dict) -> dict:
@@ -23,7 +48,49 @@ def summarize(variant, records) -> dict:
         out["latest_hit"] = _row(hits[-1])
     if misses:
         out["latest_miss"] = _row(misses[-1])
+    traced = _traced(records)
+    if traced:
+        out["traced"] = traced
     return out
+
+
+def plot_png(docs: dict) -> bytes | None:
+    """One horizontal bar per traced warm start (variant x cuts), its phases stacked left to right."""
+    rows = [(name, t) for name, doc in docs.items() for t in doc["results"].get("startup", {}).get("traced", [])]
+    if not rows:
+        return None
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from scripts.kit.startup import CHECKPOINTS
+    from scripts.kit.summaries import png_bytes
+    phases = [c[0] for c in CHECKPOINTS]
+    cmap = plt.get_cmap("tab20")
+    colors = {ph: cmap(i % 20) for i, ph in enumerate(phases)}
+    fig, ax = plt.subplots(figsize=(11, 2.6 + 0.6 * len(rows)), dpi=100)
+    for y, (name, t) in enumerate(rows):
+        left = 0.0
+        for seg in t["path"]:
+            ax.barh(y, seg["s"], left=left, color=colors.get(seg["phase"], "lightgray"), edgecolor="white", lw=0.5,
+                    label=seg["phase"])
+            left += seg["s"]
+        ax.text(left + 0.3, y, f"{t['ready_s']:.1f} s to ready", va="center", fontsize=7)
+    cut = lambda c: ", ".join(f"{k.removeprefix('VLLM_')}={v}" for k, v in c.items()) or "no cuts"
+    ax.set_yticks(range(len(rows)), [f"{n}\n{cut(t['cuts'])}\n{t['utc'][:16]}" for n, t in rows], fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel("seconds from the kit's spawn of the server (traced from inside it, KIT_STARTUP_TRACE)")
+    handles, labels = ax.get_legend_handles_labels()
+    seen = dict(zip(labels, handles))
+    ax.legend([seen[p] for p in phases if p in seen], [p for p in phases if p in seen], fontsize=7, ncol=4,
+              loc="upper center", bbox_to_anchor=(0.5, -0.25))
+    ax.grid(True, axis="x", alpha=0.3)
+    ax.set_title(f"warm start on a baked cache, phase by phase ({rows[-1][1]['gpu']})", fontsize=9)
+    return png_bytes(fig)
+
+
+def artifacts(docs: dict) -> dict:
+    png = plot_png(docs)
+    return {PLOT: png} if png is not None else {}
 
 
 def readme_table(docs: dict) -> str:
