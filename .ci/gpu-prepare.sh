@@ -46,7 +46,8 @@ tree=$(git ls-files -z | xargs -0 du -cb | tail -1 | cut -f1)
 piece=$(( (64 * 1048576 - tree - 7 * 1048576) / 1048576 ))
 [ "$piece" -ge 8 ] || { echo "the tree ($tree bytes) leaves under 8 MiB a call for the payload: prune committed logs" >&2; exit 1; }
 pl=.gpu/pl-${piece}M
-if [ ! -f "$pl/p00" ]; then mkdir -p "$pl" && cat .gpu/p00 .gpu/p01 .gpu/p02 | split -b "${piece}M" -d -a 2 - "$pl/p"; fi
+# Named p000, p001, ...: install_payload.sh joins "p0*", which missed an 11th piece named p10 on 2026-11-26 19:00.
+if [ ! -f "$pl/p000" ]; then mkdir -p "$pl" && cat .gpu/p00 .gpu/p01 .gpu/p02 | split -b "${piece}M" -d -a 2 - "$pl/p0"; fi
 echo "payload: $(ls "$pl"/p* | wc -l) pieces of ${piece} MiB in $pl (the tree: $((tree / 1048576)) MiB)"
 cp "$shared/gpu/install_payload.sh" .gpu/
 for v in $(.venv/bin/python -m scripts.kit list); do
