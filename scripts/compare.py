@@ -159,7 +159,7 @@ def main(argv=None) -> int:
                 models = [m["id"] for m in s.srv.get("/v1/models", 30).json().get("data", [])]
                 if s.v.name not in models:
                     raise KitError(f"{s.srv.url} serves {models}, not variant {s.v.name!r} (side {s.key.upper()})")
-            per_level = sum(max(w.requests, c) for c in a.concurrency)
+            per_level = sum(L.level_size(w, c) for c in a.concurrency)
             total = 2 * per_level * (a.warmup_waves + a.rounds)
             with P.exclusive(P.probe_lock(a.lock)), tqdm(total=total, unit="req", file=sys.stderr) as bar:
                 passes = run_rounds(sides, w, a, bar)
