@@ -37,9 +37,9 @@ KEY_RE = re.compile(r"^[A-Z][A-Z0-9_]*$")
 # Memory budgets decide how many tokens fit, not how a step runs: a record measured under another budget
 # still describes the variant; the latency summary shows the budget, and only equal budgets are compared.
 MEMORY_KEYS = ("SERVE_GPU_MEMORY_UTILIZATION", "SERVE_KV_CACHE_MEMORY_BYTES")
-# FLEET_*: how many servers run behind which router policy, not how one of them runs.
+# FLEET_*: how many servers run behind which router policy, restarted how often, not how one of them runs.
 CONDITION_KEYS = ("HOST", "PORT", "READY_TIMEOUT_S", "WEIGHTS", "SPEC_ACCEPTANCE", "DUMMY_TOKENIZER", "GATES",
-                  "DATA_DIR", "FLEET_REPLICAS", "FLEET_POLICY") + MEMORY_KEYS
+                  "DATA_DIR", "FLEET_REPLICAS", "FLEET_POLICY", "FLEET_MAX_RESTARTS") + MEMORY_KEYS
 # Set for every server the kit starts: weights are local, so the hub is never needed, and an
 # unreachable hub otherwise stalls vLLM's start by ~120 s.
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
