@@ -1,7 +1,8 @@
 """`make failover VARIANT=... [REPLICAS=N] [POLICY=...]`: a replica lost under load (issue 31 item 3).
 
 Starts a fleet of the variant (scripts/kit/fleet.py: N replicas behind vllm-router), keeps
---concurrency closed-loop streams of the probe's seeded workload going through the router, SIGKILLs
+--concurrency closed-loop streams of the probe's seeded workload going through the router (after
+--warmup-waves untimed waves), SIGKILLs
 one replica's process group (--kill-replica; the fleet started it, so its group is known: nothing is
 killed by name) --kill-after-s into the load, and keeps the load on while the fleet's supervisor
 restarts it, until --after-s past the restarted replica's return (or --max-load-s in all).
@@ -14,7 +15,7 @@ the figures (scripts/kit/failover.py): failed vs in flight on the victim, when t
 down and last chose it, TTFT p50/p99 before / while down / after, the restart's ready time.
 Exit 1 when a request failed that was not in flight at the kill, or the replica did not come back.
 
-    python -m scripts.failover --variant tiny --concurrency 2 --kill-after-s 5 --after-s 10 \\
+    python -m scripts.failover --variant tiny --concurrency 2 --kill-after-s 5 --after-s 10 --warmup-waves 1 \\
         --input-lens 16 --class-weights 1 --output-min 16 --output-max 32
 """
 from __future__ import annotations
@@ -123,6 +124,10 @@ def router_poll(metrics_url: str) -> dict | None:
 def run(fleet: Fleet, victim, w: L.Workload, c: int, a) -> dict:
     """The load, the kill and the restart; returns the payload's kept data (figures are added after)."""
     metrics_url = f"http://{fleet.host if fleet.host not in ('0.0.0.0', '') else '127.0.0.1'}:{fleet.metrics_port}"
+    from tqdm import tqdm
+    for wave in range(a.warmup_waves):  # untimed: a fresh server's first requests are not what the kill costs
+        P.run_pass(P.Server(fleet.url), fleet.variant.name, L.level_requests(w, c, wave, warmup=True), c,
+                   a.request_timeout_s, tqdm(disable=True), f"warm-up wave {wave + 1}")
     load_ = Load(fleet.url, fleet.variant.name, w, c, a.request_timeout_s)
     series, last = [], None
     victim_queue = None
@@ -164,19 +169,24 @@ def run(fleet: Fleet, victim, w: L.Workload, c: int, a) -> dict:
                        int(victim_queue["running"] + victim_queue["waiting"])}}
 
 
-def main(argv=None) -> int:
-    a = parser().parse_args(argv)
+def checked(a) -> tuple:
+    """(variant, workload, level) of parsed flags; what cannot run is refused before anything starts."""
     w = P.workload(a)
     if w.turns > 1:
         raise KitError(f"--turns {w.turns}: the failover load sends single requests (each slot takes the next one)")
     if len(a.concurrency) != 1:
         raise KitError(f"--concurrency {','.join(map(str, a.concurrency))}: one level (the load the kill lands in)")
-    c = a.concurrency[0]
     v = load(a.variant, a.set)
     n = L.max_model_len(v)
     if n and L.longest_prompt(w) + w.output_max > n:
         raise KitError(f"a {L.longest_prompt(w)}-token prompt + --output-max {w.output_max} > {v.name}'s max_model_len "
                        f"{n}; lower --input-lens / --output-max (or --prefix-tokens with --shared-prefixes)")
+    return v, w, a.concurrency[0]
+
+
+def main(argv=None) -> int:
+    a = parser().parse_args(argv)
+    v, w, c = checked(a)
     fleet = Fleet(v, a.replicas, a.policy)
     if not 0 <= a.kill_replica < fleet.n:
         raise KitError(f"--kill-replica {a.kill_replica}: the fleet has replicas 0..{fleet.n - 1}")
@@ -201,7 +211,7 @@ def main(argv=None) -> int:
         fleet.stop()
     if kept["kill_s"] is None:
         raise KitError(f"the load ended ({a.max_load_s:g} s) before --kill-after-s {a.kill_after_s:g}: no kill, no record")
-    payload = {"workload": {**w.spec(), "sha256": w.sha256}, "concurrency": c,
+    payload = {"workload": {**w.spec(), "sha256": w.sha256}, "concurrency": c, "warmup_waves": a.warmup_waves,
                "fleet": {"replicas": fleet.n, "policy": fleet.policy, "max_restarts": fleet.max_restarts,
                          "router_health_args": ROUTER_HEALTH},
                "kill_after_s": a.kill_after_s, "after_s": a.after_s, **kept,

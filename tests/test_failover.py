@@ -123,7 +123,7 @@ def test_failover_on_the_real_tiny_fleet(tmp_path):
     from scripts.kit.record import records
     port = base_port()
     rc = failover.main(["--variant", "tiny", "--set", f"PORT={port}", "--results-dir", str(tmp_path),
-                        "--concurrency", "4", "--kill-after-s", "6", "--after-s", "6", "--max-load-s", "300",
+                        "--concurrency", "4", "--kill-after-s", "6", "--after-s", "6", "--max-load-s", "300", "--warmup-waves", "1", "--requests", "4",
                         "--input-lens", "16", "--class-weights", "1", "--output-min", "24", "--output-max", "48",
                         "--prefix-tokens", "0"])
     [(path, rec)] = records("tiny", "failover", tmp_path)  # re-validated against the schema on load
@@ -139,3 +139,31 @@ def test_failover_on_the_real_tiny_fleet(tmp_path):
     assert after["requests"] > 0 and after["failed"] == 0
     assert p["victim_served_after_restart"] > 0  # the restarted replica serves again
     assert all(port_free("127.0.0.1", port + i) for i in range(4))  # router and replicas stopped
+
+
+def test_the_gpu_session_fleet31_flags_are_accepted_by_compare_and_failover():
+    """`.ci/gpu-session.sh fleet31` runs on a lent GPU host: a flag either tool refuses would cost a session. Its
+    workloads, as the mode passes them, parse and pass each tool's checks here (Qwen3-4B's context included)."""
+    import re
+    import shlex
+    from scripts import compare, failover
+    from scripts import probe as P
+    from scripts.kit.paths import ROOT
+    text = (ROOT / ".ci/gpu-session.sh").read_text()
+    block = text[text.index("  fleet31)"):]
+    block = block[:block.index(";;\n")]
+    var = lambda name, src=text: shlex.split(re.search(rf'^\s*{name}="([^"]*)"', src, re.M).group(1))
+    cmp_defaults, load_, m = var("CMP"), var("L", block), ["--set", "SERVE_KV_CACHE_MEMORY_BYTES=8589934592"]
+    for w in ("SP", "MT"):
+        a = compare.parser().parse_args(["--a", "qwen3-4b-bf16", "--b", "qwen3-4b-bf16", "--url-a", "http://x:1",
+                                         "--url-b", "http://x:2", "--set", "WEIGHTS=dummy", *cmp_defaults, *m,
+                                         "--set-b", "FLEET_POLICY=round_robin", *load_, *var(w, block)])
+        compare.require_sides(a)
+        assert a.rounds >= 5
+        compare.fill_defaults(a)
+        assert P.workload(a).shared_prefixes == (4 if w == "SP" else 0) and P.workload(a).turns == (4 if w == "MT" else 1)
+    tail = block[block.index("scripts.failover"):].split("||")[0].replace("\\\n", " ")
+    argv = shlex.split(tail.replace("$(m)", " ".join(m)).replace("$L", " ".join(load_))
+                       .replace("$SP", " ".join(var("SP", block))))[1:]
+    v, w, c = failover.checked(failover.parser().parse_args(argv))
+    assert (v.name, c, w.shared_prefixes, v["PORT"]) == ("qwen3-4b-bf16", 32, 4, 8150)
