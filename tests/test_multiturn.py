@@ -100,3 +100,25 @@ def test_multi_turn_probe_on_the_real_tiny_server(tiny_server, tmp_path, monkeyp
         assert all(start >= e for e in parents)
     firsts = sorted((start, end) for p, start, end in sent if len(p) == 128)
     assert len(firsts) == 2 and firsts[1][0] < firsts[0][1]
+
+
+@pytest.mark.e2e
+def test_compare_takes_turns_on_the_real_tiny_server(tiny_server, tmp_path, capsys):
+    """make compare draws the same conversations (--turns is a workload flag): both sides of an A/A comparison on
+    the real tiny server keep every request's turn, the checker recomputes the record, and the report shows TTFT
+    by turn."""
+    from scripts import compare
+    from scripts.kit import compare as C
+    rc = compare.main(["--a", "tiny", "--b", "tiny", "--url-a", tiny_server.url, "--url-b", tiny_server.url,
+                       "--set", f"PORT={tiny_server.variant['PORT']}", "--results-dir", str(tmp_path),
+                       "--concurrency", "2", "--requests", "4", "--turns", "2", "--warmup-waves", "0",
+                       "--input-lens", "16", "--class-weights", "1", "--output-min", "4", "--output-max", "4",
+                       "--prefix-tokens", "0"])
+    assert rc == 0
+    [(path, rec)] = records("tiny", "comparison", tmp_path)  # re-validated against the schema on load
+    p = rec["payload"]
+    assert p["workload"]["turns"] == 2 and len(p["passes"]) == 10
+    assert all(q["samples"]["turn"] == [0, 0, 1, 1] and all(q["samples"]["ok"]) for q in p["passes"])
+    assert C.mismatches(p) == []
+    err = capsys.readouterr().err
+    assert "TTFT p50 ms by turn (all rounds):" in err and "  A c=2: turn 0 " in err and ", turn 1 " in err
