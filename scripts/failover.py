@@ -145,8 +145,9 @@ def run(fleet: Fleet, victim, w: L.Workload, c: int, a) -> dict:
                 victim_queue = srv.gauges()  # what it holds as it dies: the most that may fail
                 kill_s = round(load_.now(), 3)
                 os.killpg(victim.proc.pid, signal.SIGKILL)
+                held = "?" if victim_queue is None else int(victim_queue["running"] + victim_queue["waiting"])
                 fleet.say(f"failover: SIGKILL to replica {victim.index}'s process group {victim.proc.pid} at "
-                          f"{kill_s:.1f} s of load (it held {victim_queue} requests)")
+                          f"{kill_s:.1f} s of load (it held {held} requests)")
             fleet.supervise()
             if kill_s is not None:
                 ready = next((e["t_unix"] - load_.t0_unix for e in fleet.events
@@ -163,7 +164,7 @@ def run(fleet: Fleet, victim, w: L.Workload, c: int, a) -> dict:
         load_.abort()
         raise
     return {"load_started_unix": round(load_.t0_unix, 3), "kill_s": kill_s, "requests": load_.columns(),
-            "router": series, "events": [e for e in fleet.events],
+            "router": series, "events": list(fleet.events),
             "victim": {"replica": victim.index, "url": victim.url,
                        "in_flight_at_kill": None if victim_queue is None else
                        int(victim_queue["running"] + victim_queue["waiting"])}}
