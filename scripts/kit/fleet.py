@@ -212,8 +212,7 @@ class Fleet:
     def stop(self) -> None:
         """The router first (no new requests reach a stopping replica), then every replica; a restart
         under way ends with its server."""
-        with self._lock:
-            self._stopping = True
+        self._stopping = True
         if self.router is not None:
             self.router.stop()
         for r in self.replicas:
@@ -264,10 +263,13 @@ class Fleet:
     def _restart(self, r: ServerProcess) -> None:
         r.stop()  # the dead group's leftovers (its temp folder, any child still up), and its log closed
         try:
-            with self._lock:  # stop() sets _stopping under this lock: a restart either started before it or never
-                if self._stopping:
-                    return
-                r.start()
+            if self._stopping:
+                return
+            # Not under the lock: a start may wait for the GPU lock while a probe times (procs.flock).
+            r.start()
+            if self._stopping:  # stop() came during the start: its last pass over the replicas stops it too
+                r.stop()
+                return
             self._event(r.index, "restarting", restart=self.restarts[r.index])
             ready = r.wait_ready()
         except KitError as e:
