@@ -9,7 +9,7 @@
 #:                       the next free port above A's (printed); SET_B=PORT=N chooses B's.
 #:   A= B=               compare: the reference and the candidate variant (both required)
 #:   SET_A= SET_B=       compare: overrides for A only / B only, as SET (SET applies to both)
-#:   PROBE="--flag ..."  eval-latency, compare: the probe's workload flags (`python -m scripts.probe --help`),
+#:   PROBE="--flag ..."  eval-latency, compare, failover: the probe's workload flags (`python -m scripts.probe --help`),
 #:                       e.g. PROBE="--concurrency 1 --requests 4 --warmup-waves 1" for a short run
 #:   URL=                eval-latency, eval-quality: use the server already running there (URL_A= URL_B=: compare)
 #:   BASELINE=           eval-latency: the variant whose figures are shown beside (default: its BASELINE key)
@@ -32,7 +32,7 @@ QPY := $(if $(wildcard .venv-quant/bin/python),.venv-quant/bin/python,python3)
 V := --variant $(VARIANT) $(foreach s,$(SET),--set $(s))
 # Image targets: ENGINE=docker|podman (default: the one on PATH), TARGET=gpu|cpu (default: this host's), IMAGE=tag.
 IMG := $(if $(ENGINE),--engine $(ENGINE)) $(if $(DRY_RUN),--dry-run)
-.PHONY: help install wheelhouse download serve standby serve-fleet eval-latency profile gemm compare variance sweep eval-quality eval-quality-full quantize bake verify-cache build-base build build-import verify-image k8s tune check-schemas test test-all vllm026-src golden report new
+.PHONY: help install wheelhouse download serve standby serve-fleet failover eval-latency profile gemm compare variance sweep eval-quality eval-quality-full quantize bake verify-cache build-base build build-import verify-image k8s tune check-schemas test test-all vllm026-src golden report new
 
 help: ## list targets, then the variables they read
 	@awk '/^[a-z0-9-]+:.*## /{split($$0, t, /:.*## /); printf "  make %-18s %s\n", t[1], t[2]} /^#:/{v = v substr($$0, 4) "\n"} END{printf "\n%s", v}' $(MAKEFILE_LIST)
@@ -54,6 +54,8 @@ profile: ## one decode step by phase (target, draft, sampler, bookkeeping, gaps)
 	$(PY) -m scripts.profile $(V)
 gemm: ## each linear layer of VARIANT's architecture timed per kernel and batch size against its byte floor: record (CUDA GPU) [KERNELS=bf16,fp8,w4a16_g32,...] [M=1,2,4,5,8] [DRY_RUN=1]
 	$(PY) -m scripts.gemm $(V) $(if $(KERNELS),--kernels $(KERNELS)) $(if $(M),--m $(M)) $(if $(DRY_RUN),--dry-run)
+failover: ## a replica of a REPLICAS=N fleet of VARIANT SIGKILLed under load and restarted: what failed, when the router noticed, TTFT before/down/after: record [POLICY=] [PROBE="--concurrency 8 --kill-after-s 30 ..."]
+	$(PY) -m scripts.failover $(V) $(if $(REPLICAS),--replicas $(REPLICAS)) $(if $(POLICY),--policy $(POLICY)) $(PROBE)
 compare: ## is B faster than A? both served on one GPU, timed interleaved: A=VARIANT B=VARIANT [ROUNDS=5] [SET_A= SET_B=] [URL_A= URL_B=] [PROBE=]
 	$(PY) -m scripts.compare $(if $(A),--a $(A)) $(if $(B),--b $(B)) $(foreach s,$(SET),--set $(s)) $(foreach s,$(SET_A),--set-a $(s)) $(foreach s,$(SET_B),--set-b $(s)) $(if $(ROUNDS),--rounds $(ROUNDS)) $(if $(URL_A),--url-a $(URL_A)) $(if $(URL_B),--url-b $(URL_B)) $(PROBE)
 variance: ## how much levels moved within one session, and with what: RECORDS="results/.../x-comparison.json ..."

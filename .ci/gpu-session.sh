@@ -52,6 +52,7 @@
 #       SERVER_MAIN=vllm, both cuts (run it before anything compiles the payload's bytecode)
 #   bash .ci/gpu-session.sh multi      issue 21 on the 2-GPU machine: qwen3-4b-bf16 vs its tp2, then vs its dp2
 #   bash .ci/gpu-session.sh route      issue 21 on the 2-GPU machine: router cache_aware vs round_robin vs DP=2
+#   bash .ci/gpu-session.sh fleet31    issue 31 on the 2-GPU machine: the routers on shared prefixes and multi-turn, a replica killed
 #   bash .ci/gpu-session.sh whinstall DIR   issue 20: make install WHEELHOUSE=DIR HOST_TORCH=yes into /tmp/kit
 #   bash .ci/gpu-session.sh chain MODE ARGS.. ++ MODE ARGS..   modes one after the other (detach NAME chain ...)
 #   bash .ci/gpu-session.sh up NAME PORT KV_BYTES VARIANT [--set K=V ...]
@@ -633,6 +634,33 @@ for c in (1, 8, 8, 3, 8):
     bash "$0" ready 5 8130 8122 && bash "$0" cmp 8130 8122 qwen3-4b-bf16 qwen3-4b-bf16-dp2 $(m) \
       $(for x in $(u 8131 8132); do echo --metrics-url-a $x; done) $W
     bash "$0" down ca rr dp ;;
+  fleet31)  # issue 31 items 1 and 3 on the 2-GPU machine (DP=4 waits for a 4-GPU host). Two fleets of two one-GPU
+    # Qwen3-4B BF16 replicas, cache_aware (8130) and round_robin (8140), both resident as in route; make compare of the
+    # two routers on (a) shared prefixes: 4 templates of a 1536-token system prompt, user prompts of 64/256 tokens, and
+    # (b) multi-turn conversations of 4 turns (each resends the whole conversation), at c=16,64 and c=32 (the fleet busy);
+    # then both down and `make failover` of a fresh cache_aware fleet (8150; caches warm by then): replica 0 SIGKILLed
+    # after 30 s of load at c=32, restarted by the fleet, 30 s of load after it is back. About 11 min, estimated (not
+    # run yet): 4 cold starts at once (~3 min), two compares of ~2-3 min, the failover's warm starts and ~2 min of
+    # load. A step that fails or is skipped (a fleet not up) is named at the end and the mode exits 1.
+    export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 VLLM_FLASHINFER_ALLREDUCE_BACKEND=trtllm
+    kv=8589934592; u() { for p in "$@"; do echo "http://127.0.0.1:$p"; done; }; failed=()
+    m() { echo "--set SERVE_KV_CACHE_MEMORY_BYTES=$kv --set SERVE_GPU_MEMORY_UTILIZATION=0.2"; }
+    mu() { for x in $(u 8131 8132); do echo --metrics-url-a $x; done; for x in $(u 8141 8142); do echo --metrics-url-b $x; done; }
+    L="--requests 64 --output-min 64 --output-max 128"
+    SP="--concurrency 16,64 --shared-prefixes 4 --prefix-tokens 1536 --input-lens 64,256 --class-weights 0.6,0.4"
+    MT="--concurrency 32 --turns 4 --input-lens 128,384 --class-weights 0.5,0.5 --prefix-tokens 0"
+    bash "$0" fleetup ca 8130 $kv qwen3-4b-bf16; bash "$0" fleetup rr 8140 $kv qwen3-4b-bf16 --set FLEET_POLICY=round_robin
+    end=$((SECONDS + 900)); for p in 8130 8140; do bash "$0" ready $((end > SECONDS ? end - SECONDS : 1)) $p || failed+=("ready:$p"); done
+    for w in SP MT; do
+      if bash "$0" ready 5 8130 8140; then
+        bash "$0" cmp 8130 8140 qwen3-4b-bf16 qwen3-4b-bf16 $(m) --set-b FLEET_POLICY=round_robin $(mu) $L ${!w} || failed+=("cmp:$w")
+      else failed+=("cmp:$w (a fleet is down)"); fi
+    done
+    bash "$0" down ca rr
+    step timeout -s INT -k 120 600 python3 -m scripts.failover --variant qwen3-4b-bf16 --set WEIGHTS=dummy --set PORT=8150 $(m) \
+      --kill-after-s 30 --after-s 30 --max-load-s 480 $L $SP --concurrency 32 \
+      || failed+=(failover)
+    [ ${#failed[@]} = 0 ] || { echo "fleet31: FAILED: ${failed[*]}" >&2; exit 1; } ;;
   whinstall)  # DIR: issue 20, the users' offline install on this machine: make install WHEELHOUSE=DIR on
     # the machine's own torch (HOST_TORCH=yes), into /tmp/kit (the tree detach uses); later modes then run
     # in its .venv (above). DIR: the chunks of `WHEELHOUSE=1 bash .ci/gpu-prepare.sh`, joined and unpacked.

@@ -159,7 +159,7 @@ def main(argv=None) -> int:
                 models = [m["id"] for m in s.srv.get("/v1/models", 30).json().get("data", [])]
                 if s.v.name not in models:
                     raise KitError(f"{s.srv.url} serves {models}, not variant {s.v.name!r} (side {s.key.upper()})")
-            per_level = sum(max(w.requests, c) for c in a.concurrency)
+            per_level = sum(L.level_size(w, c) for c in a.concurrency)
             total = 2 * per_level * (a.warmup_waves + a.rounds)
             with P.exclusive(P.probe_lock(a.lock)), tqdm(total=total, unit="req", file=sys.stderr) as bar:
                 passes = run_rounds(sides, w, a, bar)
@@ -243,6 +243,15 @@ def report_text(p: dict) -> str:
         rows.append("prefix-cache token hit rate (all rounds): " + ", ".join(
             f"{r['side'].upper()} c={r['concurrency']} {'-' if r['hit_rate'] is None else format(r['hit_rate'], '.1%')}"
             for r in p["prefix_cache"]))
+    turns = [q for q in p["passes"] if "turn" in q["samples"]]
+    if turns:  # a multi-turn workload: what the prefix cache (and the router that finds it) saves per turn
+        rows.append("TTFT p50 ms by turn (all rounds):")
+        for side in ("a", "b"):
+            for c in sorted({q["concurrency"] for q in turns}):
+                rs = [r for q in turns if q["side"] == side and q["concurrency"] == c for r in L.rows(q["samples"])]
+                by = {t: L.stats(r["ttft_ms"] for r in rs if r["turn"] == t and r["ok"])["p50"]
+                      for t in sorted({r["turn"] for r in rs})}
+                rows.append(f"  {side.upper()} c={c}: " + ", ".join(f"turn {t} {v}" for t, v in by.items()))
     rows += [f"warning: {x}" for x in p["validity"]["warnings"]]
     return "\n".join(rows)
 

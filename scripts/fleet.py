@@ -3,7 +3,9 @@ until Ctrl-C (scale out on one host; see scripts/kit/fleet.py).
 
 The replicas start together, each on its own port (PORT+1 ... PORT+N) and, on a GPU host, its own
 GPU(s); once all answer /health the router starts on PORT and routes to them (cache_aware unless
-POLICY says otherwise). Ctrl-C stops the router, then the replicas, each as a process group.
+POLICY says otherwise). A replica that dies is restarted, at most FLEET_MAX_RESTARTS times, each
+death and restart a stderr line (Fleet.supervise). Ctrl-C stops the router, then the replicas, each
+as a process group.
 
     python -m scripts.fleet --variant tiny --replicas 2                       # until Ctrl-C
     python -m scripts.fleet --variant tiny --replicas 2 --policy round_robin --dry-run

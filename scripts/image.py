@@ -801,10 +801,15 @@ def render_k8s(v, image: str, overrides, **kw) -> list[tuple[str, str]]:
 
 
 def cmd_k8s(a, v) -> int:
+    derived = None
+    if a.waiting_per_pod is None:
+        from scripts.kit.record import records
+        derived = k8s.hpa_target(v, [(rel(p), r) for kind in ("latency", "comparison") for p, r in records(kind=kind)])
+    waiting = a.waiting_per_pod or (derived["waiting_per_pod"] if derived else k8s.WAITING_PER_POD)
     files = render_k8s(v, a.image or image_tag(v), a.set, namespace=a.namespace, max_replicas=a.max_replicas,
-                       waiting_per_pod=a.waiting_per_pod, storage_class=a.storage_class,
+                       waiting_per_pod=waiting, storage_class=a.storage_class,
                        cache_on_pvc=a.cache_on_pvc, policy=a.policy, router_image=a.router_image)
-    head = k8s.header(v, k8s.gpu_count(v))
+    head = k8s.header(v, k8s.gpu_count(v), k8s.target_text(waiting, derived, a.waiting_per_pod is not None))
     if not a.out:
         print(head + "---\n".join(text for _n, text in files), end="")
         return 0
@@ -857,7 +862,9 @@ def main(argv=None) -> int:
     kk.add_argument("--out", help="write one YAML per resource into this folder")
     kk.add_argument("--namespace")
     kk.add_argument("--max-replicas", type=int, default=4)
-    kk.add_argument("--waiting-per-pod", type=int, default=4, help="HPA target: queued requests per pod")
+    kk.add_argument("--waiting-per-pod", type=int,
+                    help="HPA target: queued requests per pod (default: from the variant's newest record that kept the "
+                         f"server's queue, scripts/kit/k8s.py hpa_target; without one {k8s.WAITING_PER_POD})")
     kk.add_argument("--storage-class")
     kk.add_argument("--cache-on-pvc", action="store_true",
                     help="mount weights/cache/<variant> from the PVC instead of using the image's baked cache")

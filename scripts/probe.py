@@ -26,7 +26,7 @@ import json
 import sys
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -190,15 +190,41 @@ class Server:
 
 def run_pass(srv: Server, model: str, reqs: list, concurrency: int, timeout_s: float, bar, where: str):
     """Closed loop: `concurrency` requests in flight until the list is done. (results, seconds).
+    A multi-turn request (Request.turn > 0) is queued when its conversation's previous turn ends, behind
+    the requests already queued: conversations interleave across the slots. Results keep the list's order.
     Ctrl-C (or SIGTERM) ends it at once: queued requests are cancelled, in-flight streams cut, and
     Interrupted says where."""
     t0 = time.perf_counter()
     streams = Streams()
     ex = ThreadPoolExecutor(max_workers=concurrency)
+    after = {}  # index of a turn -> index of its conversation's next turn
+    last = {}
+    for i, r in enumerate(reqs):
+        if r.conversation is not None:
+            if r.conversation in last:
+                after[last[r.conversation]] = i
+            last[r.conversation] = i
+    follows = set(after.values())
+
+    def submit(i):
+        f = ex.submit(stream_one, srv.url, L.completion_body(model, reqs[i]), timeout_s, streams)
+        f.index = i
+        return f
+
+    futs = [None] * len(reqs)
     try:
-        futs = [ex.submit(stream_one, srv.url, L.completion_body(model, r), timeout_s, streams) for r in reqs]
-        for _ in as_completed(futs):
-            bar.update(1)
+        pending = set()
+        for i in range(len(reqs)):
+            if i not in follows:
+                futs[i] = submit(i)
+                pending.add(futs[i])
+        while pending:
+            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for f in done:
+                bar.update(1)
+                if f.index in after:
+                    futs[after[f.index]] = submit(after[f.index])
+                    pending.add(futs[after[f.index]])
     except KeyboardInterrupt:
         ex.shutdown(wait=False, cancel_futures=True)
         streams.abort()
@@ -210,6 +236,9 @@ def run_pass(srv: Server, model: str, reqs: list, concurrency: int, timeout_s: f
     ex.shutdown(wait=True)
     dt = time.perf_counter() - t0
     results = [f.result() for f in futs]
+    for r, q in zip(results, reqs):
+        if q.conversation is not None:
+            r.turn = q.turn
     if any(not r.ok for r in results) and not srv.alive():
         raise KitError(f"the server at {srv.url} stopped answering during {where} "
                        f"({sum(not r.ok for r in results)} of {len(results)} requests failed: "
@@ -457,6 +486,8 @@ def workload(a) -> L.Workload:
     if w.shared_prefixes < 0 or (w.shared_prefixes and not w.prefix_tokens):
         raise KitError(f"--shared-prefixes {w.shared_prefixes} with --prefix-tokens {w.prefix_tokens}: "
                        "need a count >= 0, and prefixes of at least one token")
+    if w.turns < 1:
+        raise KitError(f"--turns {w.turns}: need at least 1 (1 = single requests)")
     if len(w.class_weights) != len(w.input_lens):
         raise KitError(f"--class-weights has {len(w.class_weights)} values for {len(w.input_lens)} --input-lens")
     if not 1 <= w.output_min <= w.output_max:
@@ -491,9 +522,12 @@ def resolve_defaults(a) -> None:
     ctx = f"{v.name}'s max_model_len {n} (SERVE_MAX_MODEL_LEN, {v.sources.get('SERVE_MAX_MODEL_LEN', 'default')})"
     fix = "every such request would fail; lower them, or raise the context with --set SERVE_MAX_MODEL_LEN=N"
     shared = a.prefix_tokens if getattr(a, "shared_prefixes", 0) else 0  # --shared-prefixes lengthens every prompt
-    longest = max(a.input_lens) + shared
+    turns = getattr(a, "turns", 1) or 1  # turn k carries every earlier turn and its reply
+    longest = L.longest_prompt(L.Workload(input_lens=a.input_lens, output_max=a.output_max, prefix_tokens=a.prefix_tokens,
+                                          shared_prefixes=1 if shared else 0, turns=turns))
     if longest + a.output_max > n:
         what = f"{flag('shared_prefixes')} of {flag('prefix_tokens')} + " if shared else ""
+        what += f"{flag('turns')} of " if turns > 1 else ""
         raise KitError(f"{what}{flag('input_lens')} with {flag('output_max')}: a {longest}-token prompt + {a.output_max} "
                        f"output tokens = {longest + a.output_max} > {ctx}; {fix}")
     need = a.prefix_tokens + a.prefix_suffix_tokens + a.output_min
@@ -643,7 +677,7 @@ def main(argv=None) -> int:
         port = str(urlsplit(srv.url).port)
         stage = "the wait at --barrier"
         check_in(barrier, port, a.barrier_timeout_s)
-        n_total = sum((a.warmup_waves + a.repeats) * max(w.requests, c) for c in a.concurrency) + (w.prefix_requests if w.prefix_tokens else 0)
+        n_total = sum((a.warmup_waves + a.repeats) * L.level_size(w, c) for c in a.concurrency) + (w.prefix_requests if w.prefix_tokens else 0)
         stage = "the wait for the GPU lock"
         with exclusive(probe_lock(a.lock)), tqdm(total=n_total, unit="req", file=sys.stderr) as bar:
             stage = "timing"

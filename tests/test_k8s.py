@@ -170,3 +170,44 @@ def test_router_in_front_finds_the_replicas_by_label():
     assert other["spec"]["template"]["spec"]["containers"][0]["image"] == "reg/router:1"
     with pytest.raises(k8s_errors.KitError, match="unknown router policy"):
         k8s.render(v, "reg/kit:x", ROOT, policy="fastest")
+
+
+def test_hpa_target_comes_from_the_newest_record_that_kept_the_queue(capsys):
+    """Issue 31 item 4: make k8s derives the waiting-requests target from the variant's records and names the
+    one it used; the manifests still validate. Checked against the committed records themselves: the level named
+    met the record's SLO (and every lower one did), the next one up did not, and the target is the most requests
+    that waited there."""
+    import json
+    from scripts.kit.record import records
+    v = load("qwen3-4b-bf16")
+    recs = [(str(p.relative_to(ROOT)), r) for kind in ("latency", "comparison") for p, r in records(kind=kind)]
+    got = k8s.hpa_target(v, recs)
+    assert got is not None
+    rec = json.loads((ROOT / got["record"]).read_text())
+    levels = k8s._levels(v, rec)
+    slo = rec["payload"]["slo"]
+    meets = [c for c, ttft, tpot, _ in levels if ttft <= slo["ttft_p99_ms"] and (tpot is None or tpot <= slo["tpot_p99_ms"])]
+    assert got["concurrency"] in meets and all(c in meets for c, *_ in levels if c < got["concurrency"])
+    assert all(c not in meets for c, *_ in levels if c == min((x for x, *_ in levels if x > got["concurrency"]), default=0))
+    queues = next(qs for c, _, _, qs in levels if c == got["concurrency"])
+    assert got["waiting_per_pod"] == max(1, max(q["waiting_max"] for q in queues))
+    # Only records that kept the queue, of this variant as it is now, measured on one pod, count.
+    newer = [(p, r) for p, r in recs if r["provenance"]["utc"] > rec["provenance"]["utc"]]
+    assert all(k8s.hpa_target(v, [(p, r)]) is None for p, r in newer)
+    fleet_side = copy.deepcopy(rec)
+    for sd in fleet_side["payload"]["sides"].values():
+        sd["metrics_urls"] = ["http://a:1", "http://a:2"]  # a router's replicas, summed: not one pod's queue
+    assert k8s._levels(v, fleet_side) == []
+    assert k8s.hpa_target(v, []) is None
+
+    assert image.main(["k8s", "--variant", "qwen3-4b-bf16"]) == 0
+    out = capsys.readouterr().out
+    assert f"# HPA target: {got['waiting_per_pod']} waiting requests per pod: the most that waited at " \
+           f"c={got['concurrency']}, the highest level of {got['record']} that met its SLO" in out
+    docs = [d for d in yaml.safe_load_all(out) if d]
+    hpa = by_kind(docs)["HorizontalPodAutoscaler"]
+    assert hpa["spec"]["metrics"][0]["pods"]["target"]["averageValue"] == str(got["waiting_per_pod"])
+    for d in docs:
+        validate(d)
+    assert image.main(["k8s", "--variant", "qwen3-4b-bf16", "--waiting-per-pod", "7"]) == 0
+    assert "# HPA target: 7 waiting requests per pod, as given (--waiting-per-pod)." in capsys.readouterr().out

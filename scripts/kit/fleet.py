@@ -13,6 +13,12 @@ Every process is a ServerProcess (own process group, /health polling, SIGTERM th
                /health is its readiness (200 only while every replica is healthy: 503 naming the dead
                ones after; /readiness is 200 while at least one is)
 
+A replica that dies is restarted (Fleet.supervise, called by watch): a supervisor is what users of
+`make serve-fleet` expect, and the router takes the replica back at its next health check once it
+answers again. Restarts are bounded (FLEET_MAX_RESTARTS per replica), so a replica that cannot start
+(a bad GPU, a config that crashes) is not restarted forever; each death and start is one stderr line
+and one entry of Fleet.events.
+
     with Fleet(load("tiny"), replicas=2) as fleet:
         requests.post(fleet.url + "/v1/completions", json={...})
 
@@ -25,6 +31,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -143,6 +150,15 @@ class Fleet:
             self.replicas.append(srv)
         self.router_log = log_dir / f"fleet-{stamp}-router-{self.router_port}.log"
         self.router: ServerProcess | None = None
+        self.max_restarts = int(variant["FLEET_MAX_RESTARTS"])
+        self.restarts = [0] * replicas
+        # What supervise saw and did, in order: {"t_unix", "replica", "event": exited|restarting|ready|
+        # failed|given_up, ...}; scripts/failover.py records them.
+        self.events: list[dict] = []
+        self._restarting: dict[int, threading.Thread] = {}
+        self.given_up: set[int] = set()
+        self._lock = threading.Lock()
+        self._stopping = False
 
     @property
     def url(self) -> str:
@@ -194,26 +210,85 @@ class Fleet:
         return self
 
     def stop(self) -> None:
-        """The router first (no new requests reach a stopping replica), then every replica."""
+        """The router first (no new requests reach a stopping replica), then every replica; a restart
+        under way ends with its server."""
+        self._stopping = True
         if self.router is not None:
             self.router.stop()
         for r in self.replicas:
             r.stop()
+        for t in list(self._restarting.values()):
+            t.join(60)  # its server is stopped: its wait for /health ends at once
+        for r in self.replicas:
+            r.stop()  # one that a restart had started between the two
 
     def pgids(self) -> list[int]:
         """The process groups this fleet started (one per process it spawned)."""
         return [s.proc.pid for s in [*self.replicas, self.router] if s is not None and s.proc is not None]
 
+    def _event(self, replica: int, event: str, **facts) -> dict:
+        e = {"t_unix": round(time.time(), 3), "replica": replica, "event": event, **facts}
+        with self._lock:
+            self.events.append(e)
+        return e
+
+    def supervise(self) -> None:
+        """One look at every replica: one that exited is restarted in a thread of its own (a cold start
+        takes minutes; the router routes around it meanwhile), at most max_restarts times."""
+        for r in self.replicas:
+            i = r.index
+            if r.proc is None or r.alive() or i in self.given_up:
+                continue
+            t = self._restarting.get(i)
+            if t is not None and t.is_alive():
+                continue  # its restart thread owns it until it is ready or failed
+            self._restarting.pop(i, None)
+            code = r.proc.poll()
+            up = sum(x.alive() for x in self.replicas)
+            self._event(i, "exited", exit_code=code)
+            if self.restarts[i] >= self.max_restarts:
+                self.given_up.add(i)
+                self._event(i, "given_up", restarts=self.restarts[i])
+                self.say(f"replica {i} on {r.url} exited with code {code}; not restarted: {self.restarts[i]} restart(s) "
+                         f"done (FLEET_MAX_RESTARTS={self.max_restarts}); the router routes around it ({up} left); "
+                         f"log {r.log_path}")
+                continue
+            self.restarts[i] += 1
+            self.say(f"replica {i} on {r.url} exited with code {code}; restarting it (restart {self.restarts[i]} of "
+                     f"at most {self.max_restarts}); the router routes around it meanwhile ({up} left); log {r.log_path}")
+            t = threading.Thread(target=self._restart, args=(r,), daemon=True, name=f"restart-replica{i}")
+            self._restarting[i] = t
+            t.start()
+
+    def _restart(self, r: ServerProcess) -> None:
+        r.stop()  # the dead group's leftovers (its temp folder, any child still up), and its log closed
+        try:
+            if self._stopping:
+                return
+            # Not under the lock: a start may wait for the GPU lock while a probe times (procs.flock).
+            r.start()
+            if self._stopping:  # stop() came during the start: its last pass over the replicas stops it too
+                r.stop()
+                return
+            self._event(r.index, "restarting", restart=self.restarts[r.index])
+            ready = r.wait_ready()
+        except KitError as e:
+            if self._stopping:
+                return  # stop() ended it
+            self._event(r.index, "failed", error=str(e).splitlines()[0][:300])
+            self.say(f"replica {r.index}: restart {self.restarts[r.index]} failed: {str(e).splitlines()[0]}; log {r.log_path}")
+            return
+        self._event(r.index, "ready", ready_s=round(ready, 2))
+        self.say(f"replica {r.index}: ready again on {r.url} after {ready:.1f} s (restart {self.restarts[r.index]}); "
+                 f"the router takes it back at its next health check")
+
+    def restarting(self) -> bool:
+        return any(t.is_alive() for t in self._restarting.values())
+
     def watch(self, poll_s: float = 1.0) -> int:
-        """Until the router exits: reports each replica that dies (the router routes around it).
-        Returns the router's exit code."""
-        dead = set()
+        """Until the router exits: restarts each replica that dies (supervise). Returns the router's exit code."""
         while self.router.alive():
-            for r in self.replicas:
-                if r.index not in dead and not r.alive():
-                    dead.add(r.index)
-                    self.say(f"replica {r.index} on {r.url} exited with code {r.proc.poll()}; the router routes "
-                             f"around it ({len(self.replicas) - len(dead)} left); log {r.log_path}")
+            self.supervise()
             time.sleep(poll_s)  # a poll interval, not a wait for readiness
         return self.router.proc.poll()
 

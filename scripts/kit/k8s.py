@@ -10,7 +10,8 @@ schemas shipped by the kubernetes-validate package):
                          one vLLM server holding TP x DP GPUs; startup/readiness/liveness on /health
   Service                <name>-replicas: headless (no virtual IP): the replicas are reached one by
                          one, through the router, never balanced behind its back
-  HorizontalPodAutoscaler <name>: scales on vLLM's queue length, a Pods metric
+  HorizontalPodAutoscaler <name>: scales on vLLM's queue length, a Pods metric; its target comes from the
+                         variant's records (hpa_target), which the caller reads and passes in
   ServiceAccount, Role, RoleBinding <name>-router: the router may read pods in its namespace
   Deployment             <name>-router: vllm-router (scripts/kit/fleet.py), cache-aware by default,
                          finding the Ready replica pods by label (Kubernetes service discovery)
@@ -38,6 +39,53 @@ IMAGE_ROOT = "/opt/kit"
 # The image's non-root user (Dockerfile `useradd --uid`); fsGroup makes the PVC readable to it.
 IMAGE_UID = 10001
 QUEUE_METRIC = "vllm_num_requests_waiting"
+# The HPA's target without a record to derive it from (hpa_target): queued requests per pod.
+WAITING_PER_POD = 4
+
+
+def _levels(v, rec: dict) -> list[tuple[int, float | None, float | None, list]]:
+    """(concurrency, TTFT p99 ms, TPOT p99 ms, the server's queue summaries) per level of `rec` where it
+    measured `v` as it is now: a valid latency record's levels, or the side of a valid comparison that ran it."""
+    p = rec["payload"]
+    if not p.get("validity", {}).get("valid"):
+        return []
+    # Behind a router the gauges were summed over its replicas: the fleet's queue, not one pod's.
+    one_pod = lambda side: len(side.get("metrics_urls") or [None]) == 1
+    if rec["kind"] == "latency":
+        return [(lv["concurrency"], lv["ttft_ms"]["p99"], lv["tpot_ms"]["p99"], lv.get("server_queue") or [])
+                for lv in p["levels"]] if v.describes(rec) and one_pod(p["server"]) else []
+    side = next((k for k, sd in p["sides"].items() if sd["variant"] == v.name and v.describes(sd) and one_pod(sd)), None)
+    if side is None:
+        return []
+    rows = {(m["metric"], m["concurrency"]): m[side] for m in p["metrics"]}
+    return [(c, rows.get(("ttft_p99_ms", c)), rows.get(("tpot_p99_ms", c)),
+             [q["server_queue"] for q in p["passes"] if q["side"] == side and q["concurrency"] == c and q.get("server_queue")])
+            for c in sorted({m["concurrency"] for m in p["metrics"]})]
+
+
+def hpa_target(v, recs: list[tuple[str, dict]]) -> dict | None:
+    """The HPA's waiting-requests target per pod, from the newest record of `v` whose levels kept the server's
+    queue (vLLM's request gauges, polled while timing): the most requests that waited at the highest level that
+    still met the record's SLO (every lower level meeting it too), at least 1. A pod queueing more than that on
+    average is past the load it was measured to hold within the SLO, so the HPA adds one. recs: (path, record),
+    any order. None when no record qualifies."""
+    for path, rec in sorted(recs, key=lambda pr: pr[1]["provenance"]["utc"], reverse=True):
+        levels = _levels(v, rec)
+        if not levels or not all(qs for *_, qs in levels):
+            continue
+        slo = rec["payload"]["slo"]
+        held = None
+        for c, ttft, tpot, qs in sorted(levels):
+            if ttft is None or ttft > slo["ttft_p99_ms"] or (tpot is not None and tpot > slo["tpot_p99_ms"]):
+                break
+            held = (c, qs)
+        if held is None:
+            continue
+        c, qs = held
+        kv = [q["kv_usage_max"] for q in qs if q.get("kv_usage_max") is not None]
+        return {"waiting_per_pod": max(1, max(q["waiting_max"] for q in qs)), "record": str(path), "concurrency": c,
+                "slo": slo, "kv_usage_max": max(kv) if kv else None}
+    return None
 
 
 def k8s_name(variant_name: str) -> str:
@@ -71,7 +119,7 @@ def server_args(overrides: list[str] | tuple = ()) -> list[str]:
 
 
 def render(variant, image: str, root, *, overrides=(), namespace: str | None = None, max_replicas: int = 4,
-           waiting_per_pod: int = 4, pvc_size: str = "64Gi", storage_class: str | None = None,
+           waiting_per_pod: int = WAITING_PER_POD, pvc_size: str = "64Gi", storage_class: str | None = None,
            cache_on_pvc: bool = False, policy: str | None = None, router_image: str | None = None) -> list[dict]:
     """PVC, Deployment, Service and HPA for `variant` served from `image`, then the router in front.
 
@@ -156,10 +204,24 @@ def render(variant, image: str, root, *, overrides=(), namespace: str | None = N
     return json.loads(json.dumps([pvc, deployment, service, hpa, *router]))
 
 
-def header(variant, gpus: int) -> str:
-    """YAML comment block on top of the rendered manifests (the autoscaler's prerequisite)."""
+def target_text(waiting_per_pod: int, derived: dict | None, given: bool) -> str:
+    """Where the HPA's target came from, for the manifests' comment."""
+    if given:
+        return f"{waiting_per_pod} waiting requests per pod, as given (--waiting-per-pod)"
+    if derived is None:
+        return (f"{waiting_per_pod} waiting requests per pod, the default: no record of this variant kept the "
+                "server's queue at a level that met its SLO (make eval-latency or make compare writes one)")
+    kv = f", KV cache up to {derived['kv_usage_max']:.0%} full" if derived["kv_usage_max"] is not None else ""
+    return (f"{waiting_per_pod} waiting requests per pod: the most that waited at c={derived['concurrency']}, the "
+            f"highest level of {derived['record']} that met its SLO (TTFT p99 <= {derived['slo']['ttft_p99_ms']:g} ms, "
+            f"TPOT p99 <= {derived['slo']['tpot_p99_ms']:g} ms){kv}")
+
+
+def header(variant, gpus: int, target: str | None = None) -> str:
+    """YAML comment block on top of the rendered manifests (the autoscaler's prerequisite and target)."""
     return (f"# Kubernetes manifests for {variant.name} ({gpus} GPU(s) per pod), rendered by `make k8s`.\n"
             f"# The HPA scales on the Pods metric {QUEUE_METRIC}: it needs a custom-metrics adapter\n"
             "# (e.g. prometheus-adapter mapping vllm:num_requests_waiting; see scripts/kit/k8s.py).\n"
+            + (f"# HPA target: {target}.\n" if target else "") +
             "# Fill the PVC like the repo's weights/ folder (weights/<org>--<name>/<tag>/) before applying.\n"
             f"# Clients: http://{k8s_name(variant.name)}:{variant['PORT']} is vllm-router, in front of the replicas.\n")

@@ -120,11 +120,18 @@ class Workload:
     shared_prefixes: int = field(default=0, metadata={
         "help": "timed requests share this many prefixes of --prefix-tokens each, drawn afresh every pass "
                 "(prefix + the request's own prompt): what a router's cache-aware policy can exploit; 0 = none"})
+    turns: int = field(default=1, metadata={
+        "help": "turns per conversation: turn k resends turn k-1's prompt, a stand-in for its reply (seeded "
+                "tokens, as many as it generated) and a new user prompt, so it shares turn k-1's whole prompt; "
+                "a level sends max(ceil(requests / turns), concurrency) conversations, interleaved; 1 = single requests"})
 
     def spec(self) -> dict:
         d = asdict(self)
-        if not d["shared_prefixes"]:  # absent unless used: every earlier record's hash stays its own
+        # Absent unless used: every earlier record's hash stays its own.
+        if not d["shared_prefixes"]:
             del d["shared_prefixes"]
+        if d["turns"] == 1:
+            del d["turns"]
         d.update(token_range=[TOKEN_LO, TOKEN_HI], input_lens=list(self.input_lens),
                  class_weights=list(self.class_weights), draw=DRAW)
         return d
@@ -144,6 +151,10 @@ class Request:
     prompt: list
     max_tokens: int
     cls: str
+    # A multi-turn request (Workload.turns > 1): its conversation and turn; turn k is sent only after
+    # turn k-1 of its conversation has ended (probe.run_pass).
+    conversation: int | None = None
+    turn: int = 0
 
 
 CLASS_NAMES = ("short", "medium", "long")
@@ -165,10 +176,12 @@ def level_requests(w: Workload, concurrency: int, repeat: int, warmup: bool = Fa
     names = CLASS_NAMES[:len(w.input_lens)]
     shape_rng = random.Random(f"{w.seed}:{concurrency}:shapes")
     shapes = []
-    for _ in range(max(w.requests, concurrency)):
+    for _ in range(level_size(w, concurrency)):
         i = shape_rng.choices(range(len(names)), weights=w.class_weights[:len(names)])[0]
         shapes.append((i, shape_rng.randint(w.output_min, w.output_max)))
     rng = random.Random(f"{w.seed}:{concurrency}:{f'warmup{repeat}' if warmup else repeat}")
+    if w.turns > 1:
+        return _conversations(w, shapes, rng, names)
     if not w.shared_prefixes:
         return [Request(_prompt(rng, w.input_lens[i]), out, names[i]) for i, out in shapes]
     # Request j opens with prefix j mod K. Drawn per pass like the prompts, so one pass's prefixes never
@@ -176,6 +189,42 @@ def level_requests(w: Workload, concurrency: int, repeat: int, warmup: bool = Fa
     prefixes = [_prompt(rng, w.prefix_tokens) for _ in range(w.shared_prefixes)]
     return [Request(prefixes[j % w.shared_prefixes] + _prompt(rng, w.input_lens[i]), out, names[i])
             for j, (i, out) in enumerate(shapes)]
+
+
+def conversations(w: Workload, concurrency: int) -> int:
+    """Conversations of a multi-turn level: enough for `requests`, and one per slot at least, since a
+    conversation has one turn in flight at a time."""
+    return max(-(-w.requests // w.turns), concurrency)
+
+
+def level_size(w: Workload, concurrency: int) -> int:
+    """Requests of one pass at this level."""
+    return conversations(w, concurrency) * w.turns if w.turns > 1 else max(w.requests, concurrency)
+
+
+def _conversations(w: Workload, shapes: list, rng: random.Random, names: tuple) -> list[Request]:
+    """Turn-major: every conversation's turn 0, then every turn 1, ... (the order turns become ready).
+    Conversation j's turn t takes shape j * turns + t: its user prompt's class and its output length.
+    The reply is a seeded stand-in of the generated length, not the model's tokens: the probe sends
+    token ids and never detokenizes, so turn k reuses turn k-1's prompt from the cache, not its output."""
+    n = len(shapes) // w.turns
+    prefixes = [_prompt(rng, w.prefix_tokens) for _ in range(w.shared_prefixes)]
+    turns = [[] for _ in range(w.turns)]
+    for j in range(n):
+        prompt = list(prefixes[j % w.shared_prefixes]) if w.shared_prefixes else []
+        for t in range(w.turns):
+            i, out = shapes[j * w.turns + t]
+            if t:
+                prompt = prompt + _prompt(rng, shapes[j * w.turns + t - 1][1])
+            prompt = prompt + _prompt(rng, w.input_lens[i])
+            turns[t].append(Request(prompt, out, names[i], conversation=j, turn=t))
+    return [r for t in turns for r in t]
+
+
+def longest_prompt(w: Workload) -> int:
+    """The most prompt tokens any request of this workload can carry (the context check's bound)."""
+    shared = w.prefix_tokens if w.shared_prefixes else 0
+    return shared + w.turns * max(w.input_lens) + (w.turns - 1) * w.output_max
 
 
 def prefix_requests(w: Workload) -> list[Request]:
@@ -206,6 +255,7 @@ class Result:
     output_tokens: int | None = None
     expected_tokens: int = 0
     error: str | None = None
+    turn: int | None = None  # its turn in a multi-turn workload (Request.turn); None for single requests
 
     @property
     def ok(self) -> bool:
@@ -321,6 +371,8 @@ def request_samples(repeats: list[dict]) -> dict:
                    "itl_max_ms": _r3(max(itl)) if itl else None}
             for k in SAMPLE_KEYS:
                 cols[k].append(row[k])
+            if r.turn is not None:
+                cols.setdefault("turn", []).append(r.turn)
     return cols
 
 
@@ -371,16 +423,30 @@ def summarize_samples(concurrency: int, samples: dict, durations: list[float], s
         "unstable_repeats": [i for i, r in enumerate(reps) if abs(r["deviation_pct"]) > max_spread_pct],
         "samples": samples,
     }
+    if "turn" in samples:
+        level["turns"] = turn_summary(rs)
     p99_ttft, p99_tpot = level["ttft_ms"]["p99"], level["tpot_ms"]["p99"]
     level["meets_slo"] = bool(ok) and level["failed"] == 0 and p99_ttft is not None and \
         p99_ttft <= slo.ttft_p99_ms and (p99_tpot is None or p99_tpot <= slo.tpot_p99_ms)
     return level
 
 
+def turn_summary(rs: list[dict]) -> list[dict]:
+    """Per turn of a multi-turn level: requests, failures, TTFT and e2e. Turn k's prompt holds turn
+    k-1's, so its TTFT shows what the prefix cache (and a router that finds it) saves."""
+    out = []
+    for t in sorted({r["turn"] for r in rs}):
+        mine = [r for r in rs if r["turn"] == t]
+        ok = [r for r in mine if r["ok"]]
+        out.append({"turn": t, "requests": len(mine), "failed": len(mine) - len(ok),
+                    "ttft_ms": stats(r["ttft_ms"] for r in ok), "e2e_ms": stats(r["e2e_ms"] for r in ok)})
+    return out
+
+
 # Summary keys recomputed from samples by the checker (the rest of a level is counters and verdicts
-# derived from these, or the probe's notes).
+# derived from these, or the probe's notes); "turns" only in multi-turn levels.
 RECOMPUTED = ("repeats", "requests", "failed", "ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "output_tok_per_s",
-              "goodput_req_per_s", "good_fraction", "unstable_repeats", "meets_slo")
+              "goodput_req_per_s", "good_fraction", "unstable_repeats", "meets_slo", "turns")
 
 
 def sample_mismatches(payload: dict) -> list[str]:
@@ -396,9 +462,9 @@ def sample_mismatches(payload: dict) -> list[str]:
                                   payload["max_spread_pct"], [r.get("metrics_delta") for r in lv["repeats"]],
                                   lv["failures"])
         for k in RECOMPUTED:
-            if again[k] != lv[k]:
-                out.append(f"concurrency {lv['concurrency']}: {k} is {json.dumps(lv[k])[:120]} but its samples give "
-                           f"{json.dumps(again[k])[:120]}")
+            if again.get(k) != lv.get(k):
+                out.append(f"concurrency {lv['concurrency']}: {k} is {json.dumps(lv.get(k))[:120]} but its samples give "
+                           f"{json.dumps(again.get(k))[:120]}")
     return out
 
 

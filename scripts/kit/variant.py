@@ -40,9 +40,9 @@ MEMORY_KEYS = ("SERVE_GPU_MEMORY_UTILIZATION", "SERVE_KV_CACHE_MEMORY_BYTES")
 # How a server starts, not how it runs (issue 32: the start-up cuts, which vLLM keeps out of its compile key,
 # and a standby, which serves as the variant once awake): a start measured with them still describes it.
 START_KEYS = ("VLLM_WORKER_MULTIPROC_METHOD", "VLLM_ENABLE_STARTUP_PLAN", "STANDBY")
-# FLEET_*: how many servers run behind which router policy, not how one of them runs.
+# FLEET_*: how many servers run behind which router policy, restarted how often, not how one of them runs.
 CONDITION_KEYS = ("HOST", "PORT", "READY_TIMEOUT_S", "WEIGHTS", "SPEC_ACCEPTANCE", "DUMMY_TOKENIZER", "GATES",
-                  "DATA_DIR", "FLEET_REPLICAS", "FLEET_POLICY") + MEMORY_KEYS + START_KEYS
+                  "DATA_DIR", "FLEET_REPLICAS", "FLEET_POLICY", "FLEET_MAX_RESTARTS") + MEMORY_KEYS + START_KEYS
 # Set for every server the kit starts: weights are local, so the hub is never needed, and an
 # unreachable hub otherwise stalls vLLM's start by ~120 s.
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}

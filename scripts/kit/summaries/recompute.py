@@ -11,6 +11,9 @@ def record_mismatches(rec: dict) -> list[str]:
     if rec["kind"] == "comparison":
         from scripts.kit import compare as C
         return C.mismatches(rec["payload"])
+    if rec["kind"] == "failover":
+        from scripts.kit import failover as F
+        return F.mismatches(rec["payload"])
     if rec["kind"] == "profile":
         return trace_mismatches(rec["payload"].get("trace"))
     return []
