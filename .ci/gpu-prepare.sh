@@ -81,4 +81,12 @@ wheels .gpu/whl-quant .venv-quant llmcompressor compressed-tensors auto-round da
 # py-spy (a static binary in a wheel; not in any venv here): `gpu-session.sh startprof` profiles a start.
 [ -n "$(ls .gpu/whl-prof 2>/dev/null)" ] || python3 -m pip download -q --no-deps --only-binary=:all: \
   --platform manylinux_2_17_x86_64 --platform manylinux1_x86_64 -d .gpu/whl-prof py-spy==0.4.3
+# vllm-router (the `router` pin of pyproject.toml; fleet modes): a 24 MB wheel, so two 12 MiB pieces, one call each
+# (2026-11-26 19:50 the 2-GPU machine had no router and `fleet31` ran none; the tree and a whole wheel were over 64 MiB).
+# There: cat /tmp/pl/r* > /tmp/vllm_router.whl; bash .ci/gpu-session.sh router /tmp/vllm_router.whl
+router=$(sed -n 's/^router = \["\(vllm-router==[0-9.]*\)"\]/\1/p' pyproject.toml)
+if [ ! -f .gpu/whl-router/r0 ]; then
+  python3 -m pip download -q --no-deps --only-binary=:all: --platform manylinux_2_28_x86_64 -d .gpu/whl-router "$router"
+  (cd .gpu/whl-router && split -b 12M -d -a 1 vllm_router-*.whl r)
+fi
 ls -la .gpu

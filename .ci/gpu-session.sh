@@ -52,6 +52,7 @@
 #       SERVER_MAIN=vllm, both cuts (run it before anything compiles the payload's bytecode)
 #   bash .ci/gpu-session.sh multi      issue 21 on the 2-GPU machine: qwen3-4b-bf16 vs its tp2, then vs its dp2
 #   bash .ci/gpu-session.sh route      issue 21 on the 2-GPU machine: router cache_aware vs round_robin vs DP=2
+#   bash .ci/gpu-session.sh router WHEEL   install vllm-router (carried as .gpu/whl-router/r0, r1) before any fleet mode
 #   bash .ci/gpu-session.sh fleet31    issue 31 on the 2-GPU machine: the routers on shared prefixes and multi-turn, a replica killed
 #   bash .ci/gpu-session.sh whinstall DIR   issue 20: make install WHEELHOUSE=DIR HOST_TORCH=yes into /tmp/kit
 #   bash .ci/gpu-session.sh chain MODE ARGS.. ++ MODE ARGS..   modes one after the other (detach NAME chain ...)
@@ -100,6 +101,7 @@ set -uo pipefail
 [ -n "${KIT_GIT_COMMIT:-}" ] || echo "warning: KIT_GIT_COMMIT unset: records name the copy's own git state" >&2
 # /tmp/eval: lm-eval's wheels (`wheels .gpu/whl-eval /tmp/eval`), after the payload so they shadow nothing of vLLM's.
 export PYTHONPATH=/tmp/site:$PWD:/tmp/eval HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1
+export PATH=/tmp/site/bin:$PATH  # vllm-router's script, after `router` (fleet modes find it on PATH)
 # After `whinstall` (issue 20), the kit's own .venv, made by `make install WHEELHOUSE=...` on the machine's
 # torch, runs everything instead of the payload.
 # Only a finished one (its pin stamp is written last): a failed install's half-made .venv once took the
@@ -669,6 +671,11 @@ for c in (1, 8, 8, 3, 8):
     # env -u PYTHONPATH: the payload's path (set above for the other modes) must not reach pip or the venv.
     cd /tmp/kit && if command -v make >/dev/null; then step env -u PYTHONPATH make install WHEELHOUSE="$2" HOST_TORCH=yes
     else step env -u PYTHONPATH python3 -m scripts.install --wheelhouse "$2" --host-torch yes; fi ;;  # make's recipe
+  router)  # WHEEL: vllm-router into the payload's site (its console script imports vllm_router from there) and its
+    # script onto PATH for every later mode (below); --upgrade: /tmp/site/bin exists already, and without it pip kept
+    # the old folder and installed no script (2026-11-26 19:50)
+    python3 -m pip install -q --no-index --no-deps --upgrade --target /tmp/site "$2" && vllm-router --help >/dev/null \
+      && echo "vllm-router ready: $(command -v vllm-router)" ;;
   chain)  # MODE ARGS.. ++ MODE ARGS..: one after the other in one (detached) job, so their GPU memory
     # never adds up; a failed step does not stop the next
     shift; cmd=()
