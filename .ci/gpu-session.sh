@@ -73,6 +73,7 @@
 #   bash .ci/gpu-session.sh start [PHASE...]   issue 32 (PHASE: bake before fork plan q3 standby; default all):
 #       bake the best Qwen3.5 variant and Qwen3-4B BF16, then warm starts alone (traced), with each cut, and
 #       the standby's wake -> first token. Run detached (~20 min).
+#   bash .ci/gpu-session.sh quick      issue 32 round 2: bake + three warm starts of each -quick variant (~15 min)
 #   bash .ci/gpu-session.sh stop NAME    INT to a detached job's session, wait for it to end (150 s at most)
 #   bash .ci/gpu-session.sh collect SECONDS
 #       wait until every detached job has ended or SECONDS pass, then put /tmp/kit's results/ and
@@ -275,6 +276,13 @@ case "${1:-}" in
         step python3 -m scripts.standby --variant $v --set WEIGHTS=dummy $FORK --cycles 5
       done
     fi ;;
+  quick)  # issue 32, round 2: the -quick variants (graphs up to 32 sequences, fork, startup plan), each baked then
+    # started warm three times, alone on the GPU, one after the other (the first warm start writes the plan)
+    for v in qwen3.5-4b-bf16-tuned-dvg-quick qwen3-4b-bf16-quick; do
+      S="--variant $v --set WEIGHTS=dummy --max-concurrency 8"
+      step python3 -m scripts.bake $S || continue
+      for i in 1 2 3; do step python3 -m scripts.bake $S --verify; done
+    done ;;
   study)
     # Issues 18 and 19, in order of what they need most, each phase's servers started at once:
     # 1. the Qwen3.5 pair (BF16; BF16 + MTP K=4 at the published rates) beside one idle Qwen3 server,
