@@ -130,6 +130,7 @@ def test_failover_on_the_real_tiny_fleet(tmp_path):
     p, f = rec["payload"], rec["payload"]["figures"]
     assert rc == 0, p["validity"]
     assert F.mismatches(p) == []
+    assert p["victim"]["router_at_kill"] is not None and p["victim"]["engine_at_kill"] is not None
     assert f["lost_only_in_flight"] and f["failed"] <= p["victim"]["in_flight_at_kill"]
     assert [e["event"] for e in p["events"]] == ["exited", "restarting", "ready"]
     assert p["events"][0]["exit_code"] == -signal.SIGKILL
