@@ -192,7 +192,7 @@ def checked(a) -> tuple:
 def main(argv=None) -> int:
     a = parser().parse_args(argv)
     v, w, c = checked(a)
-    fleet = Fleet(v, a.replicas, a.policy)
+    fleet = Fleet(v, a.replicas, a.policy, log_dir=a.results_dir / v.name / "logs")
     if not 0 <= a.kill_replica < fleet.n:
         raise KitError(f"--kill-replica {a.kill_replica}: the fleet has replicas 0..{fleet.n - 1}")
     if fleet.n < 2:

@@ -140,6 +140,7 @@ def test_failover_on_the_real_tiny_fleet(tmp_path):
     assert after["requests"] > 0 and after["failed"] == 0
     assert p["victim_served_after_restart"] > 0  # the restarted replica serves again
     assert all(port_free("127.0.0.1", port + i) for i in range(4))  # router and replicas stopped
+    assert len(list((tmp_path / "tiny" / "logs").glob("fleet-*-replica*.log"))) == 2
 
 
 def test_the_gpu_session_fleet31_flags_are_accepted_by_compare_and_failover():
