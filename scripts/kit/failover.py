@@ -105,7 +105,7 @@ def summarize(p: dict) -> dict:
         "in_flight_at_kill": len(in_flight),
         "failed_not_in_flight_at_kill": len(outside),
         # Only requests the victim held may fail: every failure was in flight at the kill, and no more
-        # failed than the victim itself held (its running + waiting gauges just before the kill).
+        # failed than the victim held just before it (victim.in_flight_at_kill).
         "lost_only_in_flight": not outside and (limit is None or len(failed) <= limit),
         "router_marked_down_s": r3(unhealthy - kill) if unhealthy is not None else None,
         "router_last_chose_victim_s": r3(last_sent - kill) if last_sent is not None else None,
