@@ -80,8 +80,8 @@ build-import: ## docker image for VARIANT from CACHE=cache_import.tar.gz
 	$(PY) -m scripts.image build $(V) --cache $(CACHE) $(IMG) $(if $(IMAGE),--tag $(IMAGE))
 verify-image: ## run the built image, wait for health, one chat completion, prove the cache hit, write the record [ENGINE= IMAGE=]
 	$(PY) -m scripts.image verify $(V) $(IMG) $(if $(IMAGE),--tag $(IMAGE))
-k8s: ## render Kubernetes manifests for VARIANT: replicas behind vllm-router [POLICY=...] [IMAGE=the pushed tag]
-	$(PY) -m scripts.image k8s $(V) $(if $(POLICY),--policy $(POLICY)) $(if $(IMAGE),--image $(IMAGE))
+k8s: ## render Kubernetes manifests for VARIANT: replicas behind vllm-router [POLICY=...] [IMAGE=the pushed tag] [STANDBY=N: a warm pool]
+	$(PY) -m scripts.image k8s $(V) $(if $(POLICY),--policy $(POLICY)) $(if $(IMAGE),--image $(IMAGE)) $(if $(STANDBY),--standby $(STANDBY))
 tune: ## search the levers of BASE= under SLO= and the quality gate; write the winner as a variant [BUDGET=N candidates and/or time, e.g. 6,20m] [JOBS=N]
 	$(PY) -m scripts.tune --base $(BASE) $(foreach s,$(SET),--set $(s)) $(if $(SLO),--slo $(SLO)) $(if $(BUDGET),--budget $(BUDGET)) $(if $(JOBS),--jobs $(JOBS))
 check-schemas: ## validate schemas, every config.env, every record, freshness of derived files

@@ -808,8 +808,9 @@ def cmd_k8s(a, v) -> int:
     waiting = a.waiting_per_pod or (derived["waiting_per_pod"] if derived else k8s.WAITING_PER_POD)
     files = render_k8s(v, a.image or image_tag(v), a.set, namespace=a.namespace, max_replicas=a.max_replicas,
                        waiting_per_pod=waiting, storage_class=a.storage_class,
-                       cache_on_pvc=a.cache_on_pvc, policy=a.policy, router_image=a.router_image)
-    head = k8s.header(v, k8s.gpu_count(v), k8s.target_text(waiting, derived, a.waiting_per_pod is not None))
+                       cache_on_pvc=a.cache_on_pvc, policy=a.policy, router_image=a.router_image, standby=a.standby)
+    head = k8s.header(v, k8s.gpu_count(v), k8s.target_text(waiting, derived, a.waiting_per_pod is not None),
+                      a.standby)
     if not a.out:
         print(head + "---\n".join(text for _n, text in files), end="")
         return 0
@@ -870,6 +871,9 @@ def main(argv=None) -> int:
                     help="mount weights/cache/<variant> from the PVC instead of using the image's baked cache")
     kk.add_argument("--policy", help="vllm-router's policy (default: the variant's FLEET_POLICY; make k8s POLICY=)")
     kk.add_argument("--router-image", help="image with vllm-router on PATH (default: the --image)")
+    kk.add_argument("--standby", type=int, default=0, metavar="N",
+                    help="also a warm pool of N standby pods (STANDBY=1: asleep until POST /wake_up; the router does "
+                         "not select them until one is promoted: see the manifests' first comment)")
     a = p.parse_args(argv)
     if a.verb == "base":
         return cmd_base(a)

@@ -211,3 +211,24 @@ def test_hpa_target_comes_from_the_newest_record_that_kept_the_queue(capsys):
         validate(d)
     assert image.main(["k8s", "--variant", "qwen3-4b-bf16", "--waiting-per-pod", "7"]) == 0
     assert "# HPA target: 7 waiting requests per pod, as given (--waiting-per-pod)." in capsys.readouterr().out
+
+
+def test_a_warm_pool_of_standbys_is_a_deployment_the_router_does_not_select(capsys):
+    """Issue 32: `make k8s STANDBY=N` adds N standby pods (STANDBY=1 appended to the server's --set overrides),
+    labelled so that the router's selector misses them until one is promoted by relabelling."""
+    from vllm_router.launch_router import parse_router_args
+    v = load("qwen3-4b-bf16")
+    docs = k8s.render(v, "reg/kit:x", ROOT, overrides=["PORT=8000"], standby=2)
+    assert [d["kind"] for d in docs] == KINDS[:4] + ["Deployment"] + KINDS[4:]
+    replicas, pool, router = docs[1], docs[4], docs[8]
+    assert pool["metadata"]["name"] == "qwen3-4b-bf16-standby" and pool["spec"]["replicas"] == 2
+    spod = pool["spec"]["template"]
+    assert spod["spec"]["containers"][0]["args"] == ["--set", "PORT=8000", "--set", "STANDBY=1"]
+    assert replicas["spec"]["template"]["spec"]["containers"][0]["args"] == ["--set", "PORT=8000"]
+    selector = parse_router_args(router["spec"]["template"]["spec"]["containers"][0]["args"]).selector
+    assert not all(spod["metadata"]["labels"].get(k) == val for k, val in selector.items()), "router selects standbys"
+    promoted = {**spod["metadata"]["labels"], "app.kubernetes.io/name": "qwen3-4b-bf16"}
+    assert all(promoted.get(k) == val for k, val in selector.items())  # the header's kubectl label makes it a replica
+    for d in docs:
+        validate(d)
+    assert "Warm pool: 2 standby pod(s)" in k8s.header(v, 1, None, 2) and "Warm pool" not in k8s.header(v, 1)

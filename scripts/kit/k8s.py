@@ -120,8 +120,14 @@ def server_args(overrides: list[str] | tuple = ()) -> list[str]:
 
 def render(variant, image: str, root, *, overrides=(), namespace: str | None = None, max_replicas: int = 4,
            waiting_per_pod: int = WAITING_PER_POD, pvc_size: str = "64Gi", storage_class: str | None = None,
-           cache_on_pvc: bool = False, policy: str | None = None, router_image: str | None = None) -> list[dict]:
+           cache_on_pvc: bool = False, policy: str | None = None, router_image: str | None = None,
+           standby: int = 0) -> list[dict]:
     """PVC, Deployment, Service and HPA for `variant` served from `image`, then the router in front.
+
+    standby: a warm pool of that many standby pods (STANDBY=1: started, then asleep; scripts/kit/standby.py),
+    a Deployment `<name>-standby` whose pods the router does not select (another app.kubernetes.io/name).
+    To promote one: POST /wake_up to it, then label it app.kubernetes.io/name=<name>. The router finds it by
+    that label, and the standby Deployment, having lost the pod, starts a new standby in its place.
 
     waiting_per_pod: target average of queued requests per pod before the HPA adds one.
     cache_on_pvc: also mount weights/cache/<variant> from the PVC (default: the cache baked into the image).
@@ -197,11 +203,21 @@ def render(variant, image: str, root, *, overrides=(), namespace: str | None = N
                                                                      "averageValue": str(waiting_per_pod)}}}],
                     # A new pod costs a server start (about a minute warm); scale down slowly.
                     "behavior": {"scaleDown": {"stabilizationWindowSeconds": 600}}}}
+    pool = []
+    if standby:
+        sname = f"{name[:63 - len('-standby')].rstrip('-')}-standby"
+        slabels = {**labels, "app.kubernetes.io/name": sname, "kit/role": "standby"}
+        spod = json.loads(json.dumps(pod))
+        spod["metadata"]["labels"] = slabels
+        spod["spec"]["containers"][0]["args"] = server_args([*overrides, "STANDBY=1"])
+        pool.append({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {**meta, "name": sname, "labels": slabels},
+                     "spec": {"replicas": standby, "selector": {"matchLabels": {"app.kubernetes.io/name": sname}},
+                              "template": spod}})
     # A JSON round trip: plain, unshared dicts (YAML would otherwise emit anchors for shared ones).
     from .fleet import router_manifests
     router = router_manifests(name, labels, {k: v for k, v in labels.items() if k != "app.kubernetes.io/name"}, port,
                               router_image or image, policy, namespace, IMAGE_UID)
-    return json.loads(json.dumps([pvc, deployment, service, hpa, *router]))
+    return json.loads(json.dumps([pvc, deployment, service, hpa, *pool, *router]))
 
 
 def target_text(waiting_per_pod: int, derived: dict | None, given: bool) -> str:
@@ -217,11 +233,17 @@ def target_text(waiting_per_pod: int, derived: dict | None, given: bool) -> str:
             f"TPOT p99 <= {derived['slo']['tpot_p99_ms']:g} ms){kv}")
 
 
-def header(variant, gpus: int, target: str | None = None) -> str:
+def header(variant, gpus: int, target: str | None = None, standby: int = 0) -> str:
     """YAML comment block on top of the rendered manifests (the autoscaler's prerequisite and target)."""
+    name = k8s_name(variant.name)
+    pool = (f"# Warm pool: {standby} standby pod(s) ({name}-standby, asleep after one request; the router does not\n"
+            f"# select them). Promote one: POST /wake_up to it (under a second on an H100), then\n"
+            f"#   kubectl label pod POD app.kubernetes.io/name={name} --overwrite\n"
+            f"# The router adds it; the standby Deployment starts a new standby in its place.\n") if standby else ""
     return (f"# Kubernetes manifests for {variant.name} ({gpus} GPU(s) per pod), rendered by `make k8s`.\n"
             f"# The HPA scales on the Pods metric {QUEUE_METRIC}: it needs a custom-metrics adapter\n"
             "# (e.g. prometheus-adapter mapping vllm:num_requests_waiting; see scripts/kit/k8s.py).\n"
             + (f"# HPA target: {target}.\n" if target else "") +
             "# Fill the PVC like the repo's weights/ folder (weights/<org>--<name>/<tag>/) before applying.\n"
-            f"# Clients: http://{k8s_name(variant.name)}:{variant['PORT']} is vllm-router, in front of the replicas.\n")
+            f"# Clients: http://{k8s_name(variant.name)}:{variant['PORT']} is vllm-router, in front of the replicas.\n"
+            + pool)
