@@ -278,8 +278,8 @@ def test_an_entry_point_started_in_the_background_still_stops_on_int_and_term(tm
         from scripts.kit.procs import stop_on_signals
         print("inherited-ignored", signal.getsignal(signal.SIGINT) is signal.SIG_IGN, flush=True)
         stop_on_signals()
-        print("armed", flush=True)
-        try:
+        try:  # "armed" inside the try: a signal right after it must reach the cleanup, not the interpreter
+            print("armed", flush=True)
             time.sleep(60)
         except KeyboardInterrupt:
             print("cleanup ran", flush=True)
