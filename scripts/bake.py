@@ -25,7 +25,6 @@ weights/cache/<variant>/ (the input of `make build-import`).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import shutil
@@ -39,7 +38,7 @@ from scripts.kit import bytecode, cachekey, startup, weights
 from scripts.kit.device import host_platform
 from scripts.kit.errors import KitError, run_main
 from scripts.kit.paths import RESULTS, ROOT
-from scripts.kit.procs import ServerProcess, flock, gpu_lock_path
+from scripts.kit.procs import ServerProcess, first_token_at, flock, gpu_lock_path
 from scripts.kit.record import log_ref, make_record, utc_now, write_record
 from scripts.kit.schema import validate_record
 from scripts.kit.variant import load
@@ -135,20 +134,6 @@ def complete(url: str, model: str, ids: list[int], max_tokens: int, timeout: flo
     return r.status_code == 200
 
 
-def first_token_at(url: str, model: str) -> float | None:
-    """time.monotonic() when the first streamed token of a fresh request arrived, None if none did."""
-    import requests
-    with requests.post(url + "/v1/completions", stream=True, timeout=600, json={
-            "model": model, "prompt": prompt(16, 0), "max_tokens": 4, "temperature": 0,
-            "ignore_eos": True, "stream": True}) as r:
-        if r.status_code != 200:
-            raise KitError(f"first request answered {r.status_code}: {r.text[:300]}")
-        for line in r.iter_lines():
-            if line.startswith(b"data: ") and line != b"data: [DONE]" and json.loads(line[6:]).get("choices"):
-                return time.monotonic()
-    return None
-
-
 def plan_shapes(max_model_len: int, max_seqs: int) -> list[dict]:
     """Request groups that reach every decode batch size and the large compile range.
 
@@ -207,7 +192,7 @@ def run_server(v, argv, env, log: Path, cap: int | None, platform: str) -> dict:
             print(f"ready after {srv.ready_s:.1f} s; sending warm-up requests", file=sys.stderr)
             # The warm-up compiles shapes on the GPU as a start-up does: it holds the GPU lock shared too.
             with flock(gpu_lock_path(), shared=True):
-                at = first_token_at(srv.url, v.name)
+                at = first_token_at(srv.url, v.name, prompt(16, 0))
                 first = round(at - srv.t0, 2) if at else None
                 max_len, seqs = server_limits(srv.url, v, platform, cap)
                 t = time.perf_counter()

@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
 import sys
 import time
 
 from scripts.kit import standby, weights
-from scripts.kit.device import host_platform
+from scripts.kit.device import gpu_used_mib, host_platform
 from scripts.kit.errors import KitError, run_main
 from scripts.kit.paths import RESULTS
 from scripts.kit.paths import rel as _rel
@@ -26,19 +25,6 @@ from scripts.kit.procs import ServerProcess, stop_on_signals
 from scripts.kit.record import log_ref, make_record, write_record
 from scripts.kit.schema import validate_record
 from scripts.kit.variant import load
-
-
-def gpu_used_mib() -> int | None:
-    """Memory in use on the GPUs this process sees (nvidia-smi), summed; None without nvidia-smi."""
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
-                             capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    try:
-        return sum(int(x) for x in out.stdout.split()) if out.returncode == 0 else None
-    except ValueError:
-        return None
 
 
 def measure(url: str, model: str, cycles: int) -> dict:

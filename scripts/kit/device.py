@@ -31,17 +31,31 @@ def gpu_facts() -> list[dict]:
     return gpus
 
 
-def gpu_compute_processes() -> int | None:
-    """Processes holding GPU memory now (nvidia-smi's compute apps); None without nvidia-smi."""
+def _smi(*query: str) -> str | None:
+    """nvidia-smi's stdout for one query, None without nvidia-smi or when it fails."""
     smi = shutil.which("nvidia-smi")
     if not smi:
         return None
     try:
-        out = subprocess.run([smi, "--query-compute-apps=pid", "--format=csv,noheader"], capture_output=True,
-                             text=True, timeout=30)
+        out = subprocess.run([smi, *query], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    return len([x for x in out.stdout.split() if x.strip().isdigit()]) if out.returncode == 0 else None
+    return out.stdout if out.returncode == 0 else None
+
+
+def gpu_compute_processes() -> int | None:
+    """Processes holding GPU memory now (nvidia-smi's compute apps); None without nvidia-smi."""
+    out = _smi("--query-compute-apps=pid", "--format=csv,noheader")
+    return None if out is None else len([x for x in out.split() if x.strip().isdigit()])
+
+
+def gpu_used_mib() -> int | None:
+    """GPU memory in use now, summed over the visible GPUs (every process on them); None without nvidia-smi."""
+    out = _smi("--query-gpu=memory.used", "--format=csv,noheader,nounits")
+    try:
+        return None if out is None else sum(int(x) for x in out.split())
+    except ValueError:
+        return None
 
 
 # What the level shifts could come from (issue 18: the same config moved between sessions):

@@ -115,6 +115,22 @@ def busy_port_message(host: str, port: int) -> str:
             f"or --set PORT={alt} with python -m scripts.<verb>")
 
 
+def first_token_at(url: str, model: str, prompt_ids: list[int], timeout: float = 600) -> float | None:
+    """time.monotonic() when the first streamed token of one short completion of `prompt_ids` arrived, None if
+    none did; KitError naming the status when the server refuses it (bake's first request, a standby's wake)."""
+    import json
+    import requests
+    with requests.post(url + "/v1/completions", stream=True, timeout=timeout, json={
+            "model": model, "prompt": prompt_ids, "max_tokens": 4, "temperature": 0,
+            "ignore_eos": True, "stream": True}) as r:
+        if r.status_code != 200:
+            raise KitError(f"first request answered {r.status_code}: {r.text[:300]}")
+        for line in r.iter_lines():
+            if line.startswith(b"data: ") and line != b"data: [DONE]" and json.loads(line[6:]).get("choices"):
+                return time.monotonic()
+    return None
+
+
 class ServerProcess:
     def __init__(self, argv: list[str], env: dict, host: str, port: int, ready_timeout_s: float = 600,
                  log_path: Path | None = None, cwd: Path | None = None, on_wait=None):

