@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+import sys
 
 import pytest
 
@@ -108,3 +109,15 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.write_sep("-", f"skipped {len(_deselected_slow)} slow e2e test(s): `make test-all` runs them")
         for nodeid in _deselected_slow:
             terminalreporter.write_line(f"  {nodeid}")
+
+
+@pytest.fixture
+def short_gil_slices():
+    """For tests that time a FAKE server in this process. Its threads and the client's share one
+    interpreter: at the default 5 ms switch interval a sleeping stream can wait a whole slice for the
+    GIL, and on a loaded 2-core CI runner a 10 ms gap once read 11.6 ms. Shorter slices keep the
+    measurement about the code under test."""
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(0.0005)
+    yield
+    sys.setswitchinterval(before)

@@ -37,7 +37,7 @@ def test_round_order_alternates_who_goes_first():
     assert C.round_order(5) == [["a", "b"], ["b", "a"], ["a", "b"], ["b", "a"], ["a", "b"]]
 
 
-def test_fake_b_twice_as_fast_is_named_the_winner_with_an_interval_around_two(tmp_path):
+def test_fake_b_twice_as_fast_is_named_the_winner_with_an_interval_around_two(tmp_path, short_gil_slices):
     with FakeOpenAIStream("tiny", ttft_s=0.02, itl_s=0.012) as a, FakeOpenAIStream("tiny", ttft_s=0.02, itl_s=0.006) as b:
         assert run_compare(a, b, tmp_path) == 0
     p = only(tmp_path)["payload"]
@@ -51,7 +51,7 @@ def test_fake_b_twice_as_fast_is_named_the_winner_with_an_interval_around_two(tm
     assert all(x["conditions"]["before"]["host"]["cpus"] >= 1 for x in p["passes"])
 
 
-def test_fake_a_against_itself_finds_no_big_difference(tmp_path):
+def test_fake_a_against_itself_finds_no_big_difference(tmp_path, short_gil_slices):
     with FakeOpenAIStream("tiny", ttft_s=0.02, itl_s=0.008) as a, FakeOpenAIStream("tiny", ttft_s=0.02, itl_s=0.008) as b:
         assert run_compare(a, b, tmp_path) == 0
     row = C.headline(only(tmp_path)["payload"]["metrics"], "tpot_p50_ms", 1)
