@@ -281,6 +281,18 @@ case "${1:-}" in
       step python3 -m scripts.bake $S || continue
       for i in 1 2 3; do step python3 -m scripts.bake $S --verify; done
     done ;;
+  start3)  # issue 32, round 3: the parent against its -quick variant, warm starts alternated on one machine, and
+    # -quick with API_TEXT_ONLY=0 (the same bake: a start key) for the text-only patch's own effect. Both baked first,
+    # alone. -quick's first warm start writes vLLM's startup plan; the rotation's starts apply it. ~17 min on an H100.
+    P=qwen3.5-4b-bf16-tuned-dvg; Q=qwen3.5-4b-bf16-tuned-dvg-quick; W="--set WEIGHTS=dummy --max-concurrency 8"
+    step python3 -m scripts.bake --variant $P $W || exit 1
+    step python3 -m scripts.bake --variant $Q $W || exit 1
+    step python3 -m scripts.bake --variant $Q $W --verify
+    for i in 1 2 3; do
+      step python3 -m scripts.bake --variant $P $W --verify
+      step python3 -m scripts.bake --variant $Q $W --verify
+      step python3 -m scripts.bake --variant $Q $W --set API_TEXT_ONLY=0 --verify
+    done ;;
   study)
     # Issues 18 and 19, in order of what they need most, each phase's servers started at once:
     # 1. the Qwen3.5 pair (BF16; BF16 + MTP K=4 at the published rates) beside one idle Qwen3 server,

@@ -38,6 +38,8 @@ def test_the_shared_tiny_servers_start_is_traced_phase_by_phase(tiny_server):
     assert {p["role"] for p in tr["processes"]} >= {"api", "engine", "worker"}
     imports = {(i["role"], i["module"]) for i in tr["detail"]["imports"]}
     assert ("engine", "vllm.v1.engine.core") in imports and ("api", "torch") in imports
+    assert tr["detail"]["multimodal check"]["calls"] >= 1  # 0.32's name; 0.26's row is not reported missing here
+    assert "cuda_init" not in tr["detail"]  # a CPU host: nothing initializes CUDA
 
 
 def _events(tmp_path, code: str, env_extra: dict | None = None) -> list[dict]:
@@ -102,3 +104,49 @@ def test_the_path_skips_a_checkpoint_out_of_order_and_names_it(tmp_path):
     assert tr["path"][-1] == {"phase": "first request", "s": 1.0, "start_s": 18.0, "end_s": 19.0}
     assert sum(r["s"] for r in tr["path"]) == pytest.approx(19.0)
     assert tr["detail"]["graph_capture_by_tokens"] == [{"tokens": 8, "runs": 2, "s": 0.3}]
+
+
+def test_the_first_cuda_init_is_one_event_naming_its_caller_fake_torch_cuda(tmp_path, monkeypatch):
+    """FAKE torch.cuda (this host has no GPU): a module whose _lazy_init flips is_initialized, as torch's does."""
+    import types
+    from scripts.patches import startup_trace as T
+    monkeypatch.setenv("KIT_STARTUP_TRACE", str(tmp_path))
+    monkeypatch.setitem(T._state, "pid", None)
+    monkeypatch.setitem(T._state, "cuda", False)
+    cuda = types.SimpleNamespace(done=False)
+    cuda.is_initialized = lambda: cuda.done
+    cuda._lazy_init = lambda: setattr(cuda, "done", True)
+    T._hook_cuda_init(cuda)
+    T._hook_cuda_init(cuda)  # a second hook on the same module wraps nothing more
+
+    def get_device_name():  # stands for the vLLM line that asks
+        cuda._lazy_init()
+        return "H"
+    assert get_device_name() == "H" and cuda.done
+    cuda._lazy_init()
+    T._state["file"].close()
+    ev = [json.loads(line) for line in (tmp_path / f"{os.getpid()}.jsonl").read_text().splitlines()]
+    inits = [e for e in ev if e.get("ev") == "CUDA initialized"]
+    assert len(inits) == 1 and inits[0]["ph"] == "I"
+    assert inits[0]["by"][0].endswith(f"test_startup_trace.py:{get_device_name.__code__.co_firstlineno + 1}")
+
+
+def test_the_reduction_says_when_the_api_process_initialized_cuda(tmp_path):
+    (tmp_path / "1.jsonl").write_text("\n".join(json.dumps(e) for e in [
+        {"ph": "P", "t": 1000.0, "t_site": 1000.1, "argv": ["-m"]},
+        {"ph": "B", "t": 1001.0, "ev": "config", "fn": "c"}, {"ph": "E", "t": 1002.0, "ev": "config", "fn": "c"},
+        {"ph": "B", "t": 1003.0, "ev": "multimodal check", "fn": "m"},
+        {"ph": "I", "t": 1003.5, "ev": "CUDA initialized", "by": ["vllm/third_party/fla/ops/utils.py:152", "x.py:1"]},
+        {"ph": "E", "t": 1004.0, "ev": "multimodal check", "fn": "m"}]) + "\n")
+    (tmp_path / "2.jsonl").write_text("\n".join(json.dumps(e) for e in [
+        {"ph": "P", "t": 1005.0, "t_site": 1006.0, "argv": ["-c", "--multiprocessing-fork"]},
+        {"ph": "B", "t": 1008.0, "ev": "engine core", "fn": "e"},
+        {"ph": "I", "t": 1009.0, "ev": "CUDA initialized", "by": ["vllm/v1/worker/gpu_worker.py:200"]},
+        {"ph": "E", "t": 1010.0, "ev": "engine core", "fn": "e"}]) + "\n")
+    tr = startup.reduce(tmp_path, 1000.0, 1011.0, 1012.0)
+    assert tr["detail"]["cuda_init"] == [
+        {"role": "api", "at_s": 3.5, "by": ["vllm/third_party/fla/ops/utils.py:152", "x.py:1"]},
+        {"role": "engine", "at_s": 9.0, "by": ["vllm/v1/worker/gpu_worker.py:200"]}]
+    assert tr["detail"]["multimodal check"] == {"s": 1.0, "calls": 1}
+    lines = [l for l in startup.text(tr).splitlines() if "CUDA initialized" in l]
+    assert lines == ["  CUDA initialized in the API process at 3.50 s by vllm/third_party/fla/ops/utils.py:152"]

@@ -36,7 +36,8 @@ CHECKPOINTS = (
     ("API: until ready", "@ready", None, None, None),
     ("first request", "@first", None, None, None),
 )
-DETAIL = ("model config", "draft config", "HF config", "model class inspection", "tokenizer", "multimodal processor",
+DETAIL = ("model config", "draft config", "HF config", "model class inspection", "tokenizer", "multimodal check",
+          "multimodal processor",
           "engine client", "torch.compile",
           "profile run", "CUDA graph capture", "kernel warm-up")
 
@@ -152,6 +153,10 @@ def reduce(trace_dir: Path, t0: float, ready: float | None, first_token: float |
     processes = [{"pid": pid, "role": role[pid], "argv": p.get("argv"),
                   "start_s": rel(p["t"]) if p.get("t") else None, "site_s": rel(p["t_site"])}
                  for pid, p in sorted(procs.items(), key=lambda kv: kv[1].get("t_site", 0))]
+    cuda = [{"role": role.get(e["pid"], "other"), "at_s": rel(e["t"]), "by": e.get("by") or []}
+            for e in sorted(events, key=lambda e: e["t"]) if e.get("ph") == "I" and e.get("ev") == "CUDA initialized"]
+    if cuda:
+        detail["cuda_init"] = cuda
     missing = sorted({e["fn"] for e in events if e.get("ph") == "M"})
     return {"path": path, "unplaced": pending, "detail": detail, "processes": processes, "missing": missing}
 
@@ -161,6 +166,9 @@ def text(tr: dict) -> str:
     width = max((len(r["phase"]) for r in tr["path"]), default=10)
     lines = [f"  {r['phase']:<{width}} {r['s']:8.2f} s  (to {r['end_s']:.2f} s)"
              + (f"  incl. {', '.join(r['includes'])}" if r.get("includes") else "") for r in tr["path"]]
+    for c in tr["detail"].get("cuda_init", []):
+        if c["role"] == "api":  # why vLLM's engine was spawned, whatever VLLM_WORKER_MULTIPROC_METHOD asked
+            lines.append(f"  CUDA initialized in the API process at {c['at_s']:.2f} s by {(c['by'] or ['?'])[0]}")
     if tr["missing"]:
         lines.append(f"  not traced in this vLLM: {', '.join(tr['missing'])}")
     return "\n".join(lines)

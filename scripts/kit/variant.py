@@ -39,7 +39,7 @@ KEY_RE = re.compile(r"^[A-Z][A-Z0-9_]*$")
 MEMORY_KEYS = ("SERVE_GPU_MEMORY_UTILIZATION", "SERVE_KV_CACHE_MEMORY_BYTES")
 # How a server starts, not how it runs (issue 32: the start-up cuts, which vLLM keeps out of its compile key,
 # and a standby, which serves as the variant once awake): a start measured with them still describes it.
-START_KEYS = ("VLLM_WORKER_MULTIPROC_METHOD", "VLLM_ENABLE_STARTUP_PLAN", "STANDBY")
+START_KEYS = ("VLLM_WORKER_MULTIPROC_METHOD", "VLLM_ENABLE_STARTUP_PLAN", "STANDBY", "API_TEXT_ONLY")
 # FLEET_*: how many servers run behind which router policy, restarted how often, not how one of them runs.
 CONDITION_KEYS = ("HOST", "PORT", "READY_TIMEOUT_S", "WEIGHTS", "SPEC_ACCEPTANCE", "DUMMY_TOKENIZER", "GATES",
                   "DATA_DIR", "FLEET_REPLICAS", "FLEET_POLICY", "FLEET_MAX_RESTARTS") + MEMORY_KEYS + START_KEYS
@@ -303,6 +303,8 @@ class Variant:
             env["KIT_GDN_REUSE"] = "1"
         if self["SPEC_DRAFT_GRAPH"]:  # as above (scripts/patches/draft_graph.py): the largest graphed batch
             env["KIT_DRAFT_GRAPH"] = str(self["SPEC_DRAFT_GRAPH"])
+        if self["API_TEXT_ONLY"]:  # as above (scripts/patches/text_only.py): read in the API server process
+            env["KIT_TEXT_ONLY"] = "1"
         if self["STANDBY"]:  # vLLM's /sleep and /wake_up exist only in its dev mode (not in its compile hash)
             env["VLLM_SERVER_DEV_MODE"] = "1"
         if platform == "cpu" and self.eager(platform):
@@ -374,6 +376,9 @@ def _validate(v: Variant, schema: dict) -> None:
     if c["SPEC_DRAFT_GRAPH"] and (c["SPEC_METHOD"] != "mtp" or c["SPEC_K"] < 2):
         raise KitError(f"{where('SPEC_DRAFT_GRAPH')}: SPEC_DRAFT_GRAPH={c['SPEC_DRAFT_GRAPH']} needs SPEC_METHOD=mtp and "
                        f"SPEC_K of 2 or more (is {c['SPEC_METHOD']}, K={c['SPEC_K']}): it graphs draft passes 2..K")
+    if c["API_TEXT_ONLY"] and str(c.get("SERVE_LANGUAGE_MODEL_ONLY", "")).lower() != "true":
+        raise KitError(f"{where('API_TEXT_ONLY')}: API_TEXT_ONLY=1 needs SERVE_LANGUAGE_MODEL_ONLY=true: only a server "
+                       "told to run the language model alone can skip vLLM's multimodal check")
     if c["SPEC_PADDED_DRAFTER_BATCH"] == "off" and c["SPEC_METHOD"] == "none":
         raise KitError(f"{where('SPEC_PADDED_DRAFTER_BATCH')}: SPEC_PADDED_DRAFTER_BATCH=off needs speculation (SPEC_METHOD is none)")
     if c["SPEC_ACCEPTANCE"]:

