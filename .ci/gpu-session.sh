@@ -681,6 +681,37 @@ for c in (1, 8, 8, 3, 8):
       --kill-after-s 30 --after-s 30 --max-load-s 480 $L $SP --concurrency 32 \
       || failed+=(failover)
     [ ${#failed[@]} = 0 ] || { echo "fleet31: FAILED: ${failed[*]}" >&2; exit 1; } ;;
+  dp4)  # [q3|q35] issue 31 item 2 on a 4-GPU host (kind nvidia-h100-x4, after `router`): one GPU vs two and four
+    # one-GPU replicas behind vllm-router (cache_aware), all resident at once: GPU 0 holds the lone server and replica 0
+    # of both fleets, GPU 1 replica 1 of both, GPUs 2-3 the rest of the four. compare then alternates the sides, so the
+    # idle servers sit through every pass alike (as in multi). 8 GiB of KV per server: ~19 GB each, ~57 GB on GPU 0.
+    # Levels up to where four replicas saturate (~4x one GPU's); the prefix-free catalog workload, so routing by cache
+    # is not what is measured. Not run yet: estimated 4 min of cold starts, then two compares of ~5 min.
+    export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 VLLM_FLASHINFER_ALLREDUCE_BACKEND=trtllm
+    kv=8589934592; u() { for p in "$@"; do echo "http://127.0.0.1:$p"; done; }; failed=()
+    m() { echo "--set SERVE_KV_CACHE_MEMORY_BYTES=$kv --set SERVE_GPU_MEMORY_UTILIZATION=0.2"; }
+    case ${2:-q3} in
+      q3) V=qwen3-4b-bf16; X=() ;;
+      # Qwen3.5: 256 sequences (8 GiB holds 428 Mamba blocks; vLLM's default 1024 failed to start) at the published rates
+      q35) V=qwen3.5-4b-bf16-tuned-dvg; X=(--set SPEC_ACCEPTANCE=0.98,0.82,0.70,0.54 --set SERVE_MAX_NUM_SEQS=256) ;;
+      *) echo "dp4: q3 or q35, not $2" >&2; exit 2 ;;
+    esac
+    L="--concurrency 8,64,256,512 --requests 64 --output-min 64 --output-max 128"
+    CUDA_VISIBLE_DEVICES=0 bash "$0" up g1 8120 $kv $V "${X[@]}"
+    bash "$0" fleetup f2 8130 $kv $V --set FLEET_REPLICAS=2 "${X[@]}"
+    bash "$0" fleetup f4 8140 $kv $V --set FLEET_REPLICAS=4 "${X[@]}"
+    end=$((SECONDS + 900)); for p in 8120 8130 8140; do bash "$0" ready $((end > SECONDS ? end - SECONDS : 1)) $p || failed+=("ready:$p"); done
+    nvidia-smi
+    f4=$(for x in $(u 8141 8142 8143 8144); do echo --metrics-url-b $x; done)
+    if bash "$0" ready 5 8120 8140; then
+      bash "$0" cmp 8120 8140 $V $V $(m) "${X[@]}" --set-b FLEET_REPLICAS=4 $f4 $L || failed+=("cmp:1 vs 4")
+    else failed+=("cmp:1 vs 4 (a side is down)"); fi
+    if bash "$0" ready 5 8130 8140; then
+      bash "$0" cmp 8130 8140 $V $V $(m) "${X[@]}" --set-a FLEET_REPLICAS=2 --set-b FLEET_REPLICAS=4 \
+        $(for x in $(u 8131 8132); do echo --metrics-url-a $x; done) $f4 $L || failed+=("cmp:2 vs 4")
+    else failed+=("cmp:2 vs 4 (a side is down)"); fi
+    bash "$0" down g1 f2 f4
+    [ ${#failed[@]} = 0 ] || { echo "dp4: FAILED: ${failed[*]}" >&2; exit 1; } ;;
   whinstall)  # DIR: issue 20, the users' offline install on this machine: make install WHEELHOUSE=DIR on
     # the machine's own torch (HOST_TORCH=yes), into /tmp/kit (the tree detach uses); later modes then run
     # in its .venv (above). DIR: the chunks of `WHEELHOUSE=1 bash .ci/gpu-prepare.sh`, joined and unpacked.
