@@ -61,6 +61,8 @@ def test_a_traced_function_records_begin_and_end_and_its_result_is_unchanged(tmp
     assert ("M", "gone") in kinds  # a renamed function is named, not silently skipped
     (p,) = [e for e in ev if e["ph"] == "P"]
     assert p["t"] <= p["t_site"] and p["t_site"] - p["t"] < 30  # the process's own start, from /proc
+    assert p["argv"] == ["-c"] and "-c import scripts.patches.startup_trace as T;" in p["cmd"]  # what the process is
+    assert len(p["cmd"]) <= 240
 
 
 def test_a_broken_trace_folder_never_stops_the_interpreter(tmp_path):

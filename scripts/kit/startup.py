@@ -150,7 +150,7 @@ def reduce(trace_dir: Path, t0: float, ready: float | None, first_token: float |
                for iv in ivs if iv["label"].startswith("import ")]
     if imports:
         detail["imports"] = imports
-    processes = [{"pid": pid, "role": role[pid], "argv": p.get("argv"),
+    processes = [{"pid": pid, "role": role[pid], "argv": p.get("argv"), **({"cmd": p["cmd"]} if p.get("cmd") else {}),
                   "start_s": rel(p["t"]) if p.get("t") else None, "site_s": rel(p["t_site"])}
                  for pid, p in sorted(procs.items(), key=lambda kv: kv[1].get("t_site", 0))]
     cuda = [{"role": role.get(e["pid"], "other"), "at_s": rel(e["t"]), "by": e.get("by") or []}

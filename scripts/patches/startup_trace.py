@@ -68,11 +68,23 @@ def _emit(ev: dict) -> None:
         if _state["pid"] != pid:
             f = open(os.path.join(os.environ["KIT_STARTUP_TRACE"], f"{pid}.jsonl"), "a", buffering=1)
             _state.update(pid=pid, file=f)
-            f.write(json.dumps({"ph": "P", "t": _proc_start(), "t_site": time.time(), "pid": pid,
-                                "ppid": os.getppid(), "argv": sys.argv[:3]}) + "\n")
+            p = {"ph": "P", "t": _proc_start(), "t_site": time.time(), "pid": pid, "ppid": os.getppid(),
+                 "argv": sys.argv[:3]}
+            if sys.argv[:1] == ["-c"]:  # `python -c CODE`: argv hides the code that says what the process is
+                p["cmd"] = _cmdline()
+            f.write(json.dumps(p) + "\n")
         _state["file"].write(json.dumps(ev) + "\n")
     except (OSError, KeyError, ValueError):
         pass  # a trace must never stop a server
+
+
+def _cmdline(limit: int = 240) -> str | None:
+    """The process's command line from /proc (a spawned child's `-c` code names its entry point), cut at limit."""
+    try:
+        with open("/proc/self/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace").strip()[:limit]
+    except OSError:
+        return None
 
 
 def _proc_start() -> float | None:
