@@ -42,7 +42,7 @@ wheelhouse: ## on a connected host, all `make install` needs offline into OUT (+
 	python3 -m scripts.wheelhouse $(if $(TARGET),--target $(TARGET)) $(if $(PYTHON),--python $(PYTHON)) $(if $(PLATFORM),--platform $(PLATFORM)) $(if $(OUT),--out $(OUT)) $(if $(HOST_TORCH),--host-torch) $(if $(HOST_FREEZE),--host-freeze $(HOST_FREEZE))
 download: ## fetch/build weights for VARIANT (SET=WEIGHTS=dummy: architecture only)
 	$(PY) -m scripts.download $(V)
-serve: ## run VARIANT's vLLM server until Ctrl-C (DRY_RUN=1: print command and env; STANDBY=1: start it asleep, wake with POST /wake_up)
+serve: ## run VARIANT's vLLM server until Ctrl-C (DRY_RUN=1: print command and env; STANDBY=1: start it asleep; its first request or POST /wake_up wakes it)
 	$(PY) -m scripts.serve $(V) $(if $(STANDBY),--set STANDBY=$(STANDBY)) $(if $(DRY_RUN),--dry-run)
 standby: ## VARIANT as a standby: start, sleep, then wake -> first token, CYCLES times: record (CUDA GPU) [CYCLES=3]
 	$(PY) -m scripts.standby $(V) $(if $(CYCLES),--cycles $(CYCLES))

@@ -12,7 +12,8 @@ its own process group, is declared ready by GET /health, and is stopped as a gro
         # one server start for several jobs: each --then command runs against the live server
         # ({url} is substituted), in order; the server is stopped afterwards, whatever they return
     python -m scripts.serve --variant X --set STANDBY=1   # CUDA GPU: once ready, one request, then asleep
-        # until POST /wake_up (scripts/kit/standby.py); `make standby` measures wake to first token
+        # until the first request to PORT or POST /wake_up (scripts/kit/standby.py; vLLM listens on a private
+        # port behind scripts/kit/wake_proxy.py); `make standby` measures wake to first token
 """
 from __future__ import annotations
 
@@ -165,12 +166,22 @@ def main(argv=None) -> int:
         return 0
     standby.check_host(v, platform)
     weights.require(v)
+    front = None
+    if v["STANDBY"]:
+        # vLLM on a private port, the wake-on-request proxy (scripts/kit/wake_proxy.py) on PORT.
+        from scripts.kit.procs import busy_port_message, free_port, port_free
+        if not port_free(v["HOST"], v["PORT"]):
+            raise KitError(busy_port_message(v["HOST"], v["PORT"]))
+        front = v["PORT"]
+        v = load(a.variant, [*a.set, f"PORT={free_port(v['HOST'])}"])
+        cmd, env = v.to_argv(platform), v.to_env(platform)
     started = time.time()
     # The port in the name: a sweep starts several servers of one variant in the same second, and
     # they wrote into one file (results/gpu-sessions/20261123T1427Z/README.md).
     log = record_mod.RESULTS / v.name / "logs" / f"serve-{time.strftime('%Y%m%dT%H%M%S')}-{v['PORT']}.log" \
         if a.smoke or a.then else None
     srv = ServerProcess(cmd, env, v["HOST"], v["PORT"], v["READY_TIMEOUT_S"], log_path=log)
+    proxy = None
     # Ctrl-C or a TERM to make: stop the whole server group, never leave it running.
     stop_on_signals()
     try:
@@ -182,10 +193,13 @@ def main(argv=None) -> int:
         if a.smoke or a.then:
             return after_ready(a, v, srv, cmd, ready, log, started)
         if v["STANDBY"]:
+            from scripts.kit.wake_proxy import WakeProxy
             got = standby.enter(srv.url, v.name)
+            proxy = WakeProxy(srv.url, v["HOST"], front).start()
             print(f"standby: asleep (level {standby.LEVEL}: weights in host memory) after a warm request "
-                  f"({got['warm_first_token_s']} s to its first token) and a {got['sleep_s']} s sleep; wake it with "
-                  f"POST {srv.url}/wake_up", file=sys.stderr)
+                  f"({got['warm_first_token_s']} s to its first token) and a {got['sleep_s']} s sleep. The first "
+                  f"request to {proxy.url}/v1 wakes it, as does POST {proxy.url}/wake_up (vLLM itself listens on "
+                  f"{srv.url})", file=sys.stderr)
         print("Ctrl-C stops the server", file=sys.stderr)
         rc = srv.proc.wait()
         raise KitError(f"server exited with code {rc}")
@@ -193,6 +207,8 @@ def main(argv=None) -> int:
         print("stopping server", file=sys.stderr)
         return 0
     finally:
+        if proxy is not None:
+            proxy.stop()
         srv.stop()
 
 

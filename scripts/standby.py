@@ -1,5 +1,6 @@
 """`make standby VARIANT=...`: how fast a standby server answers (issue 32): start the variant with STANDBY=1,
-then CYCLES times put it to sleep and time the wake call and the first token after it. Record (`standby`).
+then CYCLES times put it to sleep and time the wake call and the first token after it, and CYCLES times more
+woken by the request itself (through the proxy `make serve STANDBY=1` serves with). Record (`standby`).
 
 Each cycle: POST /sleep?level=1 (weights to host memory, KV cache dropped), the GPU memory the server
 holds while asleep (nvidia-smi, where there is one), then POST /wake_up and one short streamed
@@ -42,8 +43,28 @@ def measure(url: str, model: str, cycles: int) -> dict:
         print(f"cycle {i + 1}/{cycles}: sleep {slept:.2f} s; wake {got['wake_s']:.2f} s, first token "
               f"{got['first_token_s']:.2f} s after the wake call", file=sys.stderr)
     ft = [r["first_token_s"] for r in rows]
-    return {"level": standby.LEVEL, "awake_first_token_s": awake, "gpu_used_mib_awake": mem_awake, "cycles": rows,
-            "wake_first_token_s": {"median": round(statistics.median(ft), 3), "max": max(ft)}}
+    out = {"level": standby.LEVEL, "awake_first_token_s": awake, "gpu_used_mib_awake": mem_awake, "cycles": rows,
+           "wake_first_token_s": {"median": round(statistics.median(ft), 3), "max": max(ft)}}
+    # The same, woken by the request itself through the proxy `make serve STANDBY=1` puts on PORT.
+    from scripts.kit.procs import free_port
+    from scripts.kit.wake_proxy import WakeProxy
+    host = url.split("//", 1)[1].rsplit(":", 1)[0]
+    proxy = WakeProxy(url, host, free_port(host)).start()
+    try:
+        req = []
+        for i in range(cycles):
+            standby.sleep(proxy.url)
+            n, t = len(proxy.wakes), time.monotonic()
+            first = round(standby.first_token(proxy.url, model) - t, 3)
+            wake = proxy.wakes[-1]["wake_s"] if len(proxy.wakes) > n else None
+            req.append({"cycle": i + 1, "wake_s": wake, "first_token_s": first})
+            print(f"cycle {i + 1}/{cycles}, woken by its request: first token {first:.2f} s after sending it",
+                  file=sys.stderr)
+    finally:
+        proxy.stop()
+    ft = [r["first_token_s"] for r in req]
+    out.update(request_cycles=req, request_wake_first_token_s={"median": round(statistics.median(ft), 3), "max": max(ft)})
+    return out
 
 
 def main(argv=None) -> int:
@@ -76,8 +97,10 @@ def main(argv=None) -> int:
     from scripts.report import refresh_after_write
     refresh_after_write(path)
     w = payload["wake_first_token_s"]
+    rq = payload["request_wake_first_token_s"]
     print(f"wake -> first token: median {w['median']} s, max {w['max']} s over {a.cycles} cycle(s) "
-          f"(awake: {payload['awake_first_token_s'][-1]} s)\nrecord: {_rel(path)}", file=sys.stderr)
+          f"(awake: {payload['awake_first_token_s'][-1]} s); woken by the request: median {rq['median']} s, "
+          f"max {rq['max']} s\nrecord: {_rel(path)}", file=sys.stderr)
     return 0
 
 

@@ -60,8 +60,13 @@ def test_a_server_without_sleep_mode_gives_one_clear_error():
 def test_measure_cycles_make_a_valid_standby_payload_against_a_FAKE_server():
     with FakeOpenAIStream(model="m", ttft_s=0.02, sleep_mode=True, wake_s=0.1) as fake:
         p = standby_cmd.measure(fake.url, "m", cycles=2)
-    assert [c["cycle"] for c in p["cycles"]] == [1, 2] and fake.wakes == 2 and fake.sleeps == ["1", "1"]
+    assert [c["cycle"] for c in p["cycles"]] == [1, 2] and fake.sleeps == ["1"] * 4
     assert all(c["first_token_s"] >= c["wake_s"] >= 0.1 for c in p["cycles"])
     assert p["wake_first_token_s"]["max"] == max(c["first_token_s"] for c in p["cycles"])
+    # then two cycles woken by their request, through the wake-on-request proxy: one wake each
+    assert fake.wakes == 4 and [c["cycle"] for c in p["request_cycles"]] == [1, 2]
+    assert all(c["first_token_s"] >= c["wake_s"] >= 0.1 for c in p["request_cycles"])
+    ft = [c["first_token_s"] for c in p["request_cycles"]]
+    assert p["request_wake_first_token_s"] == {"median": pytest.approx(sum(ft) / 2, abs=0.001), "max": max(ft)}
     p.update(ready_s=1.0, argv=["python"], log=None)
     assert first_error(p, load_schema("payloads/standby.schema.json")) is None
