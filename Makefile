@@ -44,7 +44,7 @@ download: ## fetch/build weights for VARIANT (SET=WEIGHTS=dummy: architecture on
 	$(PY) -m scripts.download $(V)
 serve: ## run VARIANT's vLLM server until Ctrl-C (DRY_RUN=1: print command and env; STANDBY=1: start it asleep; its first request or POST /wake_up wakes it)
 	$(PY) -m scripts.serve $(V) $(if $(STANDBY),--set STANDBY=$(STANDBY)) $(if $(DRY_RUN),--dry-run)
-standby: ## VARIANT as a standby: start, sleep, then wake -> first token, CYCLES times: record (CUDA GPU) [CYCLES=3]
+standby: ## VARIANT as a standby: start, sleep, then wake -> first token CYCLES times by a call and CYCLES times by the request itself: record (CUDA GPU) [CYCLES=3]
 	$(PY) -m scripts.standby $(V) $(if $(CYCLES),--cycles $(CYCLES))
 serve-fleet: ## REPLICAS=N servers of VARIANT (one GPU each) behind vllm-router until Ctrl-C [POLICY=cache_aware|round_robin|...] [DRY_RUN=1]
 	$(PY) -m scripts.fleet $(V) $(if $(REPLICAS),--replicas $(REPLICAS)) $(if $(POLICY),--policy $(POLICY)) $(if $(DRY_RUN),--dry-run)
