@@ -90,3 +90,17 @@ def test_a_busy_port_is_refused_naming_it():
         port = int(fake.url.rsplit(":", 1)[1])
         with pytest.raises(KitError, match=rf"cannot listen on 127.0.0.1:{port} \(PORT\)"):
             WakeProxy(fake.url, "127.0.0.1", port).start()
+
+
+def test_the_stream_is_passed_on_as_it_comes_not_buffered_fake_sleep_server():
+    """Tokens 0.3 s apart: the first must reach the client long before the last is sent."""
+    import time
+    from scripts.kit.procs import first_token_at
+    with FakeOpenAIStream("tiny", ttft_s=0.01, itl_s=0.3, sleep_mode=True) as fake:
+        proxy = WakeProxy(fake.url, "127.0.0.1", free_port()).start()
+        try:
+            t = time.monotonic()
+            at = first_token_at(proxy.url, "tiny", [1, 2, 3])  # 4 tokens: the stream ends ~0.9 s after the first
+            assert at is not None and at - t < 0.6
+        finally:
+            proxy.stop()
