@@ -872,7 +872,7 @@ def main(argv=None) -> int:
     kk.add_argument("--policy", help="vllm-router's policy (default: the variant's FLEET_POLICY; make k8s POLICY=)")
     kk.add_argument("--router-image", help="image with vllm-router on PATH (default: the --image)")
     kk.add_argument("--standby", type=int, default=0, metavar="N",
-                    help="also a warm pool of N standby pods (STANDBY=1: asleep until POST /wake_up; the router does "
+                    help="also a warm pool of N standby pods (STANDBY=1: asleep until POST /wake_up or a first request; the router does "
                          "not select them until one is promoted: see the manifests' first comment)")
     a = p.parse_args(argv)
     if a.verb == "base":

@@ -42,13 +42,11 @@ def measure(url: str, model: str, cycles: int) -> dict:
         rows.append({"cycle": i + 1, "sleep_s": round(slept, 3), "gpu_used_mib_asleep": mem_asleep, **got})
         print(f"cycle {i + 1}/{cycles}: sleep {slept:.2f} s; wake {got['wake_s']:.2f} s, first token "
               f"{got['first_token_s']:.2f} s after the wake call", file=sys.stderr)
-    ft = [r["first_token_s"] for r in rows]
-    out = {"level": standby.LEVEL, "awake_first_token_s": awake, "gpu_used_mib_awake": mem_awake, "cycles": rows,
-           "wake_first_token_s": {"median": round(statistics.median(ft), 3), "max": max(ft)}}
     # The same, woken by the request itself through the proxy `make serve STANDBY=1` puts on PORT.
+    from urllib.parse import urlsplit
     from scripts.kit.procs import free_port
     from scripts.kit.wake_proxy import WakeProxy
-    host = url.split("//", 1)[1].rsplit(":", 1)[0]
+    host = urlsplit(url).hostname
     proxy = WakeProxy(url, host, free_port(host)).start()
     try:
         req = []
@@ -62,9 +60,13 @@ def measure(url: str, model: str, cycles: int) -> dict:
                   file=sys.stderr)
     finally:
         proxy.stop()
-    ft = [r["first_token_s"] for r in req]
-    out.update(request_cycles=req, request_wake_first_token_s={"median": round(statistics.median(ft), 3), "max": max(ft)})
-    return out
+    return {"level": standby.LEVEL, "awake_first_token_s": awake, "gpu_used_mib_awake": mem_awake, "cycles": rows,
+            "wake_first_token_s": spread(rows), "request_cycles": req, "request_wake_first_token_s": spread(req)}
+
+
+def spread(cycles: list[dict]) -> dict:
+    ft = [c["first_token_s"] for c in cycles]
+    return {"median": round(statistics.median(ft), 3), "max": max(ft)}
 
 
 def main(argv=None) -> int:

