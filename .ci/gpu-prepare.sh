@@ -3,7 +3,7 @@
 #   p00 p01 p02        vLLM 0.26.0 payload (../shared/gpu/build_payload.sh, ~2-5 min, skipped if present)
 #   install_payload.sh  copied beside them (../shared does not travel)
 #   w.tar.xz            dummy weight folders (config + real Qwen tokenizer, no tensors) of every GPU variant,
-                       plus qwen3-4b-awq at group 64 and 128 (the group-size sweep) and the MTP draft-token set
+#                       plus qwen3-4b-awq at group 64 and 128 (the group-size sweep) and the MTP draft-token set
 #   whl-eval/           lm-eval and what it needs beyond the GPU image and the vLLM payload, + the data
 #                       packages (gates; install with --target /tmp/eval, --no-deps)
 #   whl-quant/          llm-compressor and its compressed-tensors 0.19 (clashes with vLLM's 0.17: own
@@ -63,7 +63,9 @@ done
 # from the dummy folder's tokenizer when missing (it was carried by hand until 2026-11-26).
 [ -f weights/Qwen--Qwen3.5-4B/draft-vocab-32768.json ] || .venv/bin/python -m scripts.kit draft-vocab \
   --variant qwen3.5-4b-bf16-tuned-dv --set WEIGHTS=dummy >/dev/null || echo "draft vocab: FAILED" >&2
-tar -cJf .gpu/w.tar.xz weights/*/dummy-* $(ls weights/*/draft-vocab-*.json 2>/dev/null)
+# One dictionary wide enough to hold a whole tokenizer.json (33 MB, one copy per weight folder): with xz's default
+# 8 MiB each copy was packed again, and w.tar.xz grew to 19 MB, over what the last piece's call can carry.
+tar -cf - weights/*/dummy-* $(ls weights/*/draft-vocab-*.json 2>/dev/null) | xz -T1 --lzma2=preset=6,dict=128MiB > .gpu/w.tar.xz
 cp "$shared/gpu/install_payload.sh" .gpu/w.tar.xz "$pl"/
 # Versions as resolved in the local environments; wheels for CPython 3.12 (the GPU machine's), built
 # here (pure Python) where PyPI has only an sdist.
