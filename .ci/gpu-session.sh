@@ -293,6 +293,16 @@ case "${1:-}" in
       step python3 -m scripts.bake --variant $Q $W --verify
       step python3 -m scripts.bake --variant $Q $W --set API_TEXT_ONLY=0 --verify
     done ;;
+  textonly)  # issue 32, start3 cut to what 11 min of device time allows (2026-11-27): -quick baked alone, its first
+    # warm start writing vLLM's startup plan, then -quick with and without API_TEXT_ONLY alternated twice. Does fork
+    # hold now that the API process leaves the model (and CUDA) alone? ~11 min on an H100.
+    Q=qwen3.5-4b-bf16-tuned-dvg-quick; W="--set WEIGHTS=dummy --max-concurrency 8"
+    step python3 -m scripts.bake --variant $Q $W || exit 1
+    step python3 -m scripts.bake --variant $Q $W --verify
+    for i in 1 2; do
+      step python3 -m scripts.bake --variant $Q $W --verify
+      step python3 -m scripts.bake --variant $Q $W --set API_TEXT_ONLY=0 --verify
+    done ;;
   study)
     # Issues 18 and 19, in order of what they need most, each phase's servers started at once:
     # 1. the Qwen3.5 pair (BF16; BF16 + MTP K=4 at the published rates) beside one idle Qwen3 server,
@@ -731,7 +741,8 @@ for c in (1, 8, 8, 3, 8):
     for x in "$@" ++; do
       if [ "$x" = ++ ]; then [ ${#cmd[@]} -gt 0 ] && step bash "$0" "${cmd[@]}"; cmd=(); else cmd+=("$x"); fi
     done ;;
-  detach)
+  detach)  # call it bare, never as `detach ... | tail`: 2026-11-27 such a pipe stayed open for the whole job and the
+    # device call ran out its 600 s waiting on it
     name=$2; shift 2
     if [ ! -d /tmp/kit ]; then  # .gpu (the payload) stays behind; weights/ and the tree come along
       mkdir -p /tmp/kit.part && tar -C . --exclude=./.gpu -cf - . | tar -C /tmp/kit.part -xf - && touch /tmp/kit.part/.t0 \
