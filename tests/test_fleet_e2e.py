@@ -210,6 +210,33 @@ def test_fleet_size_and_policy_come_from_the_variant_and_are_not_its_identity():
         load("tiny", ["FLEET_POLICY=fastest"])
 
 
+def test_cache_aware_thresholds_reach_the_router_and_its_parser_knows_them():
+    """FLEET_*_THRESHOLD go to a cache_aware router (serve-fleet and k8s), to no other policy, and name flags the
+    pinned vllm-router accepts; a threshold out of range is refused naming the key."""
+    v = load("tiny", ["FLEET_BALANCE_ABS_THRESHOLD=4", "FLEET_BALANCE_REL_THRESHOLD=1.2", "FLEET_CACHE_THRESHOLD=0.5"])
+    argv = Fleet(v, platform="cpu").router_command()
+    i = argv.index("--balance-abs-threshold")
+    assert argv[i:i + 4] == ["--balance-abs-threshold", "4", "--balance-rel-threshold", "1.2"]
+    assert argv[argv.index("--cache-threshold") + 1] == "0.5"
+    rr = Fleet(v, policy="round_robin", platform="cpu").router_command()
+    assert not [flag for _key, flag in fleet_mod.CACHE_AWARE_FLAGS if flag in rr]
+    # the defaults are vllm-router 0.1.17's own (its CLI), written out so a record says what ran
+    d = Fleet(load("tiny"), platform="cpu").router_command()
+    assert d[d.index("--balance-abs-threshold") + 1] == "64" and d[d.index("--cache-threshold") + 1] == "0.3"
+    from scripts.kit import k8s
+    router = next(x for x in k8s.render(v, "reg/kit:x", ROOT) if x["kind"] == "Deployment" and "router" in x["metadata"]["name"])
+    args = router["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[args.index("--balance-abs-threshold") + 1] == "4"
+    helptext = subprocess.run([fleet_mod.router_binary(), "--help"], capture_output=True, text=True, timeout=60).stdout
+    for _key, flag in fleet_mod.CACHE_AWARE_FLAGS:
+        assert flag in helptext
+    from scripts.kit.errors import KitError
+    with pytest.raises(KitError, match="FLEET_CACHE_THRESHOLD"):
+        load("tiny", ["FLEET_CACHE_THRESHOLD=2"])
+    with pytest.raises(KitError, match="FLEET_BALANCE_ABS_THRESHOLD"):
+        load("tiny", ["FLEET_BALANCE_ABS_THRESHOLD=-1"])
+
+
 @pytest.mark.e2e
 @pytest.mark.slow
 def test_two_router_policies_compared_on_shared_prefixes(tmp_path):

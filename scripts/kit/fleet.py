@@ -74,10 +74,25 @@ def router_binary() -> str:
     return found
 
 
-def router_argv(binary: str, host: str, port: int, worker_urls: list[str], policy: str, metrics_port: int) -> list[str]:
+# vllm-router's cache_aware knobs, variant keys (FLEET_*; defaults in the variant schema): the router is always given
+# them, so a record's FLEET_* keys say what it ran with even if a later router changes its own defaults.
+CACHE_AWARE_FLAGS = (("FLEET_CACHE_THRESHOLD", "--cache-threshold"),
+                     ("FLEET_BALANCE_ABS_THRESHOLD", "--balance-abs-threshold"),
+                     ("FLEET_BALANCE_REL_THRESHOLD", "--balance-rel-threshold"))
+
+
+def policy_args(variant, policy: str) -> list[str]:
+    """The router flags of `policy` that come from the variant: cache_aware's thresholds, nothing for the rest."""
+    if policy != "cache_aware":
+        return []
+    return [a for key, flag in CACHE_AWARE_FLAGS for a in (flag, str(variant[key]))]
+
+
+def router_argv(binary: str, host: str, port: int, worker_urls: list[str], policy: str, metrics_port: int,
+                extra: list[str] = ()) -> list[str]:
     if policy not in POLICIES:
         raise KitError(f"unknown router policy {policy!r}; vllm-router's: {', '.join(POLICIES)}")
-    return [binary, "--host", host, "--port", str(port), "--worker-urls", *worker_urls, "--policy", policy,
+    return [binary, "--host", host, "--port", str(port), "--worker-urls", *worker_urls, "--policy", policy, *extra,
             "--prometheus-host", host, "--prometheus-port", str(metrics_port),
             # The replicas are healthy before the router starts: its first check passes at once.
             "--worker-startup-timeout-secs", "60", "--worker-startup-check-interval", "1",
@@ -166,7 +181,7 @@ class Fleet:
 
     def router_command(self) -> list[str]:
         return router_argv(router_binary(), self.host, self.router_port, [r.url for r in self.replicas],
-                           self.policy, self.metrics_port)
+                           self.policy, self.metrics_port, policy_args(self.variant, self.policy))
 
     def check_ports(self) -> None:
         named = [("router", self.router_port), ("router metrics", self.metrics_port)] + \
@@ -303,12 +318,12 @@ class Fleet:
 ROUTER_METRICS_PORT = 29000  # vllm-router's default Prometheus port
 
 
-def router_k8s_args(selector: dict, port: int, policy: str) -> list[str]:
+def router_k8s_args(selector: dict, port: int, policy: str, extra: list[str] = ()) -> list[str]:
     """The router's arguments in a pod: it finds the replicas itself (Kubernetes service discovery:
     pods matching `selector`, added when Ready, dropped when not), so HPA-added replicas join."""
     if policy not in POLICIES:
         raise KitError(f"unknown router policy {policy!r}; vllm-router's: {', '.join(POLICIES)}")
-    return ["--host", "0.0.0.0", "--port", str(port), "--policy", policy,
+    return ["--host", "0.0.0.0", "--port", str(port), "--policy", policy, *extra,
             "--service-discovery", "--selector", *[f"{k}={v}" for k, v in selector.items()],
             "--service-discovery-port", str(port),
             # Only this namespace: a Role, not a ClusterRole, is enough ($(VAR) is expanded by Kubernetes).
@@ -318,7 +333,7 @@ def router_k8s_args(selector: dict, port: int, policy: str) -> list[str]:
 
 
 def router_manifests(name: str, replica_labels: dict, base_labels: dict, port: int, image: str, policy: str,
-                     namespace: str | None, uid: int) -> list[dict]:
+                     namespace: str | None, uid: int, extra: list[str] = ()) -> list[dict]:
     """ServiceAccount + Role + RoleBinding (read pods: service discovery), the router's Deployment,
     and the front-door Service `name` (clients keep the name they used for one server)."""
     rname = f"{name[:63 - len('-router')].rstrip('-')}-router"
@@ -337,7 +352,7 @@ def router_manifests(name: str, replica_labels: dict, base_labels: dict, port: i
         "image": image,
         # The kit's image carries the pinned vllm-router beside vLLM; another image needs it on PATH.
         "command": ["vllm-router"],
-        "args": router_k8s_args(selector, port, policy),
+        "args": router_k8s_args(selector, port, policy, extra),
         "env": [{"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}],
         "ports": [{"name": "http", "containerPort": port, "protocol": "TCP"},
                   {"name": "metrics", "containerPort": ROUTER_METRICS_PORT, "protocol": "TCP"}],

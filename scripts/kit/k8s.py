@@ -214,9 +214,9 @@ def render(variant, image: str, root, *, overrides=(), namespace: str | None = N
                      "spec": {"replicas": standby, "selector": {"matchLabels": {"app.kubernetes.io/name": sname}},
                               "template": spod}})
     # A JSON round trip: plain, unshared dicts (YAML would otherwise emit anchors for shared ones).
-    from .fleet import router_manifests
+    from .fleet import policy_args, router_manifests
     router = router_manifests(name, labels, {k: v for k, v in labels.items() if k != "app.kubernetes.io/name"}, port,
-                              router_image or image, policy, namespace, IMAGE_UID)
+                              router_image or image, policy, namespace, IMAGE_UID, policy_args(variant, policy))
     return json.loads(json.dumps([pvc, deployment, service, hpa, *pool, *router]))
 
 

@@ -42,7 +42,8 @@ MEMORY_KEYS = ("SERVE_GPU_MEMORY_UTILIZATION", "SERVE_KV_CACHE_MEMORY_BYTES")
 START_KEYS = ("VLLM_WORKER_MULTIPROC_METHOD", "VLLM_ENABLE_STARTUP_PLAN", "STANDBY", "API_TEXT_ONLY")
 # FLEET_*: how many servers run behind which router policy, restarted how often, not how one of them runs.
 CONDITION_KEYS = ("HOST", "PORT", "READY_TIMEOUT_S", "WEIGHTS", "SPEC_ACCEPTANCE", "DUMMY_TOKENIZER", "GATES",
-                  "DATA_DIR", "FLEET_REPLICAS", "FLEET_POLICY", "FLEET_MAX_RESTARTS") + MEMORY_KEYS + START_KEYS
+                  "DATA_DIR", "FLEET_REPLICAS", "FLEET_POLICY", "FLEET_MAX_RESTARTS", "FLEET_CACHE_THRESHOLD",
+                  "FLEET_BALANCE_ABS_THRESHOLD", "FLEET_BALANCE_REL_THRESHOLD") + MEMORY_KEYS + START_KEYS
 # Set for every server the kit starts: weights are local, so the hub is never needed, and an
 # unreachable hub otherwise stalls vLLM's start by ~120 s.
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
