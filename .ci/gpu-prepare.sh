@@ -89,10 +89,15 @@ wheels .gpu/whl-quant .venv-quant llmcompressor compressed-tensors auto-round da
   --platform manylinux_2_17_x86_64 --platform manylinux1_x86_64 -d .gpu/whl-prof py-spy==0.4.3
 # vllm-router (the `router` pin of pyproject.toml; fleet modes): a 24 MB wheel, so two 12 MiB pieces, one call each
 # (2026-11-26 19:50 the 2-GPU machine had no router and `fleet31` ran none; the tree and a whole wheel were over 64 MiB).
-# There: cat /tmp/pl/r* > /tmp/vllm_router.whl; bash .ci/gpu-session.sh router /tmp/vllm_router.whl
+# There (carry .gpu/whl-router/dep with r1): cat /tmp/pl/r* > /tmp/vllm_router-0.1.17-cp38-abi3-manylinux_2_28_x86_64.whl
+# (pip wants the wheel's own name); bash .ci/gpu-session.sh router that.whl
 router=$(sed -n 's/^router = \["\(vllm-router==[0-9.]*\)"\]/\1/p' pyproject.toml)
 if [ ! -f .gpu/whl-router/r0 ]; then
   python3 -m pip download -q --no-deps --only-binary=:all: --platform manylinux_2_28_x86_64 -d .gpu/whl-router "$router"
   (cd .gpu/whl-router && split -b 12M -d -a 1 vllm_router-*.whl r)
 fi
+# The router's one requirement vLLM's payload lacks: orjson (its mini_lb imports it at start; 2026-11-27 the first
+# fleet31 job stopped there). Small: it rides with piece r1. There: `router` installs .gpu/whl-router/dep/*.whl too.
+[ -n "$(ls .gpu/whl-router/dep/orjson-*.whl 2>/dev/null)" ] || python3 -m pip download -q --no-deps --only-binary=:all: \
+  --python-version 3.12 --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 -d .gpu/whl-router/dep orjson
 ls -la .gpu

@@ -664,29 +664,40 @@ for c in (1, 8, 8, 3, 8):
     bash "$0" ready 5 8130 8122 && bash "$0" cmp 8130 8122 qwen3-4b-bf16 qwen3-4b-bf16-dp2 $(m) \
       $(for x in $(u 8131 8132); do echo --metrics-url-a $x; done) $W
     bash "$0" down ca rr dp ;;
-  fleet31)  # issue 31 items 1 and 3 on the 2-GPU machine (DP=4 waits for a 4-GPU host). Two fleets of two one-GPU
-    # Qwen3-4B BF16 replicas, cache_aware (8130) and round_robin (8140), both resident as in route; make compare of the
-    # two routers on (a) shared prefixes: 4 templates of a 1536-token system prompt, user prompts of 64/256 tokens, and
-    # (b) multi-turn conversations of 4 turns (each resends the whole conversation), at c=16,64 and c=32 (the fleet busy);
-    # then both down and `make failover` of a fresh cache_aware fleet (8150; caches warm by then): replica 0 SIGKILLed
-    # after 30 s of load at c=32, restarted by the fleet, 30 s of load after it is back. About 11 min, estimated (not
-    # run yet): 4 cold starts at once (~3 min), two compares of ~2-3 min, the failover's warm starts and ~2 min of
-    # load. A step that fails or is skipped (a fleet not up) is named at the end and the mode exits 1.
+  fleet31)  # issue 31 items 1 and 3 on the 2-GPU machine. Three fleets of two one-GPU Qwen3-4B BF16 replicas, all
+    # resident (replica i of each on GPU i, ~17 GB each): cache_aware with the router's balance defaults (8130),
+    # round_robin (8140), and cache_aware that balances once replicas differ by 4 requests (8160). make compare of
+    # the first two on (a) shared prefixes: 4 templates of a 1536-token system prompt, user prompts of 64/256 tokens,
+    # c=16,64; (b) multi-turn, 4 turns resending the conversation, c=32; (c) cache pressure: 48 prefixes of 2048
+    # tokens (~98k tokens of KV; one replica's 8 GiB holds ~58k, the fleet's ~117k), c=32,64. Then the two cache_aware
+    # fleets on (a) at c=32: 2026-11-27 (session 20261127T0100Z) the defaults put every request in flight on one
+    # replica at a time. Then all down and `make failover` of a fresh cache_aware fleet (8150): replica 0 SIGKILLed
+    # once it holds a request after 30 s of load at c=32, restarted by the fleet, 30 s of load after it is back.
+    # 2026-11-27 (a, b and the failover only): ~10 min from the job's start. A step that fails or is skipped (a
+    # fleet not up) is named at the end and the mode exits 1.
     export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 VLLM_FLASHINFER_ALLREDUCE_BACKEND=trtllm
     kv=8589934592; u() { for p in "$@"; do echo "http://127.0.0.1:$p"; done; }; failed=()
     m() { echo "--set SERVE_KV_CACHE_MEMORY_BYTES=$kv --set SERVE_GPU_MEMORY_UTILIZATION=0.2"; }
-    mu() { for x in $(u 8131 8132); do echo --metrics-url-a $x; done; for x in $(u 8141 8142); do echo --metrics-url-b $x; done; }
+    mu() { for x in $(u $1 $2); do echo --metrics-url-a $x; done; for x in $(u $3 $4); do echo --metrics-url-b $x; done; }
     L="--requests 64 --output-min 64 --output-max 128"
     SP="--concurrency 16,64 --shared-prefixes 4 --prefix-tokens 1536 --input-lens 64,256 --class-weights 0.6,0.4"
     MT="--concurrency 32 --turns 4 --input-lens 128,384 --class-weights 0.5,0.5 --prefix-tokens 0"
+    PX="--concurrency 32,64 --requests 192 --shared-prefixes 48 --prefix-tokens 2048 --input-lens 64,256 --class-weights 0.6,0.4"
+    BAL="--set FLEET_BALANCE_ABS_THRESHOLD=4"
     bash "$0" fleetup ca 8130 $kv qwen3-4b-bf16; bash "$0" fleetup rr 8140 $kv qwen3-4b-bf16 --set FLEET_POLICY=round_robin
-    end=$((SECONDS + 900)); for p in 8130 8140; do bash "$0" ready $((end > SECONDS ? end - SECONDS : 1)) $p || failed+=("ready:$p"); done
-    for w in SP MT; do
+    bash "$0" fleetup cab 8160 $kv qwen3-4b-bf16 $BAL
+    end=$((SECONDS + 900)); for p in 8130 8140 8160; do bash "$0" ready $((end > SECONDS ? end - SECONDS : 1)) $p || failed+=("ready:$p"); done
+    for w in SP MT PX; do
       if bash "$0" ready 5 8130 8140; then
-        bash "$0" cmp 8130 8140 qwen3-4b-bf16 qwen3-4b-bf16 $(m) --set-b FLEET_POLICY=round_robin $(mu) $L ${!w} || failed+=("cmp:$w")
+        bash "$0" cmp 8130 8140 qwen3-4b-bf16 qwen3-4b-bf16 $(m) --set-b FLEET_POLICY=round_robin $(mu 8131 8132 8141 8142) \
+          $L ${!w} || failed+=("cmp:$w")
       else failed+=("cmp:$w (a fleet is down)"); fi
     done
-    bash "$0" down ca rr
+    if bash "$0" ready 5 8130 8160; then
+      bash "$0" cmp 8130 8160 qwen3-4b-bf16 qwen3-4b-bf16 $(m) --set-b FLEET_BALANCE_ABS_THRESHOLD=4 $(mu 8131 8132 8161 8162) \
+        $L $SP --concurrency 32 || failed+=("cmp:balance")
+    else failed+=("cmp:balance (a fleet is down)"); fi
+    bash "$0" down ca rr cab
     step timeout -s INT -k 120 600 python3 -m scripts.failover --variant qwen3-4b-bf16 --set WEIGHTS=dummy --set PORT=8150 $(m) \
       --kill-after-s 30 --after-s 30 --max-load-s 480 $L $SP --concurrency 32 \
       || failed+=(failover)
@@ -733,7 +744,10 @@ for c in (1, 8, 8, 3, 8):
   router)  # WHEEL: vllm-router into the payload's site (its console script imports vllm_router from there) and its
     # script onto PATH for every later mode (below); --upgrade: /tmp/site/bin exists already, and without it pip kept
     # the old folder and installed no script (2026-11-26 19:50)
-    python3 -m pip install -q --no-index --no-deps --upgrade --target /tmp/site "$2" && vllm-router --help >/dev/null \
+    # with orjson (.gpu/whl-router/dep, carried beside the last piece): the payload lacks it, and the router's
+    # mini_lb imports it at start (2026-11-27)
+    python3 -m pip install -q --no-index --no-deps --upgrade --target /tmp/site "$2" .gpu/whl-router/dep/*.whl \
+      && vllm-router --help >/dev/null \
       && echo "vllm-router ready: $(command -v vllm-router)" ;;
   chain)  # MODE ARGS.. ++ MODE ARGS..: one after the other in one (detached) job, so their GPU memory
     # never adds up; a failed step does not stop the next
