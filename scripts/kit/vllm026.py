@@ -23,7 +23,7 @@ from .paths import ROOT
 
 VERSION = "0.26.0"
 CACHE = ROOT / ".cache" / f"vllm-{VERSION}"
-FILES = ("vllm/v1/attention/backends/gdn_attn.py", "vllm/multimodal/registry.py")
+FILES = ("vllm/v1/attention/backends/gdn_attn.py", "vllm/multimodal/registry.py", "vllm/tokenizers/hf.py")
 ENV = "KIT_VLLM026_SRC"
 # Every such skip starts with this; `make test`'s summary counts them and says how to run them.
 SKIP = "no vLLM 0.26 source (run: make vllm026-src)"

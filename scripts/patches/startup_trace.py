@@ -33,6 +33,8 @@ TARGETS = (
     # Whether the model takes images: under --language-model-only it still imports the model (text_only.py).
     ("vllm.multimodal.registry", "MultiModalRegistry.supports_multimodal_inputs", "multimodal check", "0.26"),
     ("vllm.config.model", "ModelConfig._supports_multimodal_inputs", "multimodal check", "0.32"),
+    # the renderer deep-copies the tokenizer for its thread pool (issue 32: 4 s of Qwen3.5's API start)
+    ("vllm.renderers.hf", "HfRenderer.__init__", "renderer"),
     ("vllm.v1.engine.async_llm", "AsyncLLM.__init__", "engine client"),
     ("vllm.v1.engine.core", "EngineCore.__init__", "engine core"),
     ("vllm.v1.engine.core", "EngineCore._initialize_kv_caches", "KV cache, profile, warm-up"),
