@@ -121,3 +121,13 @@ def short_gil_slices():
     sys.setswitchinterval(0.0005)
     yield
     sys.setswitchinterval(before)
+
+
+@pytest.fixture(scope="session")
+def tok():
+    """The tiny model's real tokenizer (SmolLM2, from its weights folder: make install fetches it)."""
+    from transformers import AutoTokenizer
+    d = load("tiny").weights_dir
+    if not (d / "tokenizer.json").is_file():
+        pytest.skip(f"no tiny weights at {d} (make install)")
+    return AutoTokenizer.from_pretrained(str(d))

@@ -17,16 +17,6 @@ from scripts.kit.errors import KitError
 from scripts.kit.variant import load
 
 
-@pytest.fixture(scope="module")
-def tok():
-    """The tiny model's real tokenizer (SmolLM2, from its weights folder: make install fetches it)."""
-    from transformers import AutoTokenizer
-    d = load("tiny").weights_dir
-    if not (d / "tokenizer.json").is_file():
-        pytest.skip(f"no tiny weights at {d} (make install)")
-    return AutoTokenizer.from_pretrained(str(d))
-
-
 def test_set_is_the_most_frequent_tokens_plus_specials(tok):
     texts = ["the cat sat on the mat. the end."] * 5 + ["rare zebra"]
     doc = DV.build(tok, texts, 6)

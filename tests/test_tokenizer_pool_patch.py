@@ -19,15 +19,6 @@ from scripts.patches import tokenizer_pool as TP
 SRC026 = vllm026.src_dir() / "tokenizers/hf.py"
 
 
-@pytest.fixture(scope="module")
-def tok():
-    from transformers import AutoTokenizer
-    d = load("tiny").weights_dir
-    if not (d / "tokenizer.json").is_file():
-        pytest.skip(f"no tiny weights at {d} (make install)")
-    return AutoTokenizer.from_pretrained(str(d))
-
-
 @pytest.fixture(autouse=True)
 def no_pending():
     TP._pending.clear()
