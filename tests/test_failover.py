@@ -106,6 +106,155 @@ def test_router_metrics_parse_per_worker():
                                     "running": {"http://b:2": 3.0}}
 
 
+def kill_at(readings, when_busy_s, kill_after_s=30.0):
+    """kill_point over (t, engine, router) readings; also how many it consumed (the live loop reads no more)."""
+    seen = []
+    hit = F.kill_point((seen.append(r) or r for r in readings), kill_after_s, when_busy_s)
+    return hit, len(seen)
+
+
+def test_the_kill_waits_for_the_victim_to_hold_a_request():
+    """cache_aware herding (results/qwen3-4b-bf16/20261127T012000Z-failover.json): every request on one replica
+    at a time. From kill_after_s the kill waits for a reading of the victim holding one, at most when_busy_s."""
+    herd = [(29.9, 5, 5), (30.0, 0, 0), (30.05, 0, 0), (30.1, None, 0), (31.2, 0, 12), (31.25, 9, 12), (45.0, 0, 0)]
+    # Busy before kill_after_s does not count; idle from 30 s; the router has 12 on it at 31.2 (its engine none yet).
+    hit, read = kill_at(herd, 10.0)
+    assert hit == (31.2, {"engine_at_kill": 0, "router_at_kill": 12, "in_flight_at_kill": 12, "busy_at_kill": True})
+    assert read == 5
+    # 0: the first reading at or past kill_after_s, idle as it is (the old behaviour).
+    hit, _ = kill_at(herd, 0)
+    assert hit == (30.0, {"engine_at_kill": 0, "router_at_kill": 0, "in_flight_at_kill": 0, "busy_at_kill": False})
+    # A wait shorter than the idle spell: killed at the first reading past kill_after_s + when_busy_s, idle.
+    hit, _ = kill_at(herd, 1.0)
+    assert hit[0] == 31.2 and hit[1]["busy_at_kill"]  # 31.2 is both past the deadline and busy
+    hit, _ = kill_at(herd, 0.1)
+    assert hit == (30.1, {"engine_at_kill": None, "router_at_kill": 0, "in_flight_at_kill": 0, "busy_at_kill": False})
+    # The engine alone may say busy (the router's metrics did not answer); neither answering is not busy.
+    assert kill_at([(30.0, 2, None)], 10.0)[0][1]["in_flight_at_kill"] == 2
+    hit, _ = kill_at([(30.0, None, None), (39.9, None, None), (40.0, None, None)], 10.0)
+    assert hit == (40.0, {"engine_at_kill": None, "router_at_kill": None, "in_flight_at_kill": None, "busy_at_kill": False})
+    # Readings that end first (the load's end): no kill.
+    assert kill_at([(30.0, 0, 0), (35.0, 0, 0)], 10.0) == (None, 2)
+    assert not F.kill_due(29.99, 3, 30.0, 10.0) and F.kill_due(30.0, 1, 30.0, 10.0)
+
+
+def idle_or_busy(held, when_busy_s=10.0):
+    """A run's payload with its figures: the kill at 40.0 s (kill_after_s 30), the victim holding `held`."""
+    v = "http://127.0.0.1:2"
+    poll = lambda t, h: {"t_s": t, "processed": {v: 3}, "healthy": {v: h}, "running": {v: 0}}
+    p = {"load_started_unix": 1000.0, "kill_after_s": 30.0, "kill_when_busy_s": when_busy_s, "kill_s": 40.0,
+         "kill_waited_s": 10.0, "victim_served_after_restart": 4,
+         "victim": {"replica": 0, "url": v, **F.victim_at_kill(held, held)},
+         "requests": {"slot": [0, 0], "sent_s": [39.0, 41.0], "end_s": [39.5, 41.5], "ok": [True, True],
+                      "ttft_ms": [50.0, 60.0], "output_tokens": [8, 8], "error": [None, None]},
+         "router": [poll(0.0, 1), poll(42.0, 0), poll(70.0, 1)],
+         "events": [{"t_unix": 1040.1, "replica": 0, "event": "exited", "exit_code": -9},
+                    {"t_unix": 1069.0, "replica": 0, "event": "ready", "ready_s": 28.0}]}
+    p["figures"] = F.summarize(p)
+    return p
+
+
+def test_a_kill_that_found_the_victim_idle_is_a_validity_warning():
+    busy = F.validity(idle_or_busy(3))
+    assert busy == {"valid": True, "errors": [], "warnings": []}
+    idle = F.validity(idle_or_busy(0))
+    assert idle["valid"] and idle["errors"] == []
+    assert idle["warnings"] == ["the kill found the victim idle: it held no request, after waiting 10 s for one "
+                                "(--kill-when-busy-s); with no request in flight on it to lose, 'lost only in flight' "
+                                "proves nothing"]
+    assert "(--kill-when-busy-s 0: no wait)" in F.validity(idle_or_busy(0, when_busy_s=0))["warnings"][0]
+    assert "neither its engine nor the router answered" in F.validity(idle_or_busy(None))["warnings"][0]
+    # Errors still void it, the warning beside them.
+    p = idle_or_busy(0)
+    p["victim_served_after_restart"] = 0
+    assert F.validity(p) == {"valid": False, "errors": ["the restarted replica served no request"],
+                             "warnings": idle["warnings"]}
+    # The checker: busy_at_kill must agree with in_flight_at_kill; a record from before the flag has none.
+    p = idle_or_busy(0)
+    assert F.mismatches(p) == []
+    p["victim"]["busy_at_kill"] = True
+    assert F.mismatches(p) == ["victim.busy_at_kill is true but in_flight_at_kill is 0"]
+    del p["victim"]["busy_at_kill"]
+    assert F.mismatches(p) == []
+
+
+def test_the_new_fields_fit_the_schema_and_old_records_still_do():
+    from scripts.kit.schema import first_error, load_schema
+    schema = load_schema("payloads/failover.schema.json")
+    p = idle_or_busy(0)
+    p.update(workload={"seed": 0, "sha256": "x"}, concurrency=2, warmup_waves=0, after_s=5.0,
+             fleet={"replicas": 2, "policy": "cache_aware", "max_restarts": 1, "router_health_args": []})
+    p["validity"] = F.validity(p)
+    assert first_error(p, schema) is None
+    for k in ("kill_when_busy_s", "kill_waited_s"):
+        p.pop(k)
+    p["victim"].pop("busy_at_kill")
+    p["validity"].pop("warnings")
+    assert first_error(p, schema) is None  # as records before --kill-when-busy-s are
+    p["kill_waited_s"] = -1.0
+    assert first_error(p, schema) is not None
+
+
+def test_kill_when_busy_flags_are_checked_before_anything_starts():
+    from scripts import failover
+    from scripts.kit.errors import KitError
+    base = ["--variant", "tiny", "--concurrency", "2", "--input-lens", "16", "--class-weights", "1", "--prefix-tokens", "0"]
+    a = failover.parser().parse_args(base)
+    assert a.kill_when_busy_s == 10.0  # the default
+    with pytest.raises(KitError, match="--kill-when-busy-s -1: seconds, 0 or more"):
+        failover.checked(failover.parser().parse_args(base + ["--kill-when-busy-s", "-1"]))
+    with pytest.raises(KitError, match="the load could end before the kill"):
+        failover.checked(failover.parser().parse_args(base + ["--kill-after-s", "50", "--max-load-s", "60"]))
+    failover.checked(failover.parser().parse_args(base + ["--kill-after-s", "50", "--kill-when-busy-s", "0",
+                                                          "--max-load-s", "60"]))
+
+
+@pytest.mark.parametrize("busy_from", [0.7, None])
+def test_the_load_loop_holds_the_kill_until_the_victim_is_busy(monkeypatch, busy_from):
+    """run() against a FAKE OpenAI server as the router, whose per-worker counts are scripted: the victim idle
+    until busy_from s (None: idle throughout). Kill after 0.3 s, waiting at most 1 s for a request on it."""
+    from types import SimpleNamespace
+    from scripts import failover
+    from tests.fake_openai_stream import FakeOpenAIStream
+    v_url, t0, kills, polls = "http://127.0.0.1:2", [], [], []
+
+    def router(_url):
+        t0 or t0.append(time.perf_counter())
+        polls.append(time.perf_counter() - t0[0])
+        busy = busy_from is not None and time.perf_counter() - t0[0] >= busy_from
+        return {"processed": {v_url: 1.0}, "healthy": {v_url: 1.0}, "running": {v_url: 2.0 if busy else 0.0}}
+    monkeypatch.setattr(failover, "router_poll", router)
+    monkeypatch.setattr(failover.P.Server, "gauges", lambda self: {"running": 0.0, "waiting": 0.0})
+    monkeypatch.setattr(failover.os, "killpg", lambda pid, sig: kills.append((pid, sig)))
+    a = failover.parser().parse_args(["--variant", "tiny", "--concurrency", "2", "--input-lens", "16",
+                                      "--class-weights", "1", "--output-min", "4", "--output-max", "8",
+                                      "--prefix-tokens", "0", "--warmup-waves", "0", "--kill-after-s", "0.3",
+                                      "--kill-when-busy-s", "1", "--max-load-s", "2.5", "--request-timeout-s", "10"])
+    _, w, c = failover.checked(a)
+    with FakeOpenAIStream(model="tiny", ttft_s=0.01, itl_s=0.01) as fake:
+        fleet = SimpleNamespace(host="127.0.0.1", metrics_port=1, url=fake.url, variant=SimpleNamespace(name="tiny"),
+                                events=[], given_up=set(), supervise=lambda: None, say=lambda s: None)
+        victim = SimpleNamespace(index=0, url=v_url, proc=SimpleNamespace(pid=4242))
+        kept = failover.run(fleet, victim, w, c, a)
+    assert kills == [(4242, signal.SIGKILL)]
+    p = {**kept, "kill_after_s": 0.3, "kill_when_busy_s": 1.0, "victim_served_after_restart": 1}
+    p["figures"] = F.summarize(p)
+    warnings = F.validity(p)["warnings"]
+    if busy_from is not None:
+        assert 0.7 <= p["kill_s"] < 0.9 and abs(p["kill_waited_s"] - (p["kill_s"] - 0.3)) < 0.002
+        assert p["victim"] == {"replica": 0, "url": v_url, "engine_at_kill": 0, "router_at_kill": 2,
+                               "in_flight_at_kill": 2, "busy_at_kill": True}
+        assert warnings == []
+    else:
+        assert 1.3 <= p["kill_s"] < 1.45 and 1.0 <= p["kill_waited_s"] < 1.15
+        assert p["victim"]["in_flight_at_kill"] == 0 and not p["victim"]["busy_at_kill"]
+        assert len(warnings) == 1 and warnings[0].startswith("the kill found the victim idle")
+    # The victim read every 0.05 s while the kill waits (every 0.2 s it would be 2-3 reads before 0.9 s or so).
+    waiting = [t for t in polls if 0.3 <= t < p["kill_s"]]
+    assert len(waiting) >= (p["kill_s"] - 0.3) / 0.05 * 0.6
+    assert p["figures"]["requests"] > 0 and p["figures"]["failed"] == 0
+
+
 def base_port() -> int:
     """A base whose next three ports are free too (the fleet takes PORT .. PORT+3)."""
     while True:
@@ -131,6 +280,8 @@ def test_failover_on_the_real_tiny_fleet(tmp_path):
     assert rc == 0, p["validity"]
     assert F.mismatches(p) == []
     assert p["victim"]["router_at_kill"] is not None and p["victim"]["engine_at_kill"] is not None
+    # The kill waited (default --kill-when-busy-s) for the victim to hold a request: the loss check is not vacuous.
+    assert p["kill_when_busy_s"] == 10.0 and p["victim"]["busy_at_kill"] and p["validity"]["warnings"] == []
     assert f["lost_only_in_flight"] and f["failed"] <= p["victim"]["in_flight_at_kill"]
     assert [e["event"] for e in p["events"]] == ["exited", "restarting", "ready"]
     assert p["events"][0]["exit_code"] == -signal.SIGKILL

@@ -5,7 +5,8 @@ the fleet's supervisor restart it. The record keeps every request (client times,
 router's per-worker counters as they changed, the fleet's events and the victim's own queue just
 before the kill; summarize() turns those into the figures, and `make check-schemas` recomputes them
 (mismatches). Times are seconds from the start of the load on the client's clock; kill_s is when
-SIGKILL was sent.
+SIGKILL was sent: from kill_after_s, at the first reading of the victim holding a request, else once
+kill_when_busy_s has passed (kill_point); validity() warns when the kill found it idle.
 
 Windows of a request, by when it was sent: before (sent before the kill), down (from the kill until
 the router has the restarted replica back: its health gauge at 1 again, else the replica's own ready
@@ -57,6 +58,52 @@ def _event_t(p: dict, event: str) -> float | None:
         if e["replica"] == p["victim"]["replica"] and e["event"] == event and t >= p["kill_s"]:
             return t
     return None
+
+
+def victim_at_kill(engine: int | None, router: int | None) -> dict:
+    """What the victim holds, as its engine counts (running + waiting) and as the router does (None: not
+    read): the engine misses a request still in its API server, so the larger is the most a kill may cost."""
+    held = max((n for n in (engine, router) if n is not None), default=None)
+    return {"engine_at_kill": engine, "router_at_kill": router, "in_flight_at_kill": held,
+            "busy_at_kill": bool(held)}
+
+
+def kill_due(t: float, held: int | None, kill_after_s: float, when_busy_s: float) -> bool:
+    """Kill now, at t s of load, the victim holding `held` requests (None: not read)? From kill_after_s on:
+    once it holds one, or once when_busy_s more have passed with it idle; when_busy_s 0: at once."""
+    return t >= kill_after_s and (when_busy_s <= 0 or bool(held) or t >= kill_after_s + when_busy_s)
+
+
+def kill_point(readings, kill_after_s: float, when_busy_s: float) -> tuple[float, dict] | None:
+    """The first of `readings` ((t, engine, router), the victim's counts as victim_at_kill takes them) to
+    kill at, as (t, victim_at_kill); None when they end before one is due."""
+    for t, engine, router in readings:
+        v = victim_at_kill(engine, router)
+        if kill_due(t, v["in_flight_at_kill"], kill_after_s, when_busy_s):
+            return t, v
+    return None
+
+
+def validity(p: dict) -> dict:
+    """A payload with figures -> {valid, errors, warnings}. Invalid: a request lost that was not in flight at
+    the kill, a replica that did not come back, or a restart that served nothing. A kill that found the
+    victim idle is a warning: nothing could be lost, so lost_only_in_flight holds whatever the router does."""
+    f, held, errors, warnings = p["figures"], p["victim"]["in_flight_at_kill"], [], []
+    if not f["lost_only_in_flight"]:
+        errors.append(f"{f['failed']} request(s) failed, {f['failed_not_in_flight_at_kill']} of them not in flight at "
+                      f"the kill (the victim held {held})")
+    if f["down_s"] is None:
+        errors.append("the killed replica did not come back (see events)")
+    if not p["victim_served_after_restart"]:
+        errors.append("the restarted replica served no request")
+    if not held:
+        what = "it held no request" if held == 0 else "neither its engine nor the router answered"
+        wait = p.get("kill_when_busy_s")  # absent in records from before the flag
+        how = (f", after waiting {wait:g} s for one (--kill-when-busy-s)" if wait else
+               " (--kill-when-busy-s 0: no wait)" if wait == 0 else "")
+        warnings.append(f"the kill found the victim idle: {what}{how}; with no request in flight on it to lose, "
+                        "'lost only in flight' proves nothing")
+    return {"valid": not errors, "errors": errors, "warnings": warnings}
 
 
 def served(url: str) -> int | None:
@@ -119,7 +166,12 @@ def summarize(p: dict) -> dict:
 
 
 def mismatches(p: dict) -> list[str]:
-    """Each figure of a failover payload that its kept requests, series and events do not give back."""
+    """Each figure of a failover payload that its kept requests, series and events do not give back; and
+    victim.busy_at_kill (records since --kill-when-busy-s) where its counts say otherwise."""
     again = summarize(p)
-    return [f"figures.{k} is {json.dumps(p['figures'].get(k))[:120]} but its data give {json.dumps(v)[:120]}"
-            for k, v in again.items() if p["figures"].get(k) != v]
+    out = [f"figures.{k} is {json.dumps(p['figures'].get(k))[:120]} but its data give {json.dumps(v)[:120]}"
+           for k, v in again.items() if p["figures"].get(k) != v]
+    v = p["victim"]
+    if "busy_at_kill" in v and v["busy_at_kill"] != bool(v["in_flight_at_kill"]):
+        out.append(f"victim.busy_at_kill is {json.dumps(v['busy_at_kill'])} but in_flight_at_kill is {v['in_flight_at_kill']}")
+    return out
