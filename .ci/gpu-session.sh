@@ -765,17 +765,19 @@ for c in (1, 8, 8, 3, 8):
     for x in "$@" ++; do
       if [ "$x" = ++ ]; then [ ${#cmd[@]} -gt 0 ] && step bash "$0" "${cmd[@]}"; cmd=(); else cmd+=("$x"); fi
     done ;;
-  detach)  # call it bare, never as `detach ... | tail`: 2026-11-27 such a pipe stayed open for the whole job and the
-    # device call ran out its 600 s waiting on it
+  detach)
     name=$2; shift 2
     if [ ! -d /tmp/kit ]; then  # .gpu (the payload) stays behind; weights/ and the tree come along
       mkdir -p /tmp/kit.part && tar -C . --exclude=./.gpu -cf - . | tar -C /tmp/kit.part -xf - && touch /tmp/kit.part/.t0 \
         && mv /tmp/kit.part /tmp/kit || exit
     fi
     mkdir -p /tmp/kit/jobs; export KIT_PROBE_LOCK=$LOCK KIT_LOG_DIR=/tmp/kit/jobs PYTHONUNBUFFERED=1
-    # setsid: the device ends a call's processes when it returns, except those in a session of their own.
-    (cd /tmp/kit && setsid bash -c 'echo $$ > "jobs/$0.pid"; bash .ci/gpu-session.sh "$@"; echo $? > "jobs/$0.rc"' \
-      "$name" "$@" > "/tmp/kit/jobs/$name.log" 2>&1 < /dev/null &)
+    # setsid: the device ends a call's processes when it returns, except those in a session of their own. The
+    # redirection covers the whole background subshell: with it on setsid alone, the subshell kept the caller's
+    # stdout open until the job ended, and a call that piped detach (`| tail`) waited that long (2026-11-27: 387 s,
+    # then a whole 600 s call of 2-GPU time).
+    (cd /tmp/kit && exec setsid bash -c 'echo $$ > "jobs/$0.pid"; bash .ci/gpu-session.sh "$@"; echo $? > "jobs/$0.rc"' \
+      "$name" "$@") > "/tmp/kit/jobs/$name.log" 2>&1 < /dev/null &
     echo "detached $name: $*" ;;
   stop)  # a detached job: INT to every process of its session. `timeout` runs in a process group of its
     # own (INT to the job's group missed it on 2026-11-24) but stays in the session; the kit then stops
