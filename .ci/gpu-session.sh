@@ -679,7 +679,7 @@ for c in (1, 8, 8, 3, 8):
     # round_robin (8140), and cache_aware that balances once replicas differ by 4 requests (8160). make compare of
     # the first two on (a) shared prefixes: 4 templates of a 1536-token system prompt, user prompts of 64/256 tokens,
     # c=16,64; (b) multi-turn, 4 turns resending the conversation, c=32; (c) cache pressure: 48 prefixes of 2048
-    # tokens (~98k tokens of KV; one replica's 8 GiB holds ~58k, the fleet's ~117k), c=32,64. Then the two cache_aware
+    # tokens a pass (~98k tokens of KV; one replica's 8 GiB holds ~58k, the fleet's ~117k), c=32,64. Then the two cache_aware
     # fleets on (a) at c=32: 2026-11-27 (session 20261127T0100Z) the defaults put every request in flight on one
     # replica at a time. Then all down and `make failover` of a fresh cache_aware fleet (8150): replica 0 SIGKILLed
     # once it holds a request after 30 s of load at c=32, restarted by the fleet, 30 s of load after it is back.
@@ -690,9 +690,11 @@ for c in (1, 8, 8, 3, 8):
     m() { echo "--set SERVE_KV_CACHE_MEMORY_BYTES=$kv --set SERVE_GPU_MEMORY_UTILIZATION=0.2"; }
     mu() { for x in $(u $1 $2); do echo --metrics-url-a $x; done; for x in $(u $3 $4); do echo --metrics-url-b $x; done; }
     L="--requests 64 --output-min 64 --output-max 128"
-    SP="--concurrency 16,64 --shared-prefixes 4 --prefix-tokens 1536 --input-lens 64,256 --class-weights 0.6,0.4"
-    MT="--concurrency 32 --turns 4 --input-lens 128,384 --class-weights 0.5,0.5 --prefix-tokens 0"
-    PX="--concurrency 32,64 --requests 192 --shared-prefixes 48 --prefix-tokens 2048 --input-lens 64,256 --class-weights 0.6,0.4"
+    # --prefix-order shuffle: in the cycle order of 20261127T0100Z request j took prefix j mod 4, so round robin over
+    # two replicas sent each prefix to one replica, as cache_aware would (its 80% hit rate against 86%)
+    SP="--concurrency 16,64 --shared-prefixes 4 --prefix-tokens 1536 --input-lens 64,256 --class-weights 0.6,0.4 --prefix-order shuffle"
+    MT="--concurrency 32 --turns 4 --input-lens 128,384 --class-weights 0.5,0.5 --prefix-tokens 0 --prefix-order shuffle"
+    PX="--concurrency 32,64 --requests 192 --shared-prefixes 48 --prefix-tokens 2048 --input-lens 64,256 --class-weights 0.6,0.4 --prefix-order shuffle"
     BAL="--set FLEET_BALANCE_ABS_THRESHOLD=4"
     bash "$0" fleetup ca 8130 $kv qwen3-4b-bf16; bash "$0" fleetup rr 8140 $kv qwen3-4b-bf16 --set FLEET_POLICY=round_robin
     bash "$0" fleetup cab 8160 $kv qwen3-4b-bf16 $BAL

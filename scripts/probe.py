@@ -475,9 +475,11 @@ def add_workload_args(p: argparse.ArgumentParser, per_variant: bool = False) -> 
                              "latency.py defaults_for); lengths given that do not fit are refused."
                              if per_variant else None)
     for f in L.workload_fields():
-        kind = csv_ints if f.name == "input_lens" else csv_floats if f.name == "class_weights" else int
+        kind = csv_ints if f.name == "input_lens" else csv_floats if f.name == "class_weights" else \
+            str if isinstance(f.default, str) else int
         d, h = _default(f.name, f.default, per_variant)
-        g.add_argument("--" + f.name.replace("_", "-"), type=kind, default=d, help=f"{f.metadata['help']} ({h})")
+        g.add_argument("--" + f.name.replace("_", "-"), type=kind, default=d, choices=f.metadata.get("choices"),
+                       help=f"{f.metadata['help']} ({h})")
 
 
 def workload(a) -> L.Workload:

@@ -260,6 +260,35 @@ def test_conditions_of_a_two_gpu_host_cover_every_gpu():
     assert cs["b"]["slowdowns"] == ["sw_power_cap"] and cs["b"]["gpu_processes"] == [3, 3]
 
 
+def test_shuffled_prefix_order_breaks_the_round_robin_alignment_of_cycle():
+    """cycle (request j takes prefix j mod N) lines prefix k up with request parity when 2 divides N, so a
+    round-robin router over two replicas sends each prefix to one replica; shuffle uses each prefix as often,
+    in an order no replica count lines up with, and is its own workload hash."""
+    base = dict(input_lens=(16,), class_weights=(1.0,), requests=64, prefix_tokens=8, shared_prefixes=4)
+
+    def parities(w):
+        heads = [tuple(r.prompt[:8]) for r in L.level_requests(w, 16, 0)]
+        seen = {}
+        for j, h in enumerate(heads):
+            seen.setdefault(h, set()).add(j % 2)
+        return heads, seen
+    heads, seen = parities(L.Workload(**base))
+    assert len(seen) == 4 and all(len(p) == 1 for p in seen.values())  # the flaw cycle has
+    shuffled = L.Workload(**base, prefix_order="shuffle")
+    heads, seen = parities(shuffled)
+    assert len(seen) == 4 and all(len(p) == 2 for p in seen.values())
+    assert sorted(heads.count(h) for h in seen) == [16, 16, 16, 16]
+    assert "prefix_order" not in L.Workload(**base).spec() and shuffled.spec()["prefix_order"] == "shuffle"
+    assert shuffled.sha256 != L.Workload(**base).sha256
+    # conversations: the same turns, each after its previous one, in another order within each turn
+    conv = dict(input_lens=(16,), class_weights=(1.0,), output_min=4, output_max=4, requests=8, turns=2,
+                prefix_tokens=8, shared_prefixes=2)
+    plain, mixed = L.level_requests(L.Workload(**conv), 4, 0), L.level_requests(L.Workload(**conv, prefix_order="shuffle"), 4, 0)
+    assert [r.turn for r in mixed] == [r.turn for r in plain]
+    assert sorted((r.conversation, r.turn) for r in mixed) == sorted((r.conversation, r.turn) for r in plain)
+    assert [r.conversation for r in mixed] != [r.conversation for r in plain]
+
+
 def test_shared_prefixes_are_shared_within_a_pass_and_fresh_across_passes():
     w = L.Workload(input_lens=(16, 32), class_weights=(0.5, 0.5), requests=6, prefix_tokens=40, shared_prefixes=3)
     one, two = L.level_requests(w, 2, 0), L.level_requests(w, 2, 1)

@@ -120,6 +120,12 @@ class Workload:
     shared_prefixes: int = field(default=0, metadata={
         "help": "timed requests share this many prefixes of --prefix-tokens each, drawn afresh every pass "
                 "(prefix + the request's own prompt): what a router's cache-aware policy can exploit; 0 = none"})
+    prefix_order: str = field(default="cycle", metadata={"choices": ("cycle", "shuffle"), "help":
+        "which timed request opens with which shared prefix (and, with --turns, the order of conversations in each "
+        "turn): cycle = request j takes prefix j mod N, the order of records before 2026-11-27; a round-robin "
+        "router over a replica count that divides N then sends every prefix to one replica, as cache-aware "
+        "routing would, so cycle understates what routing by cache buys; shuffle = a seeded order, each prefix "
+        "used as often"})
     turns: int = field(default=1, metadata={
         "help": "turns per conversation: turn k resends turn k-1's prompt, a stand-in for its reply (seeded "
                 "tokens, as many as it generated) and a new user prompt, so it shares turn k-1's whole prompt; "
@@ -132,6 +138,8 @@ class Workload:
             del d["shared_prefixes"]
         if d["turns"] == 1:
             del d["turns"]
+        if d["prefix_order"] == "cycle":
+            del d["prefix_order"]
         d.update(token_range=[TOKEN_LO, TOKEN_HI], input_lens=list(self.input_lens),
                  class_weights=list(self.class_weights), draw=DRAW)
         return d
@@ -187,8 +195,11 @@ def level_requests(w: Workload, concurrency: int, repeat: int, warmup: bool = Fa
     # Request j opens with prefix j mod K. Drawn per pass like the prompts, so one pass's prefixes never
     # warm another's: a hit is a reuse within the pass, which is what routing decides.
     prefixes = [_prompt(rng, w.prefix_tokens) for _ in range(w.shared_prefixes)]
-    return [Request(prefixes[j % w.shared_prefixes] + _prompt(rng, w.input_lens[i]), out, names[i])
-            for j, (i, out) in enumerate(shapes)]
+    order = [j % w.shared_prefixes for j in range(len(shapes))]
+    if w.prefix_order == "shuffle":
+        random.Random(f"{w.seed}:{concurrency}:order").shuffle(order)
+    return [Request(prefixes[k] + _prompt(rng, w.input_lens[i]), out, names[i])
+            for k, (i, out) in zip(order, shapes)]
 
 
 def conversations(w: Workload, concurrency: int) -> int:
@@ -218,6 +229,10 @@ def _conversations(w: Workload, shapes: list, rng: random.Random, names: tuple) 
                 prompt = prompt + _prompt(rng, shapes[j * w.turns + t - 1][1])
             prompt = prompt + _prompt(rng, w.input_lens[i])
             turns[t].append(Request(prompt, out, names[i], conversation=j, turn=t))
+    if w.prefix_order == "shuffle":  # conversation j's turns no longer sit j places into every turn's list
+        order = random.Random(f"{w.seed}:{len(shapes)}:order")
+        for t in turns:
+            order.shuffle(t)
     return [r for t in turns for r in t]
 
 
