@@ -210,7 +210,7 @@ def test_kill_when_busy_flags_are_checked_before_anything_starts():
 
 
 @pytest.mark.parametrize("busy_from", [0.7, None])
-def test_the_load_loop_holds_the_kill_until_the_victim_is_busy(monkeypatch, busy_from):
+def test_the_load_loop_holds_the_kill_until_the_victim_is_busy(monkeypatch, busy_from, short_gil_slices):
     """run() against a FAKE OpenAI server as the router, whose per-worker counts are scripted: the victim idle
     until busy_from s (None: idle throughout). Kill after 0.3 s, waiting at most 1 s for a request on it."""
     from types import SimpleNamespace
@@ -229,7 +229,7 @@ def test_the_load_loop_holds_the_kill_until_the_victim_is_busy(monkeypatch, busy
     a = failover.parser().parse_args(["--variant", "tiny", "--concurrency", "2", "--input-lens", "16",
                                       "--class-weights", "1", "--output-min", "4", "--output-max", "8",
                                       "--prefix-tokens", "0", "--warmup-waves", "0", "--kill-after-s", "0.3",
-                                      "--kill-when-busy-s", "1", "--max-load-s", "2.5", "--request-timeout-s", "10"])
+                                      "--kill-when-busy-s", "1", "--max-load-s", "3.5", "--request-timeout-s", "10"])
     _, w, c = failover.checked(a)
     with FakeOpenAIStream(model="tiny", ttft_s=0.01, itl_s=0.01) as fake:
         fleet = SimpleNamespace(host="127.0.0.1", metrics_port=1, url=fake.url, variant=SimpleNamespace(name="tiny"),
@@ -241,17 +241,18 @@ def test_the_load_loop_holds_the_kill_until_the_victim_is_busy(monkeypatch, busy
     p["figures"] = F.summarize(p)
     warnings = F.validity(p)["warnings"]
     if busy_from is not None:
-        assert 0.7 <= p["kill_s"] < 0.9 and abs(p["kill_waited_s"] - (p["kill_s"] - 0.3)) < 0.002
+        # a loaded host can only make the kill later: bounded by the 1 s deadline, not by a tight guess
+        assert 0.7 <= p["kill_s"] < 1.3 and abs(p["kill_waited_s"] - (p["kill_s"] - 0.3)) < 0.002
         assert p["victim"] == {"replica": 0, "url": v_url, "engine_at_kill": 0, "router_at_kill": 2,
                                "in_flight_at_kill": 2, "busy_at_kill": True}
         assert warnings == []
     else:
-        assert 1.3 <= p["kill_s"] < 1.45 and 1.0 <= p["kill_waited_s"] < 1.15
+        assert 1.3 <= p["kill_s"] < 2.3 and p["kill_waited_s"] >= 1.0
         assert p["victim"]["in_flight_at_kill"] == 0 and not p["victim"]["busy_at_kill"]
         assert len(warnings) == 1 and warnings[0].startswith("the kill found the victim idle")
     # The victim read every 0.05 s while the kill waits (every 0.2 s it would be 2-3 reads before 0.9 s or so).
     waiting = [t for t in polls if 0.3 <= t < p["kill_s"]]
-    assert len(waiting) >= (p["kill_s"] - 0.3) / 0.05 * 0.6
+    assert len(waiting) >= (p["kill_s"] - 0.3) / 0.05 * 0.4  # every 0.2 s would give a quarter of it
     assert p["figures"]["requests"] > 0 and p["figures"]["failed"] == 0
 
 
