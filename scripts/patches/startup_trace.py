@@ -33,7 +33,7 @@ TARGETS = (
     # Whether the model takes images: under --language-model-only it still imports the model (text_only.py).
     ("vllm.multimodal.registry", "MultiModalRegistry.supports_multimodal_inputs", "multimodal check", "0.26"),
     ("vllm.config.model", "ModelConfig._supports_multimodal_inputs", "multimodal check", "0.32"),
-    # the renderer deep-copies the tokenizer for its thread pool (issue 32: 4 s of Qwen3.5's API start)
+    # the renderer deep-copies the tokenizer for its thread pool (issue 32: most of a 4.2 s gap in Qwen3.5's traced API start)
     ("vllm.renderers.hf", "HfRenderer.__init__", "renderer"),
     ("vllm.v1.engine.async_llm", "AsyncLLM.__init__", "engine client"),
     ("vllm.v1.engine.core", "EngineCore.__init__", "engine core"),

@@ -3,10 +3,10 @@
 Why: vLLM's HF renderer makes its tokenizer thread-safe by routing every call through a pool of deep copies
 (vllm/tokenizers/hf.py maybe_make_thread_pool), and fills the pool with renderer_num_workers + 1 copies (2 by
 default) before it launches the engine. A deep copy of Qwen3.5's tokenizer (248k tokens, a 33 MB
-tokenizer.json) takes 1.5-2 s on the H100 host and about 4 s on a CI core. In a traced H100 warm start of
+tokenizer.json) rebuilds its whole vocabulary. In a traced H100 warm start of
 qwen3.5-4b-bf16-tuned-dvg-quick, 4.2 s passed between the tokenizer's load and the engine's launch
 (results/qwen3.5-4b-bf16-tuned-dvg-quick/20261127T013127Z-startup.json); py-spy over an earlier start put that
-time in this deepcopy (results/profiles/20261124T034930Z-qwen3.5-4b-awq-seq8-mtp4-startprof.speedscope.json.gz).
+window's time in this deepcopy (results/profiles/20261124T034930Z-qwen3.5-4b-awq-seq8-mtp4-startprof.speedscope.json.gz).
 Meanwhile the API process then waits 20 s or more for the engine to start, with nothing to do.
 
 What changes: the pool is created empty, and the same number of copies is made in a background thread once the
