@@ -247,6 +247,8 @@ def main(argv=None) -> int:
         victim = fleet.replicas[a.kill_replica]
         kept = run(fleet, victim, w, c, a)
         served_again = F.served(victim.url) if victim.alive() else None
+        if kept["kill_s"] is not None and fleet.restarting():
+            say_still_starting(victim, a.max_load_s - kept["kill_s"])
     except KeyboardInterrupt:
         print("interrupted: no record written", file=sys.stderr)
         return 130
@@ -273,6 +275,15 @@ def main(argv=None) -> int:
         print("INVALID run:\n  " + "\n  ".join(errors), file=sys.stderr)
         return 1
     return 0
+
+
+def say_still_starting(victim, waited_s: float) -> None:
+    """The load ended (--max-load-s) while the killed replica's restart was starting: where its start-up
+    stood, from its log, before the fleet stops it (the log file stays; the record keeps only events)."""
+    tail = victim.tail(12)
+    print(f"replica {victim.index}: its restart was still starting when the load ended, {waited_s:.0f} s after the "
+          f"kill (--max-load-s); raise --max-load-s if a start takes that long on this host. Last lines of "
+          f"{victim.log_path}:\n{tail or '(empty)'}", file=sys.stderr, flush=True)
 
 
 def report_text(p: dict) -> str:

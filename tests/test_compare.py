@@ -214,6 +214,7 @@ def test_variance_refuses_records_of_two_machines(tmp_path):
 
 
 @pytest.mark.e2e
+@pytest.mark.slow  # ~40 s of probing on the shared tiny server: `make test` stays under its 10 minutes
 def test_real_tiny_server_as_both_sides_writes_a_record_the_checker_recomputes(tiny_server, tmp_path, monkeypatch):
     """The driver against real vLLM (the shared tiny server as A and B): requests, samples, conditions,
     and a record whose every ratio its samples give back."""

@@ -67,6 +67,20 @@ def test_a_dead_replica_is_restarted_until_its_restarts_run_out(tmp_path):
     assert all(group_members(g) == [] for g in fleet.pgids())
 
 
+def test_a_restart_still_starting_when_the_load_ends_is_said_with_its_log(tmp_path, capsys):
+    """The load ran out (--max-load-s) while the killed replica was starting again: the user is told so, with
+    the restarted replica's last log lines, before the fleet stops it (the record keeps only events)."""
+    from scripts import failover
+    fleet = Fleet(load("tiny"), 2, log_dir=tmp_path, say=lambda s: None)
+    victim = fleet.replicas[1]
+    victim.log_path.write_text("".join(f"line {i}\n" for i in range(30)) + "(EngineCore) loading weights\n")
+    failover.say_still_starting(victim, 294.4)
+    err = capsys.readouterr().err
+    assert err.startswith("replica 1: its restart was still starting when the load ended, 294 s after the kill")
+    assert str(victim.log_path) in err and err.rstrip().endswith("(EngineCore) loading weights")
+    assert "line 18" not in err and "line 19" in err  # the last 12 lines
+
+
 def test_figures_from_kept_data():
     """Times from the load's start; the kill at 10 s; the router marks the victim down at 10.4, last chooses
     it at 10.2, has it back at 31; one request in flight on it failed."""
@@ -273,12 +287,16 @@ def test_failover_on_the_real_tiny_fleet(tmp_path):
     from scripts.kit.record import records
     port = base_port()
     rc = failover.main(["--variant", "tiny", "--set", f"PORT={port}", "--results-dir", str(tmp_path),
-                        "--concurrency", "4", "--kill-after-s", "6", "--after-s", "6", "--max-load-s", "300", "--warmup-waves", "1", "--requests", "4",
+                        "--concurrency", "4", "--kill-after-s", "6", "--after-s", "6", "--max-load-s", "540", "--warmup-waves", "1", "--requests", "4",
                         "--input-lens", "16", "--class-weights", "1", "--output-min", "24", "--output-max", "48",
                         "--prefix-tokens", "0"])
     [(path, rec)] = records("tiny", "failover", tmp_path)  # re-validated against the schema on load
     p, f = rec["payload"], rec["payload"]["figures"]
-    assert rc == 0, p["validity"]
+    # A restart that outlasts the load failed CI once (2026-11-27: not ready 294 s after the kill; 75 s here):
+    # --max-load-s is the ceiling, and a failure shows where the restarted replica's start stood.
+    logs = sorted((tmp_path / "tiny" / "logs").glob("fleet-*-replica0-*.log"))
+    tail = "\n".join(logs[0].read_text(errors="replace").splitlines()[-15:]) if logs else "(no log)"
+    assert rc == 0, f"{p['validity']}\nevents: {p['events']}\nreplica 0's log ends:\n{tail}"
     assert F.mismatches(p) == []
     assert p["victim"]["router_at_kill"] is not None and p["victim"]["engine_at_kill"] is not None
     # The kill waited (default --kill-when-busy-s) for the victim to hold a request: the loss check is not vacuous.

@@ -49,6 +49,7 @@ def distinct_ports(n: int) -> list[int]:
 
 # In `make test` (issue 21), not only `make test-all`: 36 s on a 2-core CI machine (2026-11-25).
 @pytest.mark.e2e
+@pytest.mark.slow  # ~55 s: two replicas started for it alone (`make test` stays under its 10 minutes)
 def test_two_replicas_behind_the_router_survive_a_killed_one(tmp_path):
     if not tiny_ready():
         pytest.fail("tiny weights missing: run `make install` (it fetches them)")
