@@ -67,6 +67,38 @@ def test_a_dead_replica_is_restarted_until_its_restarts_run_out(tmp_path):
     assert all(group_members(g) == [] for g in fleet.pgids())
 
 
+def test_a_restart_that_hangs_is_stopped_at_the_ready_timeout_and_started_again(tmp_path):
+    """A restarted replica that never answers /health within READY_TIMEOUT_S is stopped (its group gone), counted
+    failed, and started again by the next supervise: a hung start costs one restart, not the replica."""
+    ports = set()
+    while len(ports) < 4:
+        ports.add(free_port())
+    router, p0, p1, metrics = ports
+    fleet = Fleet(load("tiny", ["FLEET_MAX_RESTARTS=2", "READY_TIMEOUT_S=2"]), 2, router_port=router,
+                  replica_ports=[p0, p1], metrics_port=metrics, log_dir=tmp_path, say=lambda s: None)
+    for r in fleet.replicas:
+        r.argv = [sys.executable, "-c", HEALTH, str(r.port)]
+        r.start()
+        r.wait_ready()
+    victim = fleet.replicas[0]
+    healthy_argv = victim.argv
+    try:
+        os.killpg(victim.proc.pid, signal.SIGKILL)
+        assert wait_for(lambda: not victim.alive())
+        victim.argv = [sys.executable, "-c", "import time; time.sleep(600)"]  # a start that never gets ready
+        fleet.supervise()
+        assert wait_for(lambda: any(e["event"] == "failed" for e in fleet.events), 30)
+        hung = [e for e in fleet.events if e["event"] == "restarting"][0]
+        assert "not ready after 2 s" in next(e for e in fleet.events if e["event"] == "failed")["error"]
+        victim.argv = healthy_argv
+        assert wait_for(lambda: (fleet.supervise(), any(e["event"] == "ready" for e in fleet.events))[1], 30)
+        assert [e["event"] for e in fleet.events] == ["exited", "restarting", "failed", "exited", "restarting", "ready"]
+        assert fleet.restarts[0] == 2 and victim.alive() and hung["restart"] == 1
+    finally:
+        fleet.stop()
+    assert all(group_members(g) == [] for g in fleet.pgids())
+
+
 def test_a_restart_still_starting_when_the_load_ends_is_said_with_its_log(tmp_path, capsys):
     """The load ran out (--max-load-s) while the killed replica was starting again: the user is told so, with
     the restarted replica's last log lines, before the fleet stops it (the record keeps only events)."""
@@ -286,7 +318,10 @@ def test_failover_on_the_real_tiny_fleet(tmp_path):
     from scripts import failover
     from scripts.kit.record import records
     port = base_port()
-    rc = failover.main(["--variant", "tiny", "--set", f"PORT={port}", "--results-dir", str(tmp_path),
+    # READY_TIMEOUT_S=240 (75 s is a loaded restart here): a start that hangs is stopped and started again by
+    # the supervisor, as on a user's host, within the load's 540 s.
+    rc = failover.main(["--variant", "tiny", "--set", f"PORT={port}", "--set", "READY_TIMEOUT_S=240",
+                        "--results-dir", str(tmp_path),
                         "--concurrency", "4", "--kill-after-s", "6", "--after-s", "6", "--max-load-s", "540", "--warmup-waves", "1", "--requests", "4",
                         "--input-lens", "16", "--class-weights", "1", "--output-min", "24", "--output-max", "48",
                         "--prefix-tokens", "0"])
@@ -302,7 +337,10 @@ def test_failover_on_the_real_tiny_fleet(tmp_path):
     # The kill waited (default --kill-when-busy-s) for the victim to hold a request: the loss check is not vacuous.
     assert p["kill_when_busy_s"] == 10.0 and p["victim"]["busy_at_kill"] and p["validity"]["warnings"] == []
     assert f["lost_only_in_flight"] and f["failed"] <= p["victim"]["in_flight_at_kill"]
-    assert [e["event"] for e in p["events"]] == ["exited", "restarting", "ready"]
+    events = [e["event"] for e in p["events"]]
+    # A start given up at READY_TIMEOUT_S reads failed, exited, restarting before the ready that ends it.
+    assert events[:2] == ["exited", "restarting"] and events[-1] == "ready" and events.count("ready") == 1
+    assert set(events) <= {"exited", "restarting", "failed", "ready"} and "given_up" not in events
     assert p["events"][0]["exit_code"] == -signal.SIGKILL
     assert f["router_marked_down_s"] is not None and f["router_back_s"] is not None
     assert f["windows"]["before"]["requests"] > 0 and f["windows"]["down"]["requests"] > 0
