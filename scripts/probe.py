@@ -488,6 +488,8 @@ def workload(a) -> L.Workload:
     if w.shared_prefixes < 0 or (w.shared_prefixes and not w.prefix_tokens):
         raise KitError(f"--shared-prefixes {w.shared_prefixes} with --prefix-tokens {w.prefix_tokens}: "
                        "need a count >= 0, and prefixes of at least one token")
+    if w.prefix_scope != "pass" and not w.shared_prefixes:
+        raise KitError(f"--prefix-scope {w.prefix_scope} without --shared-prefixes: there are no shared prefixes to keep")
     if w.turns < 1:
         raise KitError(f"--turns {w.turns}: need at least 1 (1 = single requests)")
     if len(w.class_weights) != len(w.input_lens):

@@ -290,6 +290,32 @@ def test_shuffled_prefix_order_breaks_the_round_robin_alignment_of_cycle():
     assert [r.conversation for r in mixed] != [r.conversation for r in plain]
 
 
+def test_level_scoped_prefixes_outlive_the_pass_and_warm_up_while_prompts_stay_fresh():
+    """prefix_scope level: the same prefixes in a level's warm-up and every repeat (system prompts a router meets
+    again), other prefixes at another level, the requests' own prompts still new every pass; its own hash, and
+    --prefix-scope level without shared prefixes is refused."""
+    import argparse
+    from scripts import probe as P
+    from scripts.kit.errors import KitError
+    base = dict(input_lens=(16,), class_weights=(1.0,), requests=8, prefix_tokens=12, shared_prefixes=2)
+    w = L.Workload(**base, prefix_scope="level")
+    heads = lambda reqs: {tuple(r.prompt[:12]) for r in reqs}
+    warm, one, two = L.level_requests(w, 4, 0, warmup=True), L.level_requests(w, 4, 0), L.level_requests(w, 4, 1)
+    assert len(heads(one)) == 2 and heads(warm) == heads(one) == heads(two)
+    assert not heads(L.level_requests(w, 8, 0)) & heads(one)  # another level, other prefixes
+    tails = lambda reqs: {tuple(r.prompt[12:]) for r in reqs}
+    assert not tails(one) & tails(two) and not tails(warm) & tails(one)  # a request's own prompt is never resent
+    assert not heads(L.level_requests(L.Workload(**base), 4, 0)) & heads(L.level_requests(L.Workload(**base), 4, 1))
+    assert w.spec()["prefix_scope"] == "level" and "prefix_scope" not in L.Workload(**base).spec()
+    assert w.sha256 != L.Workload(**base).sha256
+    conv = L.Workload(**dict(base, turns=2), prefix_scope="level")  # conversations open with them too
+    assert heads(L.level_requests(conv, 4, 0)) == heads(L.level_requests(conv, 4, 1))
+    a = argparse.Namespace(**{f.name: f.default for f in L.workload_fields()})
+    a.prefix_scope = "level"
+    with pytest.raises(KitError, match="--prefix-scope level without --shared-prefixes"):
+        P.workload(a)
+
+
 def test_shared_prefixes_are_shared_within_a_pass_and_fresh_across_passes():
     w = L.Workload(input_lens=(16, 32), class_weights=(0.5, 0.5), requests=6, prefix_tokens=40, shared_prefixes=3)
     one, two = L.level_requests(w, 2, 0), L.level_requests(w, 2, 1)

@@ -126,6 +126,13 @@ class Workload:
         "router over a replica count that divides N then sends every prefix to one replica, as cache-aware "
         "routing would, so cycle understates what routing by cache buys; shuffle = a seeded order, each prefix "
         "used as often"})
+    prefix_scope: str = field(default="pass", metadata={"choices": ("pass", "level"), "help":
+        "how long the shared prefixes live: pass = drawn afresh every pass, so a hit is a reuse within the pass "
+        "(records before 2026-11-27); level = drawn once per concurrency level and sent by its warm-up and every "
+        "pass, as system prompts outlive any one pass: the steady state a router meets. Under pass, each pass "
+        "opens with prefixes no replica has seen, and vllm-router's cache_aware sends a request that matches "
+        "nowhere to the least-loaded replica, so all of a pass's prefixes went to whichever replica was idlest "
+        "at its start (the herding of 2026-11-27)"})
     turns: int = field(default=1, metadata={
         "help": "turns per conversation: turn k resends turn k-1's prompt, a stand-in for its reply (seeded "
                 "tokens, as many as it generated) and a new user prompt, so it shares turn k-1's whole prompt; "
@@ -140,6 +147,8 @@ class Workload:
             del d["turns"]
         if d["prefix_order"] == "cycle":
             del d["prefix_order"]
+        if d["prefix_scope"] == "pass":
+            del d["prefix_scope"]
         d.update(token_range=[TOKEN_LO, TOKEN_HI], input_lens=list(self.input_lens),
                  class_weights=list(self.class_weights), draw=DRAW)
         return d
@@ -189,17 +198,24 @@ def level_requests(w: Workload, concurrency: int, repeat: int, warmup: bool = Fa
         shapes.append((i, shape_rng.randint(w.output_min, w.output_max)))
     rng = random.Random(f"{w.seed}:{concurrency}:{f'warmup{repeat}' if warmup else repeat}")
     if w.turns > 1:
-        return _conversations(w, shapes, rng, names)
+        return _conversations(w, shapes, rng, names, concurrency)
     if not w.shared_prefixes:
         return [Request(_prompt(rng, w.input_lens[i]), out, names[i]) for i, out in shapes]
-    # Request j opens with prefix j mod K. Drawn per pass like the prompts, so one pass's prefixes never
-    # warm another's: a hit is a reuse within the pass, which is what routing decides.
-    prefixes = [_prompt(rng, w.prefix_tokens) for _ in range(w.shared_prefixes)]
+    # Request j opens with prefix j mod K. Drawn per pass like the prompts (prefix_scope pass), so one pass's
+    # prefixes never warm another's: a hit is a reuse within the pass; or once per level (level).
+    prefixes = shared_prefixes(w, concurrency, rng)
     order = [j % w.shared_prefixes for j in range(len(shapes))]
     if w.prefix_order == "shuffle":
         random.Random(f"{w.seed}:{concurrency}:order").shuffle(order)
     return [Request(prefixes[k] + _prompt(rng, w.input_lens[i]), out, names[i])
             for k, (i, out) in zip(order, shapes)]
+
+
+def shared_prefixes(w: Workload, concurrency: int, rng: random.Random) -> list:
+    """The pass's shared prefixes: drawn from the pass's own generator (prefix_scope pass), or from one of
+    their own per (seed, level), the same in the level's warm-up waves and every repeat (level)."""
+    src = random.Random(f"{w.seed}:{concurrency}:prefixes") if w.prefix_scope == "level" else rng
+    return [_prompt(src, w.prefix_tokens) for _ in range(w.shared_prefixes)]
 
 
 def conversations(w: Workload, concurrency: int) -> int:
@@ -213,13 +229,13 @@ def level_size(w: Workload, concurrency: int) -> int:
     return conversations(w, concurrency) * w.turns if w.turns > 1 else max(w.requests, concurrency)
 
 
-def _conversations(w: Workload, shapes: list, rng: random.Random, names: tuple) -> list[Request]:
+def _conversations(w: Workload, shapes: list, rng: random.Random, names: tuple, concurrency: int) -> list[Request]:
     """Turn-major: every conversation's turn 0, then every turn 1, ... (the order turns become ready).
     Conversation j's turn t takes shape j * turns + t: its user prompt's class and its output length.
     The reply is a seeded stand-in of the generated length, not the model's tokens: the probe sends
     token ids and never detokenizes, so turn k reuses turn k-1's prompt from the cache, not its output."""
     n = len(shapes) // w.turns
-    prefixes = [_prompt(rng, w.prefix_tokens) for _ in range(w.shared_prefixes)]
+    prefixes = shared_prefixes(w, concurrency, rng)
     turns = [[] for _ in range(w.turns)]
     for j in range(n):
         prompt = list(prefixes[j % w.shared_prefixes]) if w.shared_prefixes else []
