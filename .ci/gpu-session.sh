@@ -303,16 +303,19 @@ case "${1:-}" in
       step python3 -m scripts.bake --variant $Q $W --verify
       step python3 -m scripts.bake --variant $Q $W --set API_TEXT_ONLY=0 --verify
     done ;;
-  textonly2)  # issue 32, next: -quick (API_TEXT_ONLY=1, API_TOKENIZER_POOL_LATE=1) baked alone, its first warm start
-    # writing the plan, then warm starts alternating API_TOKENIZER_POOL_LATE=1/0 three times: the tokenizer copies'
-    # 4 s (trace detail "renderer") on or off the start's path. ~12 min on an H100.
+  textonly2)  # issue 32, next: -quick (API_TEXT_ONLY=1, API_TOKENIZER_POOL_LATE=1, API_LEAN_IMPORTS=1) baked alone, its
+    # first warm start writing the plan, then warm starts alternating API_TOKENIZER_POOL_LATE=1/0 three times: the
+    # tokenizer copies' 4 s (trace detail "renderer") on or off the start's path. Last, one start with
+    # API_LEAN_IMPORTS=0: its trace times transformers' sklearn import (detail "imports"), which the others skip.
+    # ~13 min on an H100.
     Q=qwen3.5-4b-bf16-tuned-dvg-quick; W="--set WEIGHTS=dummy --max-concurrency 8"
     step python3 -m scripts.bake --variant $Q $W || exit 1
     step python3 -m scripts.bake --variant $Q $W --verify
     for i in 1 2 3; do
       step python3 -m scripts.bake --variant $Q $W --verify
       step python3 -m scripts.bake --variant $Q $W --set API_TOKENIZER_POOL_LATE=0 --verify
-    done ;;
+    done
+    step python3 -m scripts.bake --variant $Q $W --set API_LEAN_IMPORTS=0 --verify ;;
   study)
     # Issues 18 and 19, in order of what they need most, each phase's servers started at once:
     # 1. the Qwen3.5 pair (BF16; BF16 + MTP K=4 at the published rates) beside one idle Qwen3 server,

@@ -38,6 +38,9 @@ def test_the_shared_tiny_servers_start_is_traced_phase_by_phase(tiny_server):
     assert {p["role"] for p in tr["processes"]} >= {"api", "engine", "worker"}
     imports = {(i["role"], i["module"]) for i in tr["detail"]["imports"]}
     assert ("engine", "vllm.v1.engine.core") in imports and ("api", "torch") in imports
+    # transformers' optional sklearn import, traced: this server runs without API_LEAN_IMPORTS (scikit-learn is
+    # installed here for lm-eval); tests/test_lean_imports_patch.py starts one with it
+    assert ("api", "sklearn") in imports
     assert tr["detail"]["multimodal check"]["calls"] >= 1  # 0.32's name; 0.26's row is not reported missing here
     assert "cuda_init" not in tr["detail"]  # a CPU host: nothing initializes CUDA
 

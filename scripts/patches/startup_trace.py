@@ -56,8 +56,11 @@ TARGETS = (
     ("vllm.v1.worker.cpu_worker", "CPUWorker.determine_available_memory", "memory profile"),
     ("vllm.v1.worker.cpu_worker", "CPUWorker.compile_or_warm_up_model", "warm-up and graphs"),
 )
+# sklearn: what transformers imports when it is installed and a server never uses (scripts/patches/lean_imports.py),
+# timed so a record shows what the switch takes off the start.
 IMPORTS = (("torch", "import torch"), ("transformers", "import transformers"),
-           ("vllm.entrypoints.openai.api_server", "import API server"), ("vllm.v1.engine.core", "import engine core"))
+           ("vllm.entrypoints.openai.api_server", "import API server"), ("vllm.v1.engine.core", "import engine core"),
+           ("sklearn", "import sklearn"))
 
 _state = {"pid": None, "file": None, "cuda": False}
 
