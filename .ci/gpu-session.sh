@@ -695,10 +695,10 @@ for c in (1, 8, 8, 3, 8):
     L="--requests 64 --output-min 64 --output-max 128"
     # --prefix-order shuffle: in the cycle order of 20261127T0100Z request j took prefix j mod 4, so round robin over
     # two replicas sent each prefix to one replica, as cache_aware would (its 80% hit rate against 86%)
-    # --prefix-scope level: the prefixes live for the whole level (warm-up and every round). Drawn afresh every pass (the
-    # default), each pass opened with prefixes no replica had seen; vllm-router 0.1.17's cache_aware sends a request that
-    # matches nowhere to the least-loaded replica (src/policies/cache_aware.rs select_prepared, in its sdist), so a whole
-    # pass's prefixes went to the replica idlest at its start and its requests followed: the herding of 20261127T0100Z.
+    # --prefix-scope level: the prefixes live for the whole level (warm-up and every round), as system prompts do. Drawn
+    # afresh every pass (the default), each pass opens with prefixes no replica has seen, and vllm-router 0.1.17's
+    # cache_aware sends a request that matches nowhere to the least-loaded replica (src/policies/cache_aware.rs
+    # select_prepared, in its sdist): a suspected cause of the herding of 20261127T0100Z, not reproduced at c=4 on CPU.
     SP="--concurrency 16,64 --shared-prefixes 4 --prefix-tokens 1536 --input-lens 64,256 --class-weights 0.6,0.4 --prefix-order shuffle --prefix-scope level"
     MT="--concurrency 32 --turns 4 --input-lens 128,384 --class-weights 0.5,0.5 --prefix-tokens 0 --prefix-order shuffle"
     PX="--concurrency 32,64 --requests 192 --shared-prefixes 48 --prefix-tokens 2048 --input-lens 64,256 --class-weights 0.6,0.4 --prefix-order shuffle --prefix-scope level"

@@ -131,8 +131,7 @@ class Workload:
         "(records before 2026-11-27); level = drawn once per concurrency level and sent by its warm-up and every "
         "pass, as system prompts outlive any one pass: the steady state a router meets. Under pass, each pass "
         "opens with prefixes no replica has seen, and vllm-router's cache_aware sends a request that matches "
-        "nowhere to the least-loaded replica, so all of a pass's prefixes went to whichever replica was idlest "
-        "at its start (the herding of 2026-11-27)"})
+        "nowhere to the least-loaded replica"})
     turns: int = field(default=1, metadata={
         "help": "turns per conversation: turn k resends turn k-1's prompt, a stand-in for its reply (seeded "
                 "tokens, as many as it generated) and a new user prompt, so it shares turn k-1's whole prompt; "
