@@ -264,6 +264,9 @@ class ServerProcess:
         if self.proc is None:
             self._release_start_lock()
             self._remove_tmp()
+            if self._log:  # opened by a start whose process is gone from our hands (fleet: one that outlived SIGKILL)
+                self._log.close()
+                self._log = None
             return
         # What it prints from here on is the shutdown we asked for; a server that already exited on
         # its own (a crash) still has its last words relayed.
