@@ -371,14 +371,15 @@ def test_failover_on_the_real_tiny_fleet(tmp_path):
     from scripts import failover
     from scripts.kit.record import records
     port = base_port()
-    # READY_TIMEOUT_S=150: a loaded restart takes ~75 s here. On this 2-core host a restarted replica's process
-    # sometimes writes nothing and outlives SIGKILL for minutes (CI 2026-11-27, twice, and here, twice in a row;
-    # cause not found: no kernel hung-task report, the other replica serving throughout). The supervisor then
-    # gives that start up and starts another (tests above, FAKE stuck process). The run is checked either way:
-    # the loss accounting always; the restart's return when it came back, else that the record says it did not.
-    rc = failover.main(["--variant", "tiny", "--set", f"PORT={port}", "--set", "READY_TIMEOUT_S=150",
+    # READY_TIMEOUT_S=300: a loaded restart takes 75-150 s here. On 2026-11-27 a restarted replica's process wrote
+    # nothing and outlived SIGKILL for minutes (CI twice, here twice in a row): it had come up allowed only CPU 1,
+    # which the other replica's worker pins and saturates, and got no CPU (`taskset -p 0x3` started it at once).
+    # ServerProcess now gives a server its parent's whole CPU set (tests/test_procs.py), and the supervisor gives
+    # a stuck start up and starts another (tests above, FAKE stuck process). The run is checked either way: the
+    # loss accounting always; the restart's return when it came back, else that the record says it did not.
+    rc = failover.main(["--variant", "tiny", "--set", f"PORT={port}", "--set", "READY_TIMEOUT_S=300",
                         "--results-dir", str(tmp_path),
-                        "--concurrency", "4", "--kill-after-s", "6", "--after-s", "6", "--max-load-s", "400", "--warmup-waves", "1", "--requests", "4",
+                        "--concurrency", "4", "--kill-after-s", "6", "--after-s", "6", "--max-load-s", "480", "--warmup-waves", "1", "--requests", "4",
                         "--input-lens", "16", "--class-weights", "1", "--output-min", "24", "--output-max", "48",
                         "--prefix-tokens", "0"])
     [(path, rec)] = records("tiny", "failover", tmp_path)  # re-validated against the schema on load

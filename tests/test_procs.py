@@ -297,3 +297,36 @@ def test_an_entry_point_started_in_the_background_still_stops_on_int_and_term(tm
     finally:
         if p.poll() is None:
             p.kill()
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "sched_setaffinity"), reason="Linux CPU affinity")
+def test_a_server_started_from_a_narrowed_thread_gets_every_cpu_of_the_process(tmp_path):
+    """2026-11-27: a fleet replica restarted from the supervisor's thread came up allowed one CPU, the one the other
+    replica's worker saturates, and got no CPU for minutes. A server now starts with its parent's whole CPU set,
+    whatever the starting thread's."""
+    import os
+    import threading
+    every = os.sched_getaffinity(0)
+    if len(every) < 2:
+        pytest.skip("one CPU: nothing to narrow")
+    allowed = {}
+
+    def start_narrowed():
+        os.sched_setaffinity(0, {min(every)})  # this thread only
+        srv.start()
+        status = open(f"/proc/{srv.proc.pid}/status").read()
+        allowed["child"] = status.split("Cpus_allowed_list:")[1].split()[0]
+        allowed["thread"] = os.sched_getaffinity(0)
+
+    srv = standin(tmp_path, delay=0.2)
+    try:
+        t = threading.Thread(target=start_narrowed)
+        t.start()
+        t.join(30)
+        assert allowed["thread"] == {min(every)}  # the narrowing took, on the starting thread
+        srv.wait_ready()
+    finally:
+        srv.stop()
+    lo, hi = min(every), max(every)
+    assert allowed["child"] == (f"{lo}-{hi}" if every == set(range(lo, hi + 1)) else allowed["child"])
+    assert allowed["child"] != str(min(every))

@@ -172,9 +172,10 @@ class Fleet:
         self.events: list[dict] = []
         self._restarting: dict[int, threading.Thread] = {}
         self.given_up: set[int] = set()
-        # Replicas whose restarted process outlived SIGKILL (stuck in the kernel: 2026-11-27, a tiny replica's
-        # restart on a loaded 2-core CI host wrote nothing for 240 s, then ignored SIGKILL): the next supervise
-        # starts another process instead of waiting on that one; `left` keeps those processes for the record.
+        # Replicas whose restarted process outlived SIGKILL (2026-11-27, a tiny replica's restart on a loaded 2-core
+        # host, allowed only the CPU the other replica saturates, got no CPU for minutes: procs._every_cpu now
+        # prevents that cause): the next supervise starts another process instead of waiting on that one; `left`
+        # keeps those processes' pids.
         self._stuck: set[int] = set()
         self.left: list[int] = []
         self._lock = threading.Lock()

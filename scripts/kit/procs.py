@@ -40,6 +40,17 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
+def _every_cpu(pid: int) -> None:
+    """Let a server just started run on every CPU this process may use (its main thread's set), whichever
+    thread started it; vLLM narrows its own threads (VLLM_CPU_OMP_THREADS_BIND). Why: on a 2-core host
+    (2026-11-27), a fleet replica restarted under load came up allowed only the CPU the other replica's worker
+    pins and saturates, and got no CPU for minutes, SIGKILL included; `taskset -p 0x3` on it started it at once."""
+    try:
+        os.sched_setaffinity(pid, os.sched_getaffinity(os.getpid()))
+    except (AttributeError, OSError):  # not Linux, or it has already exited
+        pass
+
+
 def group_members(pgid: int) -> list[int]:
     """PIDs whose process group is pgid (read from /proc; used to prove nothing was left behind)."""
     out = []
@@ -201,6 +212,7 @@ class ServerProcess:
             self._release_start_lock()  # nothing started: nothing to hold the GPU for
             self._remove_tmp()
             raise
+        _every_cpu(self.proc.pid)
         if not self._log:
             import threading
             self._relays = [threading.Thread(target=self._relay, args=(pipe, fd), daemon=True)
