@@ -249,10 +249,15 @@ class Fleet:
         try:
             r.stop()
         except KitError as e:
-            self.left.append(r.proc.pid)
             self.say(f"replica {r.index}: {str(e).splitlines()[0]}")
-            r.proc = None
-            r.stop()
+            self._leave(r)
+
+    def _leave(self, r: ServerProcess) -> None:
+        """Let go of a replica's process that outlived SIGKILL (its pid kept in `left`), then close what its start
+        opened; stopping it again would only wait again."""
+        self.left.append(r.proc.pid)
+        r.proc = None
+        r.stop()
 
     def pgids(self) -> list[int]:
         """The process groups this fleet started (one per process it spawned)."""
@@ -294,10 +299,10 @@ class Fleet:
             t.start()
 
     def _restart(self, r: ServerProcess, stuck: bool = False) -> None:
-        if stuck:  # SIGKILL did not end it: stopping it again would only wait again
-            self.left.append(r.proc.pid)
-            r.proc = None
-        r.stop()  # the dead group's leftovers (its temp folder, any child still up), and its log closed
+        if stuck:
+            self._leave(r)
+        else:
+            r.stop()  # the dead group's leftovers (its temp folder, any child still up), and its log closed
         try:
             if self._stopping:
                 return
