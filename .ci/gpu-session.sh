@@ -54,6 +54,7 @@
 #   bash .ci/gpu-session.sh route      issue 21 on the 2-GPU machine: router cache_aware vs round_robin vs DP=2
 #   bash .ci/gpu-session.sh router WHEEL   install vllm-router (carried as .gpu/whl-router/r0, r1) before any fleet mode
 #   bash .ci/gpu-session.sh fleet31    issue 31 on the 2-GPU machine: the routers on shared prefixes and multi-turn, a replica killed
+#   bash .ci/gpu-session.sh x4         issue 31 on a 4-GPU host: 1 vs 2 vs 4 replicas, and the routers on shared prefixes
 #   bash .ci/gpu-session.sh whinstall DIR   issue 20: make install WHEELHOUSE=DIR HOST_TORCH=yes into /tmp/kit
 #   bash .ci/gpu-session.sh chain MODE ARGS.. ++ MODE ARGS..   modes one after the other (detach NAME chain ...)
 #   bash .ci/gpu-session.sh up NAME PORT KV_BYTES VARIANT [--set K=V ...]
@@ -752,6 +753,41 @@ for c in (1, 8, 8, 3, 8):
     else failed+=("cmp:2 vs 4 (a side is down)"); fi
     bash "$0" down g1 f2 f4
     [ ${#failed[@]} = 0 ] || { echo "dp4: FAILED: ${failed[*]}" >&2; exit 1; } ;;
+  x4)  # issue 31's GPU work left, in one job on a 4-GPU host (kind nvidia-h100-x4, after `router`), Qwen3-4B BF16, all
+    # resident at once, 8 GiB of KV each (~19 GB a server, three a GPU): one GPU (g1, GPU 0); cache_aware fleets of two
+    # (f2, GPUs 0-1) and four (f4, GPUs 0-3); round_robin (rr) and cache_aware balancing at 4 requests (cab) on GPUs 2-3.
+    # Each compare alternates its two sides, so the idle servers sit through every pass alike. In order:
+    # 1 vs 4 GPUs and 2 vs 4 (the prefix-free catalog workload, levels 8,64,256: 8 GiB holds ~58k tokens, ~30 of its
+    # requests, so one replica is KV-bound well under 64 and four under 256); cache_aware (f2) vs round_robin on the
+    # cache-pressure workload (48 prefixes of 2048 tokens, ~98k tokens of prefixes: over one replica's cache, within
+    # two's) and on 4 shared prefixes, both with prefixes that persist for the level; cache_aware at the router's
+    # balance defaults vs at 4. The replica-kill run is not repeated (20261127T0100Z). Cold starts ~5 min, then ~12.
+    export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 VLLM_FLASHINFER_ALLREDUCE_BACKEND=trtllm
+    kv=8589934592; V=qwen3-4b-bf16; u() { for p in "$@"; do echo "http://127.0.0.1:$p"; done; }; failed=()
+    m() { echo "--set SERVE_KV_CACHE_MEMORY_BYTES=$kv --set SERVE_GPU_MEMORY_UTILIZATION=0.2"; }
+    ma() { for x in $(u "$@"); do echo --metrics-url-a $x; done; }; mb() { for x in $(u "$@"); do echo --metrics-url-b $x; done; }
+    # cmp2 PORT_A PORT_B "SET_A.." "SET_B.." "METRICS.." WORKLOAD..: one compare if both sides answer, else named as failed
+    cmp2() { local a=$1 b=$2 sa=$3 sb=$4 mx=$5; shift 5
+      if bash "$0" ready 5 $a $b; then bash "$0" cmp $a $b $V $V $(m) $sa $sb $mx "$@" || failed+=("cmp:$a vs $b")
+      else failed+=("cmp:$a vs $b (a side is down)"); fi; }
+    L="--requests 64 --output-min 64 --output-max 128"
+    DP="--concurrency 8,64,256"
+    SP="--concurrency 16,64 --shared-prefixes 4 --prefix-tokens 1536 --input-lens 64,256 --class-weights 0.6,0.4 --prefix-order shuffle --prefix-scope level"
+    PX="--concurrency 32,64 --requests 192 --shared-prefixes 48 --prefix-tokens 2048 --input-lens 64,256 --class-weights 0.6,0.4 --prefix-order shuffle --prefix-scope level"
+    CUDA_VISIBLE_DEVICES=0 bash "$0" up g1 8120 $kv $V
+    CUDA_VISIBLE_DEVICES=0,1 bash "$0" fleetup f2 8130 $kv $V --set FLEET_REPLICAS=2
+    CUDA_VISIBLE_DEVICES=0,1,2,3 bash "$0" fleetup f4 8140 $kv $V --set FLEET_REPLICAS=4
+    CUDA_VISIBLE_DEVICES=2,3 bash "$0" fleetup rr 8170 $kv $V --set FLEET_REPLICAS=2 --set FLEET_POLICY=round_robin
+    CUDA_VISIBLE_DEVICES=2,3 bash "$0" fleetup cab 8160 $kv $V --set FLEET_REPLICAS=2 --set FLEET_BALANCE_ABS_THRESHOLD=4
+    end=$((SECONDS + 900)); for p in 8120 8130 8140 8170 8160; do bash "$0" ready $((end > SECONDS ? end - SECONDS : 1)) $p || failed+=("ready:$p"); done
+    nvidia-smi
+    cmp2 8120 8140 "" "--set-b FLEET_REPLICAS=4" "$(mb 8141 8142 8143 8144)" $L $DP
+    cmp2 8130 8170 "--set-a FLEET_REPLICAS=2" "--set-b FLEET_REPLICAS=2 --set-b FLEET_POLICY=round_robin" "$(ma 8131 8132) $(mb 8171 8172)" $L $PX
+    cmp2 8130 8140 "--set-a FLEET_REPLICAS=2" "--set-b FLEET_REPLICAS=4" "$(ma 8131 8132) $(mb 8141 8142 8143 8144)" $L $DP
+    cmp2 8130 8170 "--set-a FLEET_REPLICAS=2" "--set-b FLEET_REPLICAS=2 --set-b FLEET_POLICY=round_robin" "$(ma 8131 8132) $(mb 8171 8172)" $L $SP
+    cmp2 8130 8160 "--set-a FLEET_REPLICAS=2" "--set-b FLEET_REPLICAS=2 --set-b FLEET_BALANCE_ABS_THRESHOLD=4" "$(ma 8131 8132) $(mb 8161 8162)" $L $SP --concurrency 32
+    bash "$0" down g1 f2 f4 rr cab
+    [ ${#failed[@]} = 0 ] || { echo "x4: FAILED: ${failed[*]}" >&2; exit 1; } ;;
   whinstall)  # DIR: issue 20, the users' offline install on this machine: make install WHEELHOUSE=DIR on
     # the machine's own torch (HOST_TORCH=yes), into /tmp/kit (the tree detach uses); later modes then run
     # in its .venv (above). DIR: the chunks of `WHEELHOUSE=1 bash .ci/gpu-prepare.sh`, joined and unpacked.
