@@ -308,11 +308,11 @@ case "${1:-}" in
     # first warm start writing the plan, then warm starts alternating API_TOKENIZER_POOL_LATE=1/0 three times: the
     # tokenizer copies' 4 s (trace detail "renderer") on or off the start's path. Last, one start with
     # API_LEAN_IMPORTS=0: its trace times transformers' sklearn import (detail "imports"), which the others skip.
-    # ~13 min on an H100.
+    # ~13 min on an H100. [N]: the alternations (default 3; each ~2 min), to fit what device time is left.
     Q=qwen3.5-4b-bf16-tuned-dvg-quick; W="--set WEIGHTS=dummy --max-concurrency 8"
     step python3 -m scripts.bake --variant $Q $W || exit 1
     step python3 -m scripts.bake --variant $Q $W --verify
-    for i in 1 2 3; do
+    for i in $(seq 1 "${2:-3}"); do
       step python3 -m scripts.bake --variant $Q $W --verify
       step python3 -m scripts.bake --variant $Q $W --set API_TOKENIZER_POOL_LATE=0 --verify
     done
