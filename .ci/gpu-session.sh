@@ -745,7 +745,7 @@ for c in (1, 8, 8, 3, 8):
     nvidia-smi
     f4=$(for x in $(u 8141 8142 8143 8144); do echo --metrics-url-b $x; done)
     if bash "$0" ready 5 8120 8140; then
-      bash "$0" cmp 8120 8140 $V $V $(m) "${X[@]}" --set-b FLEET_REPLICAS=4 $f4 $L || failed+=("cmp:1 vs 4")
+      bash "$0" cmp 8120 8140 $V $V $(m) "${X[@]}" --set-a FLEET_REPLICAS=1 --set-b FLEET_REPLICAS=4 $f4 $L || failed+=("cmp:1 vs 4")
     else failed+=("cmp:1 vs 4 (a side is down)"); fi
     if bash "$0" ready 5 8130 8140; then
       bash "$0" cmp 8130 8140 $V $V $(m) "${X[@]}" --set-a FLEET_REPLICAS=2 --set-b FLEET_REPLICAS=4 \
@@ -761,7 +761,8 @@ for c in (1, 8, 8, 3, 8):
     # requests, so one replica is KV-bound well under 64 and four under 256); cache_aware (f2) vs round_robin on the
     # cache-pressure workload (48 prefixes of 2048 tokens, ~98k tokens of prefixes: over one replica's cache, within
     # two's) and on 4 shared prefixes, both with prefixes that persist for the level; cache_aware at the router's
-    # balance defaults vs at 4. The replica-kill run is not repeated (20261127T0100Z). Cold starts ~5 min, then ~12.
+    # balance defaults vs at 4. Cold starts ~5 min, then ~12 (20261127T0757Z: 08:00-08:14). Not here: the replica-kill
+    # run. 20261127T0100Z's killed an idle victim, so a kill of a busy one is still to run (fleet31's last step).
     export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 VLLM_FLASHINFER_ALLREDUCE_BACKEND=trtllm
     kv=8589934592; V=qwen3-4b-bf16; u() { for p in "$@"; do echo "http://127.0.0.1:$p"; done; }; failed=()
     m() { echo "--set SERVE_KV_CACHE_MEMORY_BYTES=$kv --set SERVE_GPU_MEMORY_UTILIZATION=0.2"; }
@@ -774,6 +775,7 @@ for c in (1, 8, 8, 3, 8):
     DP="--concurrency 8,64,256"
     SP="--concurrency 16,64 --shared-prefixes 4 --prefix-tokens 1536 --input-lens 64,256 --class-weights 0.6,0.4 --prefix-order shuffle --prefix-scope level"
     PX="--concurrency 32,64 --requests 192 --shared-prefixes 48 --prefix-tokens 2048 --input-lens 64,256 --class-weights 0.6,0.4 --prefix-order shuffle --prefix-scope level"
+    # --set-a FLEET_REPLICAS=1 below: the lone server's record says one server (20261127T0757Z's said the default, 2)
     CUDA_VISIBLE_DEVICES=0 bash "$0" up g1 8120 $kv $V
     CUDA_VISIBLE_DEVICES=0,1 bash "$0" fleetup f2 8130 $kv $V --set FLEET_REPLICAS=2
     CUDA_VISIBLE_DEVICES=0,1,2,3 bash "$0" fleetup f4 8140 $kv $V --set FLEET_REPLICAS=4
@@ -781,7 +783,7 @@ for c in (1, 8, 8, 3, 8):
     CUDA_VISIBLE_DEVICES=2,3 bash "$0" fleetup cab 8160 $kv $V --set FLEET_REPLICAS=2 --set FLEET_BALANCE_ABS_THRESHOLD=4
     end=$((SECONDS + 900)); for p in 8120 8130 8140 8170 8160; do bash "$0" ready $((end > SECONDS ? end - SECONDS : 1)) $p || failed+=("ready:$p"); done
     nvidia-smi
-    cmp2 8120 8140 "" "--set-b FLEET_REPLICAS=4" "$(mb 8141 8142 8143 8144)" $L $DP
+    cmp2 8120 8140 "--set-a FLEET_REPLICAS=1" "--set-b FLEET_REPLICAS=4" "$(mb 8141 8142 8143 8144)" $L $DP
     cmp2 8130 8170 "--set-a FLEET_REPLICAS=2" "--set-b FLEET_REPLICAS=2 --set-b FLEET_POLICY=round_robin" "$(ma 8131 8132) $(mb 8171 8172)" $L $PX
     cmp2 8130 8140 "--set-a FLEET_REPLICAS=2" "--set-b FLEET_REPLICAS=4" "$(ma 8131 8132) $(mb 8141 8142 8143 8144)" $L $DP
     cmp2 8130 8170 "--set-a FLEET_REPLICAS=2" "--set-b FLEET_REPLICAS=2 --set-b FLEET_POLICY=round_robin" "$(ma 8131 8132) $(mb 8171 8172)" $L $SP

@@ -365,10 +365,13 @@ def test_fake_b_that_holds_one_request_at_a_time_is_flagged_as_timing_its_queue(
     """FAKE servers: B holds one completion at a time (capacity=1: a full KV cache), so at c=2 one request
     always waits. The passes record the polled gauges; the record says the level timed the queue, at c=2 only.
     Both sides here are fakes so that A has no gauges and B a known queue in one run; real vLLM holding one
-    sequence at c=2 is tests/test_probe_e2e.py's own-server test."""
+    sequence at c=2 is tests/test_probe_e2e.py's own-server test.
+    Six requests a pass, not three: every c=2 pass must show the queue. With three of ~0.1 s it lasted ~0.2 s, two
+    or three polls 0.1 s apart, and on a runner loaded by a slow test's fleet they once all came late; with six it
+    lasts ~0.5 s."""
     with FakeOpenAIStream("tiny", ttft_s=0.02, itl_s=0.01) as a, \
             FakeOpenAIStream("tiny", ttft_s=0.02, itl_s=0.01, capacity=1) as b:
-        assert run_compare(a, b, tmp_path) == 0
+        assert run_compare(a, b, tmp_path, extra=("--requests", "6")) == 0
     p = only(tmp_path)["payload"]
     qa = [x["server_queue"] for x in p["passes"] if x["side"] == "a"]
     qb = {c: [x["server_queue"] for x in p["passes"] if x["side"] == "b" and x["concurrency"] == c] for c in (1, 2)}

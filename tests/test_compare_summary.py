@@ -204,7 +204,7 @@ def test_one_variant_with_a_change_on_b_is_named_by_the_change_not_as_itself():
                                             "PORT": 9999}
     r = C.row(AA, t)
     assert not r["same_variant"] and r["b_change"] == {"SPEC_DRAFT_VOCAB": 32768}
-    assert C.pair_text(r) == "`qwen3-4b-bf16` → with `SPEC_DRAFT_VOCAB=32768`"
+    assert C.pair_text(r) == "`qwen3-4b-bf16` → with `SPEC_DRAFT_VOCAB=32768` (A: `SPEC_DRAFT_VOCAB` not set)"
     assert C.row(AA, rec(AA))["same_variant"]  # a port apart is still the same server config
 
 

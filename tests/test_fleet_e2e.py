@@ -268,7 +268,7 @@ def test_two_router_policies_compared_on_shared_prefixes(tmp_path):
     (path, rec), = records("tiny", "comparison", tmp_path / "results")
     row = S.row(str(path), rec)
     assert row["b_change"] == {"FLEET_POLICY": "round_robin"} and not row["same_variant"]
-    assert S.pair_text(row) == "`tiny` → with `FLEET_POLICY=round_robin`"
+    assert S.pair_text(row) == "`tiny` → with `FLEET_POLICY=round_robin` (A: `FLEET_POLICY=cache_aware`)"
     pay = rec["payload"]
     assert [u.rsplit(":", 1)[1] for u in pay["sides"]["b"]["metrics_urls"]] == [str(p) for p in ports[5:7]]
     hits = {r["side"]: r for r in pay["prefix_cache"]}

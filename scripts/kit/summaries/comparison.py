@@ -82,7 +82,7 @@ def row(path: str, rec: dict) -> dict:
     delta = {k: v for k, v in sorted((b.get("config") or {}).items())
              if k not in ("PORT", "HOST") and (a.get("config") or {}).get(k) != v} if a["variant"] == b["variant"] else {}
     return {"record": path, "a": a["variant"], "b": b["variant"], "same_variant": a["variant"] == b["variant"] and not delta,
-            "b_change": delta,
+            "b_change": delta, "a_values": {k: (a.get("config") or {}).get(k) for k in delta},
             "device": dev["name"] + (f" x{dev['count']}" if (dev.get("count") or 1) > 1 else ""),
             "device_kind": dev.get("kind"), "weights": rec["provenance"].get("weights"),
             "utc": rec["provenance"]["utc"], "rounds": p["rounds"],
@@ -146,7 +146,12 @@ def pair_text(r: dict) -> str:
     if r["same_variant"]:
         return f"`{r['a']}` → itself"
     if r.get("b_change"):
-        return f"`{r['a']}` → with " + ", ".join(f"`{k}={v}`" for k, v in r["b_change"].items())
+        # A's own values too: a lever's row reads "A at 2, B at 4", and a corrected side (a lone server's
+        # FLEET_REPLICAS=1) is told apart from the default it was recorded with.
+        was = r.get("a_values") or {}
+        return (f"`{r['a']}` → with " + ", ".join(f"`{k}={v}`" for k, v in r["b_change"].items())
+                + " (A: " + ", ".join(f"`{k}` not set" if was.get(k) is None else f"`{k}={was[k]}`"
+                                      for k in r["b_change"]) + ")")
     return f"`{r['a']}` → `{r['b']}`"
 
 
