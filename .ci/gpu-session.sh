@@ -55,6 +55,7 @@
 #   bash .ci/gpu-session.sh router WHEEL   install vllm-router (carried as .gpu/whl-router/r0, r1) before any fleet mode
 #   bash .ci/gpu-session.sh fleet31    issue 31 on the 2-GPU machine: the routers on shared prefixes and multi-turn, a replica killed
 #   bash .ci/gpu-session.sh x4         issue 31 on a 4-GPU host: 1 vs 2 vs 4 replicas, and the routers on shared prefixes
+#   bash .ci/gpu-session.sh x4b        issue 31's rest on a 4-GPU host: Qwen3.5 1 vs 4, longer shared prompts, a busy replica killed
 #   bash .ci/gpu-session.sh whinstall DIR   issue 20: make install WHEELHOUSE=DIR HOST_TORCH=yes into /tmp/kit
 #   bash .ci/gpu-session.sh chain MODE ARGS.. ++ MODE ARGS..   modes one after the other (detach NAME chain ...)
 #   bash .ci/gpu-session.sh up NAME PORT KV_BYTES VARIANT [--set K=V ...]
@@ -790,6 +791,42 @@ for c in (1, 8, 8, 3, 8):
     cmp2 8130 8160 "--set-a FLEET_REPLICAS=2" "--set-b FLEET_REPLICAS=2 --set-b FLEET_BALANCE_ABS_THRESHOLD=4" "$(ma 8131 8132) $(mb 8161 8162)" $L $SP --concurrency 32
     bash "$0" down g1 f2 f4 rr cab
     [ ${#failed[@]} = 0 ] || { echo "x4: FAILED: ${failed[*]}" >&2; exit 1; } ;;
+  x4b)  # what issue 31 still lacks after 20261127T0757Z, in one job on a 4-GPU host (after `router`), ~17 min:
+    # 1. the best Qwen3.5 variant (-dvg at the published rates, 256 sequences) on one GPU against four replicas, as x4
+    #    did for Qwen3-4B; 2. Qwen3-4B cache_aware vs round_robin with longer shared prompts, 16 of 6144 tokens (~98k
+    #    tokens: over one replica's 8 GiB, within two), so a hit saves a longer prefill (x4's 2048-token prompts gave
+    #    ~1.3x TTFT p50, short of the 2x target); 3. once all are down, make failover of a fresh cache_aware fleet on
+    #    GPUs 0-1 that waits for the victim to hold a request (--kill-when-busy-s, default 10 s): 20261127T0100Z's
+    #    victim was idle at the kill, so no run has yet lost a replica holding requests.
+    # Resident at once: GPU 0 holds the lone Qwen3.5 server, replica 0 of its four and replica 0 of the cache_aware pair
+    # (~62 GB); GPU 1 the second replicas; GPUs 2-3 the rest of the four and the round-robin pair.
+    export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 VLLM_FLASHINFER_ALLREDUCE_BACKEND=trtllm
+    kv=8589934592; u() { for p in "$@"; do echo "http://127.0.0.1:$p"; done; }; failed=()
+    m() { echo "--set SERVE_KV_CACHE_MEMORY_BYTES=$kv --set SERVE_GPU_MEMORY_UTILIZATION=0.2"; }
+    mb() { for x in $(u "$@"); do echo --metrics-url-b $x; done; }; ma() { for x in $(u "$@"); do echo --metrics-url-a $x; done; }
+    V3=qwen3-4b-bf16; V35=qwen3.5-4b-bf16-tuned-dvg
+    X35=(--set SPEC_ACCEPTANCE=0.98,0.82,0.70,0.54 --set SERVE_MAX_NUM_SEQS=256)
+    L="--requests 64 --output-min 64 --output-max 128"
+    LP="--concurrency 16,32,64 --requests 128 --shared-prefixes 16 --prefix-tokens 6144 --input-lens 64,256 --class-weights 0.6,0.4 --prefix-order shuffle --prefix-scope level"
+    SP="--concurrency 32 --shared-prefixes 4 --prefix-tokens 1536 --input-lens 64,256 --class-weights 0.6,0.4 --prefix-order shuffle --prefix-scope level"
+    CUDA_VISIBLE_DEVICES=0 bash "$0" up q1 8220 $kv $V35 "${X35[@]}"
+    CUDA_VISIBLE_DEVICES=0,1,2,3 bash "$0" fleetup q4 8240 $kv $V35 --set FLEET_REPLICAS=4 "${X35[@]}"
+    CUDA_VISIBLE_DEVICES=0,1 bash "$0" fleetup ca 8130 $kv $V3 --set FLEET_REPLICAS=2
+    CUDA_VISIBLE_DEVICES=2,3 bash "$0" fleetup rr 8170 $kv $V3 --set FLEET_REPLICAS=2 --set FLEET_POLICY=round_robin
+    end=$((SECONDS + 900)); for p in 8220 8240 8130 8170; do bash "$0" ready $((end > SECONDS ? end - SECONDS : 1)) $p || failed+=("ready:$p"); done
+    nvidia-smi
+    if bash "$0" ready 5 8220 8240; then
+      bash "$0" cmp 8220 8240 $V35 $V35 $(m) "${X35[@]}" --set-a FLEET_REPLICAS=1 --set-b FLEET_REPLICAS=4 $(mb 8241 8242 8243 8244) \
+        $L --concurrency 8,64,256 || failed+=("cmp:q35 1 vs 4")
+    else failed+=("cmp:q35 1 vs 4 (a side is down)"); fi
+    if bash "$0" ready 5 8130 8170; then
+      bash "$0" cmp 8130 8170 $V3 $V3 $(m) --set-a FLEET_REPLICAS=2 --set-b FLEET_REPLICAS=2 --set-b FLEET_POLICY=round_robin \
+        $(ma 8131 8132) $(mb 8171 8172) $L $LP || failed+=("cmp:long prefixes")
+    else failed+=("cmp:long prefixes (a side is down)"); fi
+    bash "$0" down q1 q4 ca rr
+    CUDA_VISIBLE_DEVICES=0,1 step timeout -s INT -k 120 600 python3 -m scripts.failover --variant $V3 --set WEIGHTS=dummy --set PORT=8150 $(m) \
+      --kill-after-s 30 --after-s 30 --max-load-s 480 $L $SP || failed+=(failover)
+    [ ${#failed[@]} = 0 ] || { echo "x4b: FAILED: ${failed[*]}" >&2; exit 1; } ;;
   whinstall)  # DIR: issue 20, the users' offline install on this machine: make install WHEELHOUSE=DIR on
     # the machine's own torch (HOST_TORCH=yes), into /tmp/kit (the tree detach uses); later modes then run
     # in its .venv (above). DIR: the chunks of `WHEELHOUSE=1 bash .ci/gpu-prepare.sh`, joined and unpacked.
