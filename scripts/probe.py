@@ -381,6 +381,8 @@ def validity(payload: dict, v, gpu_name: str | None, repeats: int) -> dict:
     warnings += L.preemption_warnings(payload["levels"])
     warnings += [w for lv in payload["levels"]
                  if (w := L.queue_warning(f"concurrency {lv['concurrency']}", lv["concurrency"], lv.get("server_queue") or []))]
+    warnings += [w for lv in payload["levels"]
+                 if (w := L.herd_warning(f"concurrency {lv['concurrency']}", lv.get("server_queue") or []))]
     warnings += L.condition_warnings(payload["levels"])
     if payload["prefix_run"] and payload["prefix_run"]["failed"]:
         errors.append(f"prefix-cache run: {payload['prefix_run']['failed']} requests failed")

@@ -383,6 +383,40 @@ def test_fake_b_that_holds_one_request_at_a_time_is_flagged_as_timing_its_queue(
     assert "KV cache was 100% full" in warned[0] and "SERVE_KV_CACHE_MEMORY_BYTES" in warned[0]
 
 
+def test_fake_fleet_whose_router_keeps_one_replica_busy_is_flagged_as_herding(tmp_path):
+    """FAKE servers: B's URL serves every request itself while its second metrics URL, another replica, idles, as
+    a router that herds would. The passes keep each replica's most requests running, and at c=2 the record warns
+    that one replica ran them all; at c=1 no poll has two running, so nothing is said."""
+    with FakeOpenAIStream("tiny", ttft_s=0.02, itl_s=0.01) as a, \
+            FakeOpenAIStream("tiny", ttft_s=0.02, itl_s=0.01, capacity=8) as b, \
+            FakeOpenAIStream("tiny", capacity=8) as idle:
+        assert run_compare(a, b, tmp_path, extra=("--requests", "6", "--metrics-url-b", b.url,
+                                                  "--metrics-url-b", idle.url)) == 0
+    p = only(tmp_path)["payload"]
+    qb = {c: [x["server_queue"] for x in p["passes"] if x["side"] == "b" and x["concurrency"] == c] for c in (1, 2)}
+    assert all(q["replica_running_max"] == [1, 0] and q["one_replica_share"] is None for q in qb[1])
+    assert all(q["replica_running_max"] == [2, 0] and q["one_replica_share"] == 1.0 for q in qb[2])
+    herd = [w for w in p["validity"]["warnings"] if "herded" in w]
+    assert len(herd) == 1 and herd[0].startswith("side b c=2: one replica ran every request in flight in up to 100%")
+    assert all("replica_running_max" not in (x["server_queue"] or {}) for x in p["passes"] if x["side"] == "a")
+
+
+def test_herding_summary_and_warning_by_hand():
+    polls = [L.add_gauges([{"running": r0, "waiting": 0, "kv_usage": 0.1}, {"running": r1, "waiting": 0, "kv_usage": 0.2}])
+             for r0, r1 in ((0, 0), (3, 0), (0, 4), (2, 2), (1, 0))]
+    assert polls[1] == {"running": 3, "waiting": 0, "kv_usage": 0.2, "replicas": [3, 0]}
+    q = L.queue_summary(polls)
+    # busy polls (2+ running): (3,0), (0,4), (2,2); one replica ran them all in two of the three
+    assert q["replica_running_max"] == [3, 4] and q["one_replica_share"] == 0.667
+    assert L.herd_warning("side a c=4", [q, None]).startswith(
+        "side a c=4: one replica ran every request in flight in up to 67% of the polls with two or more running "
+        "(1 of 1 passes)")
+    assert L.herd_warning("x", [dict(q, one_replica_share=0.4)]) is None  # spread most of the time: no warning
+    one = L.queue_summary([L.add_gauges([{"running": 2, "waiting": 0, "kv_usage": 0.1}])])
+    assert "replicas" not in L.add_gauges([{"running": 2, "waiting": 0, "kv_usage": 0.1}])
+    assert "one_replica_share" not in one and L.herd_warning("x", [one]) is None  # one server: nothing to say
+
+
 def test_queue_summary_and_warning_by_hand():
     polls = [{"running": 0, "waiting": 0, "kv_usage": 0.1}, {"running": 18, "waiting": 14, "kv_usage": 0.99},
              {"running": 18, "waiting": 3, "kv_usage": 0.97}, {"running": 9, "waiting": 0, "kv_usage": 0.5}]

@@ -185,14 +185,13 @@ def warnings(payload: dict, own_processes: int) -> list[str]:
 
 
 def queue_warnings(payload: dict) -> list[str]:
-    """Per side and level, a server that held fewer requests than were in flight (latency.queue_warning)."""
+    """Per side and level, a server that held fewer requests than were in flight (latency.queue_warning), and a
+    fleet whose router kept one replica busy and the others idle (latency.herd_warning)."""
     out = []
     for s in "ab":
         for c in sorted({p["concurrency"] for p in payload["passes"]}):
-            w = L.queue_warning(f"side {s} c={c}", c, [p.get("server_queue") for p in payload["passes"]
-                                                      if p["side"] == s and p["concurrency"] == c])
-            if w:
-                out.append(w)
+            qs = [p.get("server_queue") for p in payload["passes"] if p["side"] == s and p["concurrency"] == c]
+            out += [w for w in (L.queue_warning(f"side {s} c={c}", c, qs), L.herd_warning(f"side {s} c={c}", qs)) if w]
     return out
 
 

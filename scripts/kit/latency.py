@@ -625,10 +625,14 @@ def parse_gauges(text: str) -> dict:
 
 
 def add_gauges(polls: list[dict]) -> dict:
-    """One poll of several servers (a router's replicas): counts summed, KV usage the fullest's."""
+    """One poll of several servers (a router's replicas): counts summed, KV usage the fullest's, and with two
+    or more, each one's running count in order (`replicas`): where the router put the requests in flight."""
     kv = [p["kv_usage"] for p in polls if p["kv_usage"] is not None]
-    return {"running": sum(p["running"] for p in polls), "waiting": sum(p["waiting"] for p in polls),
-            "kv_usage": max(kv) if kv else None}
+    out = {"running": sum(p["running"] for p in polls), "waiting": sum(p["waiting"] for p in polls),
+           "kv_usage": max(kv) if kv else None}
+    if len(polls) > 1:
+        out["replicas"] = [p["running"] for p in polls]
+    return out
 
 
 def queue_summary(polls: list[dict]) -> dict | None:
@@ -637,10 +641,34 @@ def queue_summary(polls: list[dict]) -> dict | None:
     if not polls:
         return None
     kv = [p["kv_usage"] for p in polls if p["kv_usage"] is not None]
-    return {"polls": len(polls), "running_max": int(max(p["running"] for p in polls)),
-            "waiting_max": int(max(p["waiting"] for p in polls)),
-            "waiting_share": round(sum(1 for p in polls if p["waiting"] > 0) / len(polls), 3),
-            "kv_usage_max": round(max(kv), 4) if kv else None}
+    out = {"polls": len(polls), "running_max": int(max(p["running"] for p in polls)),
+           "waiting_max": int(max(p["waiting"] for p in polls)),
+           "waiting_share": round(sum(1 for p in polls if p["waiting"] > 0) / len(polls), 3),
+           "kv_usage_max": round(max(kv), 4) if kv else None}
+    per = [p["replicas"] for p in polls if p.get("replicas")]
+    if per and len(per) == len(polls) and len({len(r) for r in per}) == 1:
+        out["replica_running_max"] = [int(max(r[i] for r in per)) for i in range(len(per[0]))]
+        # Herding: polls with 2+ requests running in which one replica ran them all. vllm-router's cache_aware
+        # balances only past its thresholds (docs/scale-out.md), so a fleet below them can serve from one replica.
+        busy = [r for r in per if sum(r) >= 2]
+        out["one_replica_share"] = round(sum(1 for r in busy if max(r) == sum(r)) / len(busy), 3) if busy else None
+    return out
+
+
+HERD_SHARE = 0.5  # one replica ran every request in flight in at least this share of the busy polls
+
+
+def herd_warning(where: str, summaries: list) -> str | None:
+    """A fleet level where one replica ran every request in flight in most polls with two or more running:
+    the other replicas idled, so the level timed one replica, not the fleet."""
+    qs = [q for q in summaries if q and q.get("one_replica_share") is not None]
+    herded = [q for q in qs if q["one_replica_share"] >= HERD_SHARE]
+    if not herded:
+        return None
+    worst = max(q["one_replica_share"] for q in herded)
+    return (f"{where}: one replica ran every request in flight in up to {worst:.0%} of the polls with two or more "
+            f"running ({len(herded)} of {len(qs)} passes): the router herded, so the level timed one replica "
+            f"more than the fleet (balance thresholds: FLEET_BALANCE_ABS_THRESHOLD, docs/scale-out.md)")
 
 
 KV_FULL = 0.9  # vLLM admits a request only where its blocks fit; past this, the cache is what holds them back
