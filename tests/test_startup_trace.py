@@ -136,6 +136,20 @@ def test_the_first_cuda_init_is_one_event_naming_its_caller_fake_torch_cuda(tmp_
     assert inits[0]["by"][0].endswith(f"test_startup_trace.py:{get_device_name.__code__.co_firstlineno + 1}")
 
 
+def test_the_reduction_keeps_the_tokenizer_and_its_renderer_apart(tmp_path):
+    """API_TOKENIZER_POOL_LATE moves the renderer's tokenizer copies off the start's path: the detail must time the
+    renderer on its own, not only inside the phase before the engine's launch (as the 0815Z records did)."""
+    (tmp_path / "1.jsonl").write_text("\n".join(json.dumps(e) for e in [
+        {"ph": "P", "t": 1000.0, "t_site": 1000.1, "argv": ["-m"]},
+        {"ph": "B", "t": 1001.0, "ev": "tokenizer", "fn": "cached_tokenizer_from_config"},
+        {"ph": "E", "t": 1004.5, "ev": "tokenizer", "fn": "cached_tokenizer_from_config"},
+        {"ph": "B", "t": 1004.5, "ev": "renderer", "fn": "HfRenderer.__init__"},
+        {"ph": "E", "t": 1008.75, "ev": "renderer", "fn": "HfRenderer.__init__"}]) + "\n")
+    tr = startup.reduce(tmp_path, 1000.0, 1010.0, None)
+    assert tr["detail"]["tokenizer"] == {"s": 3.5, "calls": 1}
+    assert tr["detail"]["renderer"] == {"s": 4.25, "calls": 1}
+
+
 def test_the_reduction_says_when_the_api_process_initialized_cuda(tmp_path):
     (tmp_path / "1.jsonl").write_text("\n".join(json.dumps(e) for e in [
         {"ph": "P", "t": 1000.0, "t_site": 1000.1, "argv": ["-m"]},

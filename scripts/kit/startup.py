@@ -36,8 +36,10 @@ CHECKPOINTS = (
     ("API: until ready", "@ready", None, None, None),
     ("first request", "@first", None, None, None),
 )
-DETAIL = ("model config", "draft config", "HF config", "model class inspection", "tokenizer", "multimodal check",
-          "multimodal processor",
+# "renderer": the tokenizer pool's copies (API_TOKENIZER_POOL_LATE moves them), traced since 2026-11-27 but in the
+# detail only since 10:00 that day: the records of session 20261127T0815Z have it in their raw events alone.
+DETAIL = ("model config", "draft config", "HF config", "model class inspection", "tokenizer", "renderer",
+          "multimodal check", "multimodal processor",
           "engine client", "torch.compile",
           "profile run", "CUDA graph capture", "kernel warm-up")
 
