@@ -274,3 +274,8 @@ def test_two_router_policies_compared_on_shared_prefixes(tmp_path):
     hits = {r["side"]: r for r in pay["prefix_cache"]}
     assert hits["a"]["queries_tokens"] >= 5 * 9 * 336 and hits["b"]["queries_tokens"] >= 5 * 9 * 336, hits
     assert hits["a"]["hits_tokens"] > hits["b"]["hits_tokens"], hits
+    # Where the router put them, from the real replicas' gauges: one count per replica, and round robin at c=3
+    # over two replicas keeps both busy in some poll of each pass.
+    qb = [x["server_queue"] for x in pay["passes"] if x["side"] == "b"]
+    assert all(q and len(q["replica_running_max"]) == 2 and "one_replica_share" in q for q in qb), qb
+    assert all(min(q["replica_running_max"]) >= 1 for q in qb), qb
