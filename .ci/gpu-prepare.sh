@@ -10,7 +10,8 @@
 #                       --target /tmp/quant, put before /tmp/site only for `scripts.quantize`)
 #   whl-prof/           py-spy, for `gpu-session.sh startprof` (--target /tmp/prof)
 # Then, on the device, back to back (it is released after 30 s idle): one call per piece of .gpu/pl-<N>M
-# (below), each copying it into /tmp/pl/; the last also carries install_payload.sh and w.tar.xz and runs
+# (below), each copying it into /tmp/pl/, then one per piece of .gpu/whl-router/<N>M/ for fleets; a final call carries
+# install_payload.sh, w.tar.xz and .gpu/whl-router/dep and runs
 #   cat /tmp/pl/p* | ... : bash .gpu/pl-<N>M/install_payload.sh /tmp/pl; tar -xJf .gpu/pl-<N>M/w.tar.xz
 # then KIT_GIT_COMMIT=<sha> bash .ci/gpu-session.sh detach NAME MODE, and `collect` calls until it ends.
 # (The older notes below speak of p00..p02 as the chunks: they are the source the pieces are cut from.)
@@ -45,9 +46,13 @@ shared=${SHARED:-../shared}
 # The size is fixed when this script runs: logs committed afterwards count against it. On 2026-11-27 the tree grew
 # from 47 to 50 MiB between the x4 and H100 sessions, and the last 9 MiB piece with w.tar.xz went over. Carry the
 # last piece alone when the tree has grown, then w.tar.xz and install_payload.sh in a call of their own.
+# Since 2026-11-27 11:30 w.tar.xz and install_payload.sh go in a call of their own (with .gpu/whl-router/dep), not beside
+# the last piece: the tree was 54 MiB then, and a piece plus 7 MiB for them left under 3 MiB for the payload. 1 MiB margin.
+# Session logs are committed gzipped since then (20261127T1134Z: 2.5 MB of logs became 0.2 MB); the records themselves
+# (about 0.9 MB a fleet comparison) keep growing the tree.
 tree=$(git ls-files -z | xargs -0 du -cb | tail -1 | cut -f1)
-piece=$(( (64 * 1048576 - tree - 7 * 1048576) / 1048576 ))
-[ "$piece" -ge 8 ] || { echo "the tree ($tree bytes) leaves under 8 MiB a call for the payload: prune committed logs" >&2; exit 1; }
+piece=$(( (64 * 1048576 - tree - 1048576) / 1048576 ))
+[ "$piece" -ge 4 ] || { echo "the tree ($tree bytes) leaves under 4 MiB a call for the payload: prune committed logs" >&2; exit 1; }
 pl=.gpu/pl-${piece}M
 # Named p000, p001, ...: install_payload.sh joins "p0*", which missed an 11th piece named p10 on 2026-11-26 19:00.
 if [ ! -f "$pl/p000" ]; then mkdir -p "$pl" && cat .gpu/p00 .gpu/p01 .gpu/p02 | split -b "${piece}M" -d -a 2 - "$pl/p0"; fi
@@ -90,17 +95,18 @@ wheels .gpu/whl-quant .venv-quant llmcompressor compressed-tensors auto-round da
 # py-spy (a static binary in a wheel; not in any venv here): `gpu-session.sh startprof` profiles a start.
 [ -n "$(ls .gpu/whl-prof 2>/dev/null)" ] || python3 -m pip download -q --no-deps --only-binary=:all: \
   --platform manylinux_2_17_x86_64 --platform manylinux1_x86_64 -d .gpu/whl-prof py-spy==0.4.3
-# vllm-router (the `router` pin of pyproject.toml; fleet modes): a 24 MB wheel, so two 12 MiB pieces, one call each
-# (2026-11-26 19:50 the 2-GPU machine had no router and `fleet31` ran none; the tree and a whole wheel were over 64 MiB).
-# There (carry .gpu/whl-router/dep with r1): cat /tmp/pl/r* > /tmp/vllm_router-0.1.17-cp38-abi3-manylinux_2_28_x86_64.whl
-# (pip wants the wheel's own name); bash .ci/gpu-session.sh router that.whl
+# vllm-router (the `router` pin of pyproject.toml; fleet modes): a 24 MB wheel, in pieces of the payload's size, one call
+# each, into .gpu/whl-router/<N>M/ (2026-11-26 19:50 the 2-GPU machine had no router and `fleet31` ran none; the tree and
+# a whole wheel were over 64 MiB; 2026-11-27 11:30 a 12 MiB piece was too). There (carry .gpu/whl-router/dep in the final
+# call): cat /tmp/pl/r* > /tmp/vllm_router-0.1.17-cp38-abi3-manylinux_2_28_x86_64.whl (pip wants the wheel's own name);
+# bash .ci/gpu-session.sh router that.whl
 router=$(sed -n 's/^router = \["\(vllm-router==[0-9.]*\)"\]/\1/p' pyproject.toml)
-if [ ! -f .gpu/whl-router/r0 ]; then
-  python3 -m pip download -q --no-deps --only-binary=:all: --platform manylinux_2_28_x86_64 -d .gpu/whl-router "$router"
-  (cd .gpu/whl-router && split -b 12M -d -a 1 vllm_router-*.whl r)
-fi
+ls .gpu/whl-router/vllm_router-*.whl >/dev/null 2>&1 \
+  || python3 -m pip download -q --no-deps --only-binary=:all: --platform manylinux_2_28_x86_64 -d .gpu/whl-router "$router"
+[ -f ".gpu/whl-router/${piece}M/r0" ] || { mkdir -p ".gpu/whl-router/${piece}M" \
+  && split -b "${piece}M" -d -a 1 .gpu/whl-router/vllm_router-*.whl ".gpu/whl-router/${piece}M/r"; }
 # The router's one requirement vLLM's payload lacks: orjson (its mini_lb imports it at start; 2026-11-27 the first
-# fleet31 job stopped there). Small: it rides with piece r1. There: `router` installs .gpu/whl-router/dep/*.whl too.
+# fleet31 job stopped there). Small: it rides in the final call. There: `router` installs .gpu/whl-router/dep/*.whl too.
 [ -n "$(ls .gpu/whl-router/dep/orjson-*.whl 2>/dev/null)" ] || python3 -m pip download -q --no-deps --only-binary=:all: \
   --python-version 3.12 --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 -d .gpu/whl-router/dep orjson
 ls -la .gpu

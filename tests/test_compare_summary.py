@@ -224,3 +224,17 @@ def test_slo_levels_name_where_each_side_breaks_the_slo_and_its_peak_goodput():
     tight = copy.deepcopy(rec(DP))
     tight["payload"]["slo"]["ttft_p99_ms"] = 30
     assert C.slo_levels(tight)["a"]["slo_held_to_c"] is None and C.slo_levels(tight)["b"]["slo_held_to_c"] is None
+
+
+def test_a_routing_rows_workload_is_named_and_the_catalog_mix_is_not():
+    """Two round-robin rows (2026-11-27) read 0.97x and 0.62x on tokens: the row says which workload each ran."""
+    long = "results/qwen3-4b-bf16/20261127T114850Z-comparison.json"  # 16 prompts of 6144 tokens
+    turns = "results/qwen3-4b-bf16/20261127T011551Z-comparison.json"  # 4-turn conversations
+    assert C.table_row(C.row(long, rec(long))).startswith(
+        "| `qwen3-4b-bf16` → with `FLEET_POLICY=round_robin` (A: `FLEET_POLICY=cache_aware`) on 16 shared prompts of 6144 tokens |")
+    assert C.row(turns, rec(turns))["workload"] == "4-turn conversations"
+    r = C.row(AB, rec(AB))
+    assert r["workload"] is None and " on " not in C.table_row(r).split("|")[1]
+    t = copy.deepcopy(rec(AB))
+    t["payload"]["workload"].update(shared_prefixes=4, prefix_tokens=1536, turns=3)
+    assert C.row(AB, t)["workload"] == "4 shared prompts of 1536 tokens, 3-turn conversations"

@@ -71,6 +71,18 @@ def slo_levels(rec: dict) -> dict:
     return out
 
 
+def workload_text(w: dict) -> str | None:
+    """What sets a record's workload apart from the catalog mix, for its table row: shared prompts and
+    conversations are what routing comparisons differ by (two round-robin rows of 2026-11-27 read 0.97x and
+    0.62x on tokens, and only the workload told them apart). None for the catalog mix."""
+    parts = []
+    if w.get("shared_prefixes"):
+        parts.append(f"{w['shared_prefixes']} shared prompts of {w.get('prefix_tokens')} tokens")
+    if (w.get("turns") or 1) > 1:
+        parts.append(f"{w['turns']}-turn conversations")
+    return ", ".join(parts) or None
+
+
 def row(path: str, rec: dict) -> dict:
     """One comparison record as a measurements.json row."""
     p = rec["payload"]
@@ -91,7 +103,7 @@ def row(path: str, rec: dict) -> dict:
             # A record made before a check existed gets it from its own samples, said as such.
             "warnings": p["validity"]["warnings"] + [f"(checked since the record) {w}" for w in step_warnings(p)
                                                      if w not in p["validity"]["warnings"]],
-            "top_concurrency": top,
+            "top_concurrency": top, "workload": workload_text(p.get("workload") or {}),
             "tpot_p50_ms_c1": _metric(rec, "tpot_p50_ms", 1),
             "output_tok_per_s_top": _metric(rec, "output_tok_per_s", top),
             "goodput_req_per_s_top": _metric(rec, "goodput_req_per_s", top),
@@ -185,6 +197,7 @@ def table_row(r: dict) -> str:
     top = r["top_concurrency"]
     ran = r.get("run_settings")
     pair = pair_text(r) + (" (ran with " + ", ".join(f"`{k}={v}`" for k, v in ran.items()) + ")" if ran else "")
+    pair += f" on {r['workload']}" if r.get("workload") else ""
     return (f"| {pair} | {r['device']} | {r.get('weights') or '-'} | {r['utc'][:16].replace('T', ' ')} | {acc} | "
             f"{ratio_text(r['tpot_p50_ms_c1'])} | {ratio_text(r['output_tok_per_s_top'])} (c={top}) | "
             f"{ratio_text(r['goodput_req_per_s_top'])} (c={top}) | {slo_text(r)} | {verdict_text(r)} | `{r['record']}` |")
