@@ -75,6 +75,7 @@
 #   bash .ci/gpu-session.sh start [PHASE...]   issue 32 (PHASE: bake before fork plan q3 standby; default all):
 #       bake the best Qwen3.5 variant and Qwen3-4B BF16, then warm starts alone (traced), with each cut, and
 #       the standby's wake -> first token. Run detached (~20 min).
+#   bash .ci/gpu-session.sh settle     issue 32: -quick baked with the settle start, then one verify (~8 min)
 #   bash .ci/gpu-session.sh quick      issue 32 round 2: bake + three warm starts of each -quick variant (~15 min)
 #   bash .ci/gpu-session.sh stop NAME    INT to a detached job's session, wait for it to end (150 s at most)
 #   bash .ci/gpu-session.sh collect SECONDS
@@ -318,6 +319,12 @@ case "${1:-}" in
       step python3 -m scripts.bake --variant $Q $W --set API_TOKENIZER_POOL_LATE=0 --verify
     done
     step python3 -m scripts.bake --variant $Q $W --set API_LEAN_IMPORTS=0 --verify ;;
+  settle)  # issue 32: make bake's settle start (a second start on the new cache, listed in the manifest) against the miss
+    # that every first warm start after a bake of -quick was (2, 13, 14 new files). -quick baked alone, then one
+    # verify: it should hit. The bake record's `settle` says what the second start added. ~8 min on an H100.
+    Q=qwen3.5-4b-bf16-tuned-dvg-quick; W="--set WEIGHTS=dummy --max-concurrency 8"
+    step python3 -m scripts.bake --variant $Q $W || exit 1
+    step python3 -m scripts.bake --variant $Q $W --verify ;;
   study)
     # Issues 18 and 19, in order of what they need most, each phase's servers started at once:
     # 1. the Qwen3.5 pair (BF16; BF16 + MTP K=4 at the published rates) beside one idle Qwen3 server,

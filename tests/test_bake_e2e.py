@@ -34,7 +34,8 @@ def test_bake_then_verify_then_export_on_real_tiny_server(tree, tmp_path, monkey
     port = free_port()
     args = ["--variant", "tinybake", "--set", f"PORT={port}", "--max-concurrency", "4"]
 
-    assert bake.main(args) == 0
+    # --settle: a second real start on the new cache (the default only for compiling variants; tiny is eager).
+    assert bake.main(args + ["--settle"]) == 0
     v = load("tinybake", [f"PORT={port}"])
     ok, why = cachekey.check_manifest(v)
     assert ok, why
@@ -49,6 +50,9 @@ def test_bake_then_verify_then_export_on_real_tiny_server(tree, tmp_path, monkey
     # The phase budget covers the whole start and found the weights load.
     assert "weights" in p["phases"]["budget_s"] and p["phases"]["reported"]["weights_load_s"] > 0
     assert abs(sum(p["phases"]["budget_s"].values()) - p["cold"]["ready_s"]) < 1.0
+    st = p["settle"]  # eager: the warm start adds nothing, and its log is kept beside the bake's
+    assert st["new_artifacts"] == st["new_graph_artifacts"] == 0 and st["ready_s"] > 0
+    assert (ROOT / st["log"]).is_file() and "settle-" in st["log"]
 
     assert bake.main(args + ["--verify"]) == 0
     (_, rec), = records("tinybake", "startup", root=tree.res)
