@@ -103,6 +103,10 @@ set -uo pipefail
 # Pass the commit the tree came from (KIT_GIT_COMMIT=$(git rev-parse HEAD) here, in the run command):
 # the machine's copy has no .git, or an older one (records then name a wrong commit). It wins over git.
 [ -n "${KIT_GIT_COMMIT:-}" ] || echo "warning: KIT_GIT_COMMIT unset: records name the copy's own git state" >&2
+# A short sha passes here and fails only where a record is written, at the end of the job (2026-11-27 12:08: a bake
+# had to be stopped and started again, and the session's last device minutes ran out before its record).
+[[ -z "${KIT_GIT_COMMIT:-}" || "$KIT_GIT_COMMIT" =~ ^[0-9a-f]{40}$ ]] \
+  || { echo "KIT_GIT_COMMIT=$KIT_GIT_COMMIT: pass the full sha, \$(git rev-parse HEAD)" >&2; exit 2; }
 # /tmp/eval: lm-eval's wheels (`wheels .gpu/whl-eval /tmp/eval`), after the payload so they shadow nothing of vLLM's.
 export PYTHONPATH=/tmp/site:$PWD:/tmp/eval HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1
 export PATH=/tmp/site/bin:$PATH  # vllm-router's script, after `router` (fleet modes find it on PATH)
