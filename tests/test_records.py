@@ -251,3 +251,22 @@ def test_every_command_that_writes_a_record_refreshes_the_derived_files():
     missing = [f.name for f in writers
                if "refresh_after_write(" not in f.read_text() and "report_main([])" not in f.read_text()]
     assert missing == []
+
+
+def test_record_text_is_the_same_json_with_scalar_lists_on_one_line(tmp_path):
+    """New records keep json.dumps(indent=2, sort_keys=True)'s layout except that a list of scalars is one
+    line: the same JSON, and a committed fleet comparison (one sample a line) comes out under half its size."""
+    import json as _json
+    from scripts.kit.paths import ROOT
+    from scripts.kit.record import record_text
+    x = {"b": [1, 2.5, None, 'a"b', True], "a": {"z": [], "y": {}, "x": [{"k": [1]}, [1, 2]]}, "c": "é"}
+    text = record_text(x)
+    assert _json.loads(text) == x
+    assert '  "b": [1, 2.5, null, "a\\"b", true],' in text.splitlines()
+    assert [l.strip()[:4] for l in text.splitlines() if l.strip().startswith('"')] == ['"a":', '"x":', '"k":', '"y":', '"z":', '"b":', '"c":']
+    assert text == _json.dumps(x, indent=2, sort_keys=True).replace(
+        '[\n          1\n        ]', '[1]').replace('[\n        1,\n        2\n      ]', '[1, 2]').replace(
+        '[\n    1,\n    2.5,\n    null,\n    "a\\"b",\n    true\n  ]', '[1, 2.5, null, "a\\"b", true]')
+    old = (ROOT / "results/qwen3-4b-bf16/20261127T114850Z-comparison.json").read_text()
+    new = record_text(_json.loads(old)) + "\n"
+    assert _json.loads(new) == _json.loads(old) and len(new) < 0.5 * len(old)
