@@ -281,6 +281,13 @@ def _gpu_rows(recs: list) -> tuple[list[dict], list[dict], list[tuple[str, str]]
     return sorted(gpu, key=key), sorted(cpu, key=key), out
 
 
+def artifacts(docs: dict) -> dict:
+    """docs/scale-out.png (scripts/kit/summaries/fleet_plot.py), from every comparison record."""
+    from scripts.kit.summaries import fleet_plot
+    png = fleet_plot.plot_png(_comparisons())
+    return {fleet_plot.PLOT: png} if png is not None else {}
+
+
 def left_out() -> list[tuple[str, str]]:
     """Every comparison record no README table holds, with why (make report prints them)."""
     return gpu_rows()[2]
