@@ -55,6 +55,7 @@
 #   bash .ci/gpu-session.sh router WHEEL   install vllm-router (carried as .gpu/whl-router/r0, r1) before any fleet mode
 #   bash .ci/gpu-session.sh fleet31    issue 31 on the 2-GPU machine: the routers on shared prefixes and multi-turn, a replica killed
 #   bash .ci/gpu-session.sh x4         issue 31 on a 4-GPU host: 1 vs 2 vs 4 replicas, and the routers on shared prefixes
+#   bash .ci/gpu-session.sh x4c        issue 31, after x4b: Qwen3.5 -dvg on two replicas against four (~10 min)
 #   bash .ci/gpu-session.sh x4b        issue 31's rest on a 4-GPU host: Qwen3.5 1 vs 4, longer shared prompts, a busy replica killed
 #   bash .ci/gpu-session.sh whinstall DIR   issue 20: make install WHEELHOUSE=DIR HOST_TORCH=yes into /tmp/kit
 #   bash .ci/gpu-session.sh chain MODE ARGS.. ++ MODE ARGS..   modes one after the other (detach NAME chain ...)
@@ -838,6 +839,24 @@ for c in (1, 8, 8, 3, 8):
     CUDA_VISIBLE_DEVICES=0,1 step timeout -s INT -k 120 600 python3 -m scripts.failover --variant $V3 --set WEIGHTS=dummy --set PORT=8150 $(m) \
       --kill-after-s 30 --after-s 30 --max-load-s 480 $L $SP || failed+=(failover)
     [ ${#failed[@]} = 0 ] || { echo "x4b: FAILED: ${failed[*]}" >&2; exit 1; } ;;
+  x4c)  # what issue 31 left after 20261127T1134Z, on a 4-GPU host (after `router`), ~10 min: the best Qwen3.5 variant (-dvg at
+    # the published rates) on two replicas against four, in one session, as x4 did for Qwen3-4B. Both fleets resident at
+    # once: GPUs 0-1 hold a replica of each (~40 GB), GPUs 2-3 the rest of the four.
+    export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 VLLM_FLASHINFER_ALLREDUCE_BACKEND=trtllm
+    kv=8589934592; u() { for p in "$@"; do echo "http://127.0.0.1:$p"; done; }; failed=()
+    m() { echo "--set SERVE_KV_CACHE_MEMORY_BYTES=$kv --set SERVE_GPU_MEMORY_UTILIZATION=0.2"; }
+    mb() { for x in $(u "$@"); do echo --metrics-url-b $x; done; }; ma() { for x in $(u "$@"); do echo --metrics-url-a $x; done; }
+    V35=qwen3.5-4b-bf16-tuned-dvg; X35=(--set SPEC_ACCEPTANCE=0.98,0.82,0.70,0.54 --set SERVE_MAX_NUM_SEQS=256)
+    CUDA_VISIBLE_DEVICES=0,1 bash "$0" fleetup q2 8230 $kv $V35 --set FLEET_REPLICAS=2 "${X35[@]}"
+    CUDA_VISIBLE_DEVICES=0,1,2,3 bash "$0" fleetup q4 8240 $kv $V35 --set FLEET_REPLICAS=4 "${X35[@]}"
+    end=$((SECONDS + 900)); for p in 8230 8240; do bash "$0" ready $((end > SECONDS ? end - SECONDS : 1)) $p || failed+=("ready:$p"); done
+    nvidia-smi
+    if bash "$0" ready 5 8230 8240; then
+      bash "$0" cmp 8230 8240 $V35 $V35 $(m) "${X35[@]}" --set-a FLEET_REPLICAS=2 --set-b FLEET_REPLICAS=4 $(ma 8231 8232) \
+        $(mb 8241 8242 8243 8244) --requests 64 --output-min 64 --output-max 128 --concurrency 8,64,256 || failed+=("cmp:q35 2 vs 4")
+    else failed+=("cmp:q35 2 vs 4 (a side is down)"); fi
+    bash "$0" down q2 q4
+    [ ${#failed[@]} = 0 ] || { echo "x4c: FAILED: ${failed[*]}" >&2; exit 1; } ;;
   whinstall)  # DIR: issue 20, the users' offline install on this machine: make install WHEELHOUSE=DIR on
     # the machine's own torch (HOST_TORCH=yes), into /tmp/kit (the tree detach uses); later modes then run
     # in its .venv (above). DIR: the chunks of `WHEELHOUSE=1 bash .ci/gpu-prepare.sh`, joined and unpacked.
