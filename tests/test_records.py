@@ -270,3 +270,35 @@ def test_record_text_is_the_same_json_with_scalar_lists_on_one_line(tmp_path):
     old = (ROOT / "results/qwen3-4b-bf16/20261127T114850Z-comparison.json").read_text()
     new = record_text(_json.loads(old)) + "\n"
     assert _json.loads(new) == _json.loads(old) and len(new) < 0.5 * len(old)
+
+
+def test_a_record_seen_valid_is_not_validated_again_and_an_edit_or_a_schema_change_is(tmp_path, monkeypatch):
+    """validate_record keeps a marker for a pass (KIT_SCHEMA_CACHE): the same record under the same schemas skips
+    jsonschema; an edited record, a failing one, or another schema set is validated in full."""
+    import json as _json
+    from scripts.kit import schema as S
+    from scripts.kit.errors import KitError
+    from scripts.kit.paths import ROOT
+    monkeypatch.setenv("KIT_SCHEMA_CACHE", str(tmp_path / "valid"))
+    rec = _json.loads((ROOT / "results/qwen3.5-4b-bf16-tuned-dvg-quick/20261127T082425Z-startup.json").read_text())
+    S.validate_record(rec)
+    assert len(list((tmp_path / "valid").rglob("*"))) == 2  # one folder, one marker
+    calls = []
+    real = S._validate_record
+    monkeypatch.setattr(S, "_validate_record", lambda r, w: (calls.append(w), real(r, w)))
+    S.validate_record(rec, "again")
+    assert calls == []
+    bad = _json.loads(_json.dumps(rec))
+    bad["payload"]["new_artifacts"] = "many"
+    with pytest.raises(KitError, match=r"bad: \$\.payload\.new_artifacts"):
+        S.validate_record(bad, "bad")
+    with pytest.raises(KitError):  # a failure leaves no marker: it fails again, with its message
+        S.validate_record(bad, "bad")
+    assert calls == ["bad", "bad"]
+    monkeypatch.setattr(S, "_schemas_digest", lambda: "other schemas")
+    S.validate_record(rec, "new schemas")
+    assert calls[-1] == "new schemas"
+    monkeypatch.setenv("KIT_SCHEMA_CACHE", "off")
+    S.validate_record(rec, "off")
+    S.validate_record(rec, "off")
+    assert calls[-2:] == ["off", "off"]
