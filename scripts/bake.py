@@ -265,7 +265,7 @@ def bake(v, platform: str, argv, env, cap: int | None, compile_bytecode: bool = 
         raise KitError(f"{run['failed']} of {run['sent']} warm-up requests failed; no manifest written (log: {_rel(log)})")
     snap = cachekey.snapshot(root)
     settled = None
-    if settle if settle is not None else not _is_eager(argv):  # eager: nothing is compiled, so nothing to settle
+    if (not _is_eager(argv)) if settle is None else settle:  # eager compiles nothing: nothing to settle
         settled, snap = settle_start(v, platform, argv, env, cap)
     key = cachekey.key_inputs(v, platform, argv, env)
     manifest = cachekey.build_manifest(v, key, snap, {"cold_ready_s": run["ready_s"], "cold_first_token_s": run["first_token_s"],
