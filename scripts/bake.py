@@ -226,10 +226,10 @@ def settle_start(v, platform: str, argv, env, cap: int | None) -> tuple[dict, di
     compiling sets the compile directory's (compilation/compiler_interface.py), loading the AOT hash directory's
     (compilation/decorators.py). The files the misses added sit in the drafter's AOT hash directory. A
     torch.compile'd function outside the model, such as vLLM 0.26's update_num_computed_tokens_for_batch_change
-    (MTP), is compiled on first use into whichever one that is. So the first warm start after each bake of
-    Qwen3.5 + MTP compiled it again: 2, 13 and 14 new files, and every later start hit
-    (results/qwen3.5-4b-bf16-tuned-dvg-quick/20261126T200918Z, 20261127T013127Z, 20261127T082425Z-startup.json).
-    Run once more here, and the manifest lists what warm starts look for."""
+    (MTP), is compiled on first use into whichever one that is. The first warm start after each of three bakes of
+    Qwen3.5 + MTP added files (2, 13 and 14: results/qwen3.5-4b-bf16-tuned-dvg-quick/20261126T200918Z,
+    20261127T013127Z, 20261127T082425Z-startup.json), the later two that function's kernel, and every later start
+    hit. Run once more here, and the manifest lists what warm starts look for. Not yet confirmed on a GPU."""
     before = cachekey.snapshot(v.cache_root)
     log = _log_path(v, "settle")
     print(f"settle: a warm start on the new cache, as `make verify-cache` will make (log: {_rel(log)})", file=sys.stderr)

@@ -302,3 +302,12 @@ def test_a_record_seen_valid_is_not_validated_again_and_an_edit_or_a_schema_chan
     S.validate_record(rec, "off")
     S.validate_record(rec, "off")
     assert calls[-2:] == ["off", "off"]
+
+
+def test_a_record_that_is_not_json_is_refused_by_validation_not_by_the_marker(tmp_path, monkeypatch):
+    from scripts.kit import schema as S
+    from scripts.kit.errors import KitError
+    monkeypatch.setenv("KIT_SCHEMA_CACHE", str(tmp_path / "valid"))
+    with pytest.raises(KitError, match="where"):
+        S.validate_record({"kind": "bake", "payload": {1, 2}}, "where")
+    assert not (tmp_path / "valid").exists()

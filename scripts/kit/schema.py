@@ -64,7 +64,11 @@ def _valid_marker(rec: dict) -> Path | None:
     if where.lower() in ("off", "0", "no"):
         return None
     root = Path(where) if where else Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "vllm-serving-kit" / "valid"
-    h = hashlib.sha256(_schemas_digest().encode() + json.dumps(rec, sort_keys=True, separators=(",", ":")).encode())
+    try:
+        text = json.dumps(rec, sort_keys=True, separators=(",", ":"))
+    except (TypeError, ValueError):  # not JSON at all: validation says what is wrong, and nothing is kept
+        return None
+    h = hashlib.sha256(_schemas_digest().encode() + text.encode())
     key = h.hexdigest()
     return root / key[:2] / key
 
