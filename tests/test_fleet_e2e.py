@@ -275,7 +275,8 @@ def test_two_router_policies_compared_on_shared_prefixes(tmp_path):
     assert hits["a"]["queries_tokens"] >= 5 * 9 * 336 and hits["b"]["queries_tokens"] >= 5 * 9 * 336, hits
     assert hits["a"]["hits_tokens"] > hits["b"]["hits_tokens"], hits
     # Where the router put them, from the real replicas' gauges: one count per replica, and round robin at c=3
-    # over two replicas keeps both busy in some poll of each pass.
+    # over two replicas keeps both busy in some poll of the side's passes. Not of each pass: a pass of 9 short
+    # requests can end within five polls, and CI saw one whose polls never caught the first replica running.
     qb = [x["server_queue"] for x in pay["passes"] if x["side"] == "b"]
     assert all(q and len(q["replica_running_max"]) == 2 and "one_replica_share" in q for q in qb), qb
-    assert all(min(q["replica_running_max"]) >= 1 for q in qb), qb
+    assert min(max(q["replica_running_max"][i] for q in qb) for i in range(2)) >= 1, qb
