@@ -568,6 +568,7 @@ for c in (1, 8, 8, 3, 8):
     done ;;
   bs)  # PORT_A PORT_B A B ROUNDS [bench flags]: vLLM's own client (`vllm bench serve`) against two running servers,
     # A and B interleaved ROUNDS times, each run's JSON kept in $LOGS/bench/: the upstream cross-check of a headline.
+    # BS_TAG prefixes the files' names, for two pairs of the same variants in one job.
     pa=$2; pb=$3; a=$4; b=$5; n=$6; shift 6; mkdir -p "$LOGS/bench"
     for r in $(seq 1 "$n"); do for side in "a $pa $a" "b $pb $b"; do set -- $side "$@"; s=$1 port=$2 v=$3; shift 3
       # The served weights folder is the tokenizer (dummy folders carry the real Qwen tokenizer).
@@ -575,7 +576,7 @@ for c in (1, 8, 8, 3, 8):
       step python3 -m vllm.entrypoints.cli.main bench serve --backend openai --base-url "http://127.0.0.1:$port" \
         --model "$v" --tokenizer "$tok" --dataset-name random --random-input-len 256 --random-output-len 256 \
         --num-prompts 12 --max-concurrency 1 --ignore-eos --seed "$r" --save-result --result-dir "$LOGS/bench" \
-        --result-filename "bench-$r-$s-$v.json" "$@"
+        --result-filename "bench-${BS_TAG:-}$r-$s-$v.json" "$@"
     done; done ;;
   fp8)  # issue 29 [PHASE...]: q35 (Qwen3.5: BF16 vs FP8 checkpoint + -dvg patches vs vLLM's online FP8 + the same, at the
     # published and pessimistic rates, then the step at acceptance 0, each cross-checked with `vllm bench serve`),
@@ -651,6 +652,35 @@ for c in (1, 8, 8, 3, 8):
         --set-b PORT=8112 --concurrency 1,8 --requests 8
       bash "$0" down q3a q3f q3d
     fi ;;
+  kernels)  # issue 29 item 2, after 20261126T1550Z (CUTLASS FP8 and Marlin W4A16 at half their byte floor or less):
+    # every other kernel vLLM 0.26 can serve the kit's FP8 and W4A16 linears with on an H100 (SERVE_LINEAR_BACKEND,
+    # found in its kernel lists 2026-11-27), `make gemm` of both architectures alone on the GPU first; then Qwen3.5
+    # FP8 -dvg served on vLLM's pick against humming and against FP8 Marlin (weight-only, no per-token cast), and
+    # BF16 against each, at the published rates. Four servers at 6 GiB of KV (c <= 8 fits; ~65 of 80 GB), each
+    # pair compared alone on the GPU (the probe lock), vLLM's own client beside the BF16 pairs. ~16 min.
+    K=bf16,fp8,fp8_humming,fp8_marlin,fp8_torch,w4a16_g32,w4a16_g32_humming,w4a16_g32_triton,w4a16_g32_kit,w4a16_g128_humming
+    step python3 -m scripts.gemm --variant qwen3.5-4b-bf16 --set WEIGHTS=dummy --kernels $K
+    step python3 -m scripts.gemm --variant qwen3-4b-bf16 --set WEIGHTS=dummy --kernels $K
+    kv6=6442450944; A=qwen3.5-4b-bf16; F=qwen3.5-4b-fp8-dvg; S="SERVE_MAX_NUM_SEQS=256"; R=0.98,0.82,0.70,0.54
+    H=(--set-b SERVE_LINEAR_BACKEND=humming); M=(--set-b SERVE_LINEAR_BACKEND=marlin --set-b VLLM_TEST_FORCE_FP8_MARLIN=1)
+    mem="--set SERVE_KV_CACHE_MEMORY_BYTES=$kv6 --set SERVE_GPU_MEMORY_UTILIZATION=0.2"
+    step python3 -m scripts.kit draft-vocab --variant $F --set WEIGHTS=dummy
+    bash "$0" up a 8100 $kv6 $A --set "$S"
+    bash "$0" up f 8102 $kv6 $F --set "$S" --set SPEC_ACCEPTANCE=$R
+    bash "$0" up h 8104 $kv6 $F --set "$S" --set SPEC_ACCEPTANCE=$R --set SERVE_LINEAR_BACKEND=humming
+    bash "$0" up m 8106 $kv6 $F --set "$S" --set SPEC_ACCEPTANCE=$R --set SERVE_LINEAR_BACKEND=marlin \
+      --set VLLM_TEST_FORCE_FP8_MARLIN=1
+    end=$((SECONDS + 900)); for p in 8100 8102 8104 8106; do bash "$0" ready $((end > SECONDS ? end - SECONDS : 1)) $p; done
+    nvidia-smi --query-gpu=memory.used,memory.total --format=csv
+    grep -h "Selected .*for\|Using .*[Kk]ernel\|humming\|Marlin" "$LOGS"/up-[fhm].log | sort | uniq -c | head -30
+    for side in "8104 H" "8106 M"; do set -- $side; declare -n B=$2
+      bash "$0" ready 5 8102 "$1" && bash "$0" cmp 8102 "$1" $F $F $mem --set "$S" --set SPEC_ACCEPTANCE=$R \
+        --set-a PORT=8102 --set-b PORT="$1" "${B[@]}" --concurrency 1,8 --requests 8
+      bash "$0" ready 5 8100 "$1" && bash "$0" cmp 8100 "$1" $A $F $mem --set "$S" --set-a PORT=8100 \
+        --set-b PORT="$1" --set-b SPEC_ACCEPTANCE=$R "${B[@]}" --concurrency 1 --requests 8
+      bash "$0" ready 5 8100 "$1" && BS_TAG="$2-" bash "$0" bs 8100 "$1" $A $F 2
+    done
+    bash "$0" down a f h m ;;
   multi)  # issue 21, on the 2-GPU machine (kind nvidia-h100-x2): Qwen3-4B BF16 on one GPU vs TP=2 vs DP=2,
     # and the best Qwen3.5 variant on one GPU vs DP=2. All five servers start at once (GPU 0: Qwen3-4B's one-GPU
     # server; GPU 1: Qwen3.5's; TP/DP span both) and are compared one pair at a time once all are up, so

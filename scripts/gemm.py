@@ -38,14 +38,14 @@ _CONTEXT: list = []  # the vLLM config context, held for the process's life
 
 def _quant_config(kernel: str, prefix: str):
     """vLLM's quantization config for a kernel, built the way a served checkpoint builds it."""
-    if kernel == "bf16":
+    if gemm.scheme(kernel) == "bf16":
         return None
-    if kernel == "fp8_online":
+    if gemm.scheme(kernel) == "fp8_online":
         from vllm.model_executor.layers.quantization.fp8 import Fp8Config
         return Fp8Config(is_checkpoint_fp8_serialized=False, activation_scheme="dynamic")
     from vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors import CompressedTensorsConfig
     from scripts.kit.quant import dummy_quantization_config
-    if kernel == "fp8":
+    if gemm.scheme(kernel) == "fp8":
         quant = {"QUANT": "fp8_dynamic", "QUANT_SCOPE": "linear", "QUANT_GROUP_SIZE": 32}
     else:
         quant = {"QUANT": "awq_w4a16", "QUANT_SCOPE": "linear", "QUANT_GROUP_SIZE": gemm.KERNELS[kernel]["group"]}
@@ -112,6 +112,15 @@ def _layers(kernel: str, n: int, k: int, copies: int, gen) -> list:
         return [_KitW4A16(n, k, gemm.KERNELS[kernel]["group"], gen) for _ in range(copies)]
     # A prefix no scheme ignores (the AWQ scheme ignores linear_attn.*): every shape gets the kernel under test.
     prefix = "model.layers.0.gemm_bench"
+    # vLLM picks each layer's kernel when the layer is built, from --linear-backend (vLLM's kernel_config) and its
+    # environment, both read then: set them as a server given the kernel's SERVE_LINEAR_BACKEND would.
+    from vllm.config import get_current_vllm_config
+    get_current_vllm_config().kernel_config.linear_backend = gemm.KERNELS[kernel].get("backend", "auto")
+    for key, val in gemm.kernel_env(kernel).items():
+        if val is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = val
     layers = []
     for _ in range(copies):
         with torch.device("cuda"):
@@ -243,8 +252,6 @@ def main(argv=None) -> int:
     for t in tqdm(todo, desc="gemm", unit="shape", file=sys.stderr):
         if t["kernel"] in errors:
             continue
-        # Machete is vLLM's pick for group 128 on Hopper; its Marlin twin disables it for the same layers.
-        os.environ["VLLM_DISABLED_KERNELS"] = "MacheteLinearKernel" if t["kernel"] == "w4a16_g128_marlin" else ""
         try:
             timed, backend = _time_layer(t["kernel"], t, ms, a.reps, gen)
         except Exception as e:  # noqa: BLE001 - one kernel vLLM cannot build here must not hide the others

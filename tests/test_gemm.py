@@ -89,3 +89,31 @@ def test_no_gpu_is_one_clear_error_and_no_record(tmp_path):
     r = _gemm("--variant", "qwen3-4b-bf16", "--kernels", "bf16", "--m", "1")
     assert r.returncode == 2 and "no CUDA GPU" in r.stderr, r.stderr
     assert sorted((ROOT / "results").glob("qwen3-4b-bf16/*-gemm*.json")) == before
+
+
+def test_each_kernel_names_its_weights_and_the_backend_a_server_would_pick():
+    """Every kernel reads one of the kit's weight schemes; a kernel that names a vLLM --linear-backend names one
+    the installed vLLM accepts (the value SERVE_LINEAR_BACKEND passes), and its environment is set alone: timing
+    FP8 Marlin must not leave Machete disabled for the next kernel, nor the reverse."""
+    from typing import get_args
+    kernel_cfg = pytest.importorskip("vllm.config.kernel")
+    known = set(get_args(kernel_cfg.LinearBackend))
+    for name, spec in gemm.KERNELS.items():
+        assert gemm.scheme(name) in ("bf16", "fp8", "fp8_online", "w4a16"), name
+        assert spec.get("backend", "auto") in known, name
+        assert (gemm.scheme(name) == "w4a16") == (spec["bits"] == 4), name
+    assert gemm.scheme("fp8_marlin") == "fp8" and gemm.scheme("w4a16_g128_humming") == "w4a16"
+    assert gemm.kernel_env("fp8_marlin") == {"VLLM_DISABLED_KERNELS": None, "VLLM_TEST_FORCE_FP8_MARLIN": "1"}
+    assert gemm.kernel_env("w4a16_g128_marlin") == {"VLLM_DISABLED_KERNELS": "MacheteLinearKernel",
+                                                     "VLLM_TEST_FORCE_FP8_MARLIN": None}
+    assert set(gemm.kernel_env("bf16").values()) == {None}
+
+
+def test_dry_run_plans_the_other_backends():
+    r = _gemm("--variant", "qwen3-4b-bf16", "--kernels", "fp8_humming,fp8_marlin,w4a16_g32_triton", "--dry-run")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert len(lines) == 3 * 4 + 1  # 4 Qwen3 shapes per kernel, and the 16-bit lm_head
+    # FP8 reads one byte a weight and 4 bytes of scale a row: gate_up of Qwen3-4B (N 19456, K 2560) at M=1.
+    row = next(x for x in lines if x.startswith("fp8_marlin") and "mlp.gate_up_proj" in x)
+    assert f"{(19456 * 2560 + 19456 * 4 + 2 * 2560 + 2 * 19456) / 1e6:8.2f} MB" in row, row

