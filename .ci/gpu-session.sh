@@ -657,8 +657,9 @@ for c in (1, 8, 8, 3, 8):
     # found in its kernel lists 2026-11-27), `make gemm` of both architectures alone on the GPU first; then Qwen3.5
     # FP8 -dvg served on vLLM's pick against humming and against FP8 Marlin (weight-only, no per-token cast), and
     # BF16 against each, at the published rates. Four servers at 6 GiB of KV (c <= 8 fits; ~65 of 80 GB), each
-    # pair compared alone on the GPU (the probe lock), vLLM's own client beside the BF16 pairs. ~16 min.
-    K=bf16,fp8,fp8_humming,fp8_marlin,fp8_torch,w4a16_g32,w4a16_g32_humming,w4a16_g32_triton,w4a16_g32_kit,w4a16_g128_humming
+    # pair compared alone on the GPU (the probe lock), vLLM's own client beside the BF16 pairs. ~18 min.
+    K=bf16,fp8,fp8_humming,fp8_marlin,fp8_torch,fp8_kit,w4a16_g32,w4a16_g32_humming,w4a16_g32_triton,w4a16_g32_kit
+    K=$K,w4a16_g128_humming  # the kit's two Triton kernels autotune 16 block configs a shape on first call (~1 min each)
     step python3 -m scripts.gemm --variant qwen3.5-4b-bf16 --set WEIGHTS=dummy --kernels $K
     step python3 -m scripts.gemm --variant qwen3-4b-bf16 --set WEIGHTS=dummy --kernels $K
     kv6=6442450944; A=qwen3.5-4b-bf16; F=qwen3.5-4b-fp8-dvg; S="SERVE_MAX_NUM_SEQS=256"; R=0.98,0.82,0.70,0.54

@@ -73,9 +73,8 @@ def _fill(layer, n: int, k: int, gen) -> None:
 
 
 def _backend(layer) -> str:
-    if isinstance(layer, _KitW4A16):
-        from scripts.patches.w4a16_kernel import plan
-        return "kit Triton split-K " + json.dumps(plan(layer.packed.shape[0], layer.packed.shape[1] * 8, layer.group))
+    if isinstance(layer, _Kit):
+        return layer.backend()
     qm = layer.quant_method
     scheme = getattr(layer, "scheme", None) or getattr(qm, "scheme", None)  # compressed-tensors keeps it on the layer
     for obj in (getattr(scheme, "kernel", None), getattr(scheme, "fp8_linear", None),
@@ -85,31 +84,45 @@ def _backend(layer) -> str:
     return type(qm).__name__
 
 
-class _KitW4A16:
-    """The kit's Triton kernel on compressed-tensors' own int4 layout, as a callable layer."""
+class _Kit:
+    """One of the kit's Triton kernels (scripts/patches/) on random weights in the layout it reads, as a callable
+    layer: W4A16 in compressed-tensors' int4 layout, or FP8 [N, K] with one scale a channel."""
 
-    def __init__(self, n: int, k: int, group: int, gen):
+    def __init__(self, kernel: str, n: int, k: int, gen):
         import torch
-        self.group = group
-        self.packed = torch.randint(-2**31, 2**31 - 1, (n, k // 8), dtype=torch.int32, device="cuda", generator=gen)
-        self.scale = (torch.rand(n, k // group, device="cuda", generator=gen) * 0.01 + 1e-3).to(torch.bfloat16)
+        self.group = gemm.KERNELS[kernel]["group"]
+        if gemm.scheme(kernel) == "w4a16":
+            from scripts.patches import w4a16_kernel as mod
+            self.weight = torch.randint(-2**31, 2**31 - 1, (n, k // 8), dtype=torch.int32, device="cuda", generator=gen)
+            self.scale = (torch.rand(n, k // self.group, device="cuda", generator=gen) * 0.01 + 1e-3).to(torch.bfloat16)
+            self.args, self.tuned = (self.weight, self.scale, self.group), mod._w4a16_tuned
+            self.fn, self.ref = mod.w4a16_matmul, mod.reference
+        else:
+            from scripts.patches import fp8_kernel as mod
+            self.weight = (torch.randn(n, k, device="cuda", generator=gen) * 2).to(torch.float8_e4m3fn)
+            self.scale = torch.rand(n, 1, device="cuda", generator=gen) * 0.01 + 1e-3
+            self.args, self.tuned = (self.weight, self.scale), mod._fp8_tuned
+            self.fn, self.ref = mod.fp8_matmul, mod.reference
 
     def __call__(self, x):
-        from scripts.patches.w4a16_kernel import w4a16_matmul
-        return w4a16_matmul(x, self.packed, self.scale, self.group)
+        return self.fn(x, *self.args)
 
     def rel_err(self, x) -> float:
-        """Against the float64 dequant-matmul, on the GPU's own bf16 path (Triton's CPU interpreter has no bf16)."""
-        from scripts.patches.w4a16_kernel import reference
-        ref = reference(x, self.packed, self.scale, self.group)
+        """Against the float64 reference, on the GPU's own bf16 path (Triton's CPU interpreter has no bf16)."""
+        ref = self.ref(x, *self.args)
         return float((self(x).double() - ref).norm() / ref.norm())
+
+    def backend(self) -> str:
+        """The kernel and the block sizes Triton's autotuner chose for this shape (it ran last)."""
+        from scripts.patches.w4a16_kernel import best_config
+        return "kit Triton " + json.dumps(best_config(self.tuned), sort_keys=True)
 
 
 def _layers(kernel: str, n: int, k: int, copies: int, gen) -> list:
     import torch
     from vllm.model_executor.layers.linear import ReplicatedLinear
     if kernel.endswith("_kit"):
-        return [_KitW4A16(n, k, gemm.KERNELS[kernel]["group"], gen) for _ in range(copies)]
+        return [_Kit(kernel, n, k, gen) for _ in range(copies)]
     # A prefix no scheme ignores (the AWQ scheme ignores linear_attn.*): every shape gets the kernel under test.
     prefix = "model.layers.0.gemm_bench"
     # vLLM picks each layer's kernel when the layer is built, from --linear-backend (vLLM's kernel_config) and its
@@ -140,7 +153,7 @@ def _time_layer(kernel: str, shape: dict, ms_list: list[int], reps: int, gen) ->
     rows = []
     for m in ms_list:
         x = torch.randn(m, k, dtype=torch.bfloat16, device="cuda", generator=gen)
-        err = layers[0].rel_err(x) if isinstance(layers[0], _KitW4A16) else None
+        err = layers[0].rel_err(x) if isinstance(layers[0], _Kit) else None
         if err is not None and not err < 1e-2:  # correct first: a wrong kernel's time is no number
             raise KitError(f"{kernel} {shape['layer']} M={m}: relative error {err:.2e} against the float64 reference")
         # Warm-up outside the graph: autotuners and lazy inits run here, not in the capture.

@@ -58,4 +58,7 @@ PATCHES = (
           "none: transformers imports sklearn whenever it is installed", ("tests/test_lean_imports_patch.py",)),
     Patch(None, None, "w4a16_kernel", "W4A16 GEMM for decode batches (`make gemm`; not wired into serving yet)",
           "vLLM 0.26.0", "Marlin / Machete are vLLM's", ("tests/test_w4a16_kernel.py",)),
+    Patch(None, None, "fp8_kernel", "FP8-weight GEMM with 16-bit activations for decode batches (`make gemm`; not "
+          "wired into serving yet)", "vLLM 0.26.0", "FP8 Marlin is vLLM's weight-only FP8 GEMM (SERVE_LINEAR_BACKEND)",
+          ("tests/test_fp8_kernel.py",)),
 )

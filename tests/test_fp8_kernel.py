@@ -1,0 +1,60 @@
+"""The kit's FP8-weight Triton kernel (scripts/patches/fp8_kernel.py) on CPU, under Triton's interpreter, against a
+float64 reference: decode shapes (M 1..8), per-channel and per-tensor scales, block sizes from the autotuner's list,
+K and N past a whole block, rows further apart than K; float16 and float32 activations here (the interpreter has no bfloat16), bfloat16 on the
+GPU, where `make gemm` checks every shape against the same reference before timing it."""
+from __future__ import annotations
+
+import pytest
+
+CHECK = r'''
+import os, sys, json
+os.environ["TRITON_INTERPRET"] = "1"
+import torch
+from scripts.patches.fp8_kernel import fp8_matmul, reference
+for m, n, k, dt, per_tensor, strided, config, seed in json.loads(sys.argv[1]):
+    torch.manual_seed(seed)
+    dt = getattr(torch, dt)
+    w = (torch.randn(n, k + 64 * strided) * 2).to(torch.float8_e4m3fn)[:, :k]  # strided: rows further apart than K
+    assert w.stride(0) == k + 64 * strided
+    s = torch.rand(1 if per_tensor else n, 1) * 0.1 + 0.01
+    x = torch.randn(m, k).to(dt)
+    y = fp8_matmul(x, w, s, config=config)
+    ref = reference(x, w, s)
+    print(json.dumps({"err": ((y.double() - ref).norm() / ref.norm()).item(), "shape": list(y.shape),
+                      "dtype": str(y.dtype), "finite": bool(torch.isfinite(y).all())}))
+'''
+CASES = [  # m, n, k, activations, one scale a tensor, strided rows, blocks, seed; tolerance
+    ((1, 16, 512, "float32", False, False, None, 1), 1e-6),
+    ((5, 96, 256, "float16", True, True, {"BLOCK_N": 32, "BLOCK_K": 256}, 2), 1e-3),   # MTP K=4 verify, one scale
+    ((8, 48, 1000, "float32", False, False, {"BLOCK_N": 16, "BLOCK_K": 512}, 3), 1e-6),  # K past the last step
+    ((3, 80, 384, "float16", False, True, {"BLOCK_N": 64, "BLOCK_K": 128}, 4), 1e-3),   # N past a block
+]
+
+
+def test_matches_the_float64_reference():
+    import json
+    import subprocess
+    import sys
+    from scripts.kit.paths import ROOT
+    r = subprocess.run([sys.executable, "-c", CHECK, json.dumps([c for c, _ in CASES])], cwd=ROOT, capture_output=True,
+                       text=True, timeout=600, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    assert r.returncode == 0, r.stderr[-3000:]
+    outs = [json.loads(line) for line in r.stdout.strip().splitlines()[-len(CASES):]]
+    for (case, tol), out in zip(CASES, outs):
+        m, n, _, dt = case[:4]
+        assert out["shape"] == [m, n] and out["dtype"] == f"torch.{dt}" and out["finite"], (case, out)
+        assert out["err"] < tol, (case, out)
+
+
+def test_refuses_what_it_does_not_cover():
+    torch = pytest.importorskip("torch")
+    from scripts.patches.fp8_kernel import fp8_matmul
+    w = torch.zeros(8, 256).to(torch.float8_e4m3fn)
+    with pytest.raises(ValueError, match="M <= 16"):
+        fp8_matmul(torch.zeros(17, 256), w, torch.ones(8))
+    with pytest.raises(ValueError, match="float8_e4m3fn"):
+        fp8_matmul(torch.zeros(1, 256), w.float(), torch.ones(8))
+    with pytest.raises(ValueError, match="K contiguous"):  # the [K, N] view itself, not its .t()
+        fp8_matmul(torch.zeros(1, 8), w.t(), torch.ones(256))
+    with pytest.raises(ValueError, match="one per output channel"):
+        fp8_matmul(torch.zeros(1, 256), w, torch.ones(4))
