@@ -657,7 +657,8 @@ for c in (1, 8, 8, 3, 8):
     # found in its kernel lists 2026-11-27), `make gemm` of both architectures alone on the GPU first; then Qwen3.5
     # FP8 -dvg served on vLLM's pick against humming and against FP8 Marlin (weight-only, no per-token cast), and
     # BF16 against each, at the published rates. Four servers at 6 GiB of KV (c <= 8 fits; ~65 of 80 GB), each
-    # pair compared alone on the GPU (the probe lock), vLLM's own client beside the BF16 pairs. ~18 min.
+    # pair compared alone on the GPU (the probe lock), vLLM's own client beside the BF16 pairs; last, a profile of
+    # FP8 -dvg's step. ~21 min.
     K=bf16,fp8,fp8_humming,fp8_marlin,fp8_torch,fp8_kit,w4a16_g32,w4a16_g32_humming,w4a16_g32_triton,w4a16_g32_kit
     K=$K,w4a16_g128_humming  # the kit's two Triton kernels autotune 16 block configs a shape on first call (~1 min each)
     step python3 -m scripts.gemm --variant qwen3.5-4b-bf16 --set WEIGHTS=dummy --kernels $K
@@ -681,7 +682,10 @@ for c in (1, 8, 8, 3, 8):
         --set-b PORT="$1" --set-b SPEC_ACCEPTANCE=$R "${B[@]}" --concurrency 1 --requests 8
       bash "$0" ready 5 8100 "$1" && BS_TAG="$2-" bash "$0" bs 8100 "$1" $A $F 2
     done
-    bash "$0" down a f h m ;;
+    bash "$0" down a f h m
+    # Where FP8 -dvg's step goes (no record profiles it yet): alone on the GPU, no stacks, on vLLM's pick.
+    step python3 -m scripts.profile --variant $F --set WEIGHTS=dummy --set PORT=8114 --set "$S" $mem \
+      --set SPEC_ACCEPTANCE=$R --no-stack > "$LOGS/profile-f.log" 2>&1 ;;
   multi)  # issue 21, on the 2-GPU machine (kind nvidia-h100-x2): Qwen3-4B BF16 on one GPU vs TP=2 vs DP=2,
     # and the best Qwen3.5 variant on one GPU vs DP=2. All five servers start at once (GPU 0: Qwen3-4B's one-GPU
     # server; GPU 1: Qwen3.5's; TP/DP span both) and are compared one pair at a time once all are up, so

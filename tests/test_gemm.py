@@ -68,7 +68,8 @@ def test_dry_run_plans_every_kernel_and_shape():
     r = _gemm("--variant", "qwen3.5-4b-bf16", "--kernels", "bf16,fp8,w4a16_g32", "--dry-run")
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
-    assert len(lines) == 3 * 7 + 1  # 7 Qwen3.5 shapes per kernel, and the 16-bit lm_head once
+    assert len(lines) == 3 * 7 + 2  # 7 Qwen3.5 shapes per kernel; the lm_head 16-bit and under FP8
+    assert [x.split()[0] for x in lines if "lm_head" in x] == ["bf16", "fp8"]
     assert any(line.startswith("w4a16_g32") and "linear_attn.in_proj_qkvz" in line and "N= 12288" in line for line in lines)
 
 
@@ -113,7 +114,8 @@ def test_dry_run_plans_the_other_backends():
     r = _gemm("--variant", "qwen3-4b-bf16", "--kernels", "fp8_humming,fp8_marlin,w4a16_g32_triton", "--dry-run")
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
-    assert len(lines) == 3 * 4 + 1  # 4 Qwen3 shapes per kernel, and the 16-bit lm_head
+    assert len(lines) == 3 * 4 + 3  # 4 Qwen3 shapes per kernel; the lm_head 16-bit and under each FP8 kernel
+    assert [x.split()[0] for x in lines if "lm_head" in x] == ["bf16", "fp8_humming", "fp8_marlin"]
     # FP8 reads one byte a weight and 4 bytes of scale a row: gate_up of Qwen3-4B (N 19456, K 2560) at M=1.
     row = next(x for x in lines if x.startswith("fp8_marlin") and "mlp.gate_up_proj" in x)
     assert f"{(19456 * 2560 + 19456 * 4 + 2 * 2560 + 2 * 19456) / 1e6:8.2f} MB" in row, row
