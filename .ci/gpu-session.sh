@@ -654,38 +654,48 @@ for c in (1, 8, 8, 3, 8):
     fi ;;
   kernels)  # issue 29 item 2, after 20261126T1550Z (CUTLASS FP8 and Marlin W4A16 at half their byte floor or less):
     # every other kernel vLLM 0.26 can serve the kit's FP8 and W4A16 linears with on an H100 (SERVE_LINEAR_BACKEND,
-    # found in its kernel lists 2026-11-27), `make gemm` of both architectures alone on the GPU first; then Qwen3.5
-    # FP8 -dvg served on vLLM's pick against humming and against FP8 Marlin (weight-only, no per-token cast), and
-    # BF16 against each, at the published rates. Four servers at 6 GiB of KV (c <= 8 fits; ~65 of 80 GB), each
-    # pair compared alone on the GPU (the probe lock), vLLM's own client beside the BF16 pairs; last, a profile of
-    # FP8 -dvg's step. ~21 min.
+    # found in its kernel lists 2026-11-27) and the kit's two Triton kernels, `make gemm` of both architectures alone
+    # on the GPU first; then Qwen3.5 FP8 -dvg served on vLLM's pick (f) against humming (h), FP8 Marlin (m:
+    # weight-only, no per-token cast) and the kit's kernel (x: FP8_GEMM=kit), c=1,8 at the published rates; BF16
+    # against whichever of them beat f at c=1 by its whole interval most (f if none), with vLLM's own client beside;
+    # last, a no-stack profile of that one's step. Five servers at 4 GiB of KV (c <= 8 fits; ~66 of 80 GB), each
+    # pair compared alone on the GPU (the probe lock). ~22 min.
     K=bf16,fp8,fp8_humming,fp8_marlin,fp8_torch,fp8_kit,w4a16_g32,w4a16_g32_humming,w4a16_g32_triton,w4a16_g32_kit
     K=$K,w4a16_g128_humming  # the kit's two Triton kernels autotune 16 block configs a shape on first call (~1 min each)
     step python3 -m scripts.gemm --variant qwen3.5-4b-bf16 --set WEIGHTS=dummy --kernels $K
     step python3 -m scripts.gemm --variant qwen3-4b-bf16 --set WEIGHTS=dummy --kernels $K
-    kv6=6442450944; A=qwen3.5-4b-bf16; F=qwen3.5-4b-fp8-dvg; S="SERVE_MAX_NUM_SEQS=256"; R=0.98,0.82,0.70,0.54
-    H=(--set-b SERVE_LINEAR_BACKEND=humming); M=(--set-b SERVE_LINEAR_BACKEND=marlin --set-b VLLM_TEST_FORCE_FP8_MARLIN=1)
-    mem="--set SERVE_KV_CACHE_MEMORY_BYTES=$kv6 --set SERVE_GPU_MEMORY_UTILIZATION=0.2"
+    kv4=4294967296; A=qwen3.5-4b-bf16; F=qwen3.5-4b-fp8-dvg; S="SERVE_MAX_NUM_SEQS=256"; R=0.98,0.82,0.70,0.54
+    declare -A SET=([f]="" [h]="SERVE_LINEAR_BACKEND=humming" [x]="FP8_GEMM=kit"
+                    [m]="SERVE_LINEAR_BACKEND=marlin VLLM_TEST_FORCE_FP8_MARLIN=1") PORT=([f]=8102 [h]=8104 [m]=8106 [x]=8108)
+    sets() { local pre=$1 kv; for kv in ${SET[$2]}; do echo "$pre $kv"; done; }  # --set-b KEY=VALUE for side $2
+    mem="--set SERVE_KV_CACHE_MEMORY_BYTES=$kv4 --set SERVE_GPU_MEMORY_UTILIZATION=0.2"
     step python3 -m scripts.kit draft-vocab --variant $F --set WEIGHTS=dummy
-    bash "$0" up a 8100 $kv6 $A --set "$S"
-    bash "$0" up f 8102 $kv6 $F --set "$S" --set SPEC_ACCEPTANCE=$R
-    bash "$0" up h 8104 $kv6 $F --set "$S" --set SPEC_ACCEPTANCE=$R --set SERVE_LINEAR_BACKEND=humming
-    bash "$0" up m 8106 $kv6 $F --set "$S" --set SPEC_ACCEPTANCE=$R --set SERVE_LINEAR_BACKEND=marlin \
-      --set VLLM_TEST_FORCE_FP8_MARLIN=1
-    end=$((SECONDS + 900)); for p in 8100 8102 8104 8106; do bash "$0" ready $((end > SECONDS ? end - SECONDS : 1)) $p; done
+    bash "$0" up a 8100 $kv4 $A --set "$S"
+    for s in f h m x; do bash "$0" up $s ${PORT[$s]} $kv4 $F --set "$S" --set SPEC_ACCEPTANCE=$R $(sets --set $s); done
+    end=$((SECONDS + 900)); for p in 8100 8102 8104 8106 8108; do bash "$0" ready $((end > SECONDS ? end - SECONDS : 1)) $p; done
     nvidia-smi --query-gpu=memory.used,memory.total --format=csv
-    grep -h "Selected .*for\|Using .*[Kk]ernel\|humming\|Marlin" "$LOGS"/up-[fhm].log | sort | uniq -c | head -30
-    for side in "8104 H" "8106 M"; do set -- $side; declare -n B=$2
-      bash "$0" ready 5 8102 "$1" && bash "$0" cmp 8102 "$1" $F $F $mem --set "$S" --set SPEC_ACCEPTANCE=$R \
-        --set-a PORT=8102 --set-b PORT="$1" "${B[@]}" --concurrency 1,8 --requests 8
-      bash "$0" ready 5 8100 "$1" && bash "$0" cmp 8100 "$1" $A $F $mem --set "$S" --set-a PORT=8100 \
-        --set-b PORT="$1" --set-b SPEC_ACCEPTANCE=$R "${B[@]}" --concurrency 1 --requests 8
-      bash "$0" ready 5 8100 "$1" && BS_TAG="$2-" bash "$0" bs 8100 "$1" $A $F 2
+    grep -h "Selected .*for\|Using .*[Kk]ernel\|humming\|Marlin\|kit: FP8" "$LOGS"/up-[fhmx].log | sort | uniq -c | head -30
+    declare -A REC=()
+    for s in h m x; do
+      bash "$0" ready 5 8102 ${PORT[$s]} && bash "$0" cmp 8102 ${PORT[$s]} $F $F $mem --set "$S" --set SPEC_ACCEPTANCE=$R \
+        --set-a PORT=8102 --set-b PORT=${PORT[$s]} $(sets --set-b $s) --concurrency 1,8 --requests 8 \
+        && REC[$s]=$(ls -t results/$F/*-comparison.json | head -1)
     done
-    bash "$0" down a f h m
-    # Where FP8 -dvg's step goes (no record profiles it yet): alone on the GPU, no stacks, on vLLM's pick.
+    best=$(python3 -c 'import json, sys
+best, top = "f", 1.0
+for arg in sys.argv[1:]:
+    side, path = arg.split("=", 1)
+    m = next(x for x in json.load(open(path))["payload"]["metrics"] if x["metric"] == "tpot_p50_ms" and x["concurrency"] == 1)
+    if m["ci95"][0] > 1 and m["ratio"] > top:
+        best, top = side, m["ratio"]
+print(best)' $(for s in "${!REC[@]}"; do echo "$s=${REC[$s]}"; done))
+    echo "kernels: best FP8 side at c=1: $best (${SET[$best]:-the kernel vLLM picks})"
+    bash "$0" ready 5 8100 ${PORT[$best]} && bash "$0" cmp 8100 ${PORT[$best]} $A $F $mem --set "$S" --set-a PORT=8100 \
+      --set-b PORT=${PORT[$best]} --set-b SPEC_ACCEPTANCE=$R $(sets --set-b $best) --concurrency 1 --requests 8
+    bash "$0" ready 5 8100 ${PORT[$best]} && BS_TAG="$best-" bash "$0" bs 8100 ${PORT[$best]} $A $F 2
+    bash "$0" down a f h m x
     step python3 -m scripts.profile --variant $F --set WEIGHTS=dummy --set PORT=8114 --set "$S" $mem \
-      --set SPEC_ACCEPTANCE=$R --no-stack > "$LOGS/profile-f.log" 2>&1 ;;
+      --set SPEC_ACCEPTANCE=$R $(sets --set $best) --no-stack > "$LOGS/profile-$best.log" 2>&1 ;;
   multi)  # issue 21, on the 2-GPU machine (kind nvidia-h100-x2): Qwen3-4B BF16 on one GPU vs TP=2 vs DP=2,
     # and the best Qwen3.5 variant on one GPU vs DP=2. All five servers start at once (GPU 0: Qwen3-4B's one-GPU
     # server; GPU 1: Qwen3.5's; TP/DP span both) and are compared one pair at a time once all are up, so

@@ -230,8 +230,11 @@ class Variant:
     def cache_root(self) -> Path:
         """Per-variant VLLM_CACHE_ROOT: vLLM's compile key misses num_speculative_tokens (vllm#53366). A
         standby (STANDBY=1) has its own: sleep mode's allocator is in vLLM's compile key, and a bake of
-        one must not empty the other's."""
-        return WEIGHTS / "cache" / (self.name + ("-standby" if self["STANDBY"] else ""))
+        one must not empty the other's. FP8_GEMM=kit has its own: the op it puts in the graph is invisible to
+        vLLM 0.26's AOT key (config and vLLM's environment, no sources), and a graph saved without it loads
+        cleanly (compilation/decorators.py, _verify_source_unchanged checks only the sources it inlined)."""
+        return WEIGHTS / "cache" / (self.name + ("-standby" if self["STANDBY"] else "")
+                                    + ("-fp8kit" if self["FP8_GEMM"] == "kit" else ""))
 
     # -- server command ---------------------------------------------------------------------
     def speculative_config(self) -> dict | None:
@@ -301,6 +304,8 @@ class Variant:
         if self["SPEC_DRAFT_VOCAB"]:  # read by sitecustomize.py in the engine process (scripts/patches/draft_vocab.py)
             from .draft_vocab import ENV, path_for
             env[ENV] = str(path_for(self["MODEL"], self["SPEC_DRAFT_VOCAB"]))
+        if self["FP8_GEMM"] == "kit":  # as above (scripts/patches/fp8_kernel.py)
+            env["KIT_FP8_GEMM"] = "1"
         if self["GDN_METADATA_REUSE"] == "on":  # as above (scripts/patches/gdn_reuse.py)
             env["KIT_GDN_REUSE"] = "1"
         if self["SPEC_DRAFT_GRAPH"]:  # as above (scripts/patches/draft_graph.py): the largest graphed batch

@@ -18,6 +18,8 @@ channel, or one value per tensor.
 The program layout, the autotuned block sizes and the launch are the W4A16 kernel's (w4a16_kernel.py). Tested
 on CPU under Triton's interpreter against `reference` (tests/test_fp8_kernel.py); timed per shape on the GPU by
 `make gemm` (kernel fp8_kit).
+
+A server runs it with FP8_GEMM=kit (scripts/patches/fp8_gemm.py).
 """
 from __future__ import annotations
 
@@ -28,7 +30,7 @@ import triton.language as tl
 from .w4a16_kernel import BLOCK_M, CONFIGS, launch
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["M"])  # one compiled kernel for every M (Triton would specialize M == 1)
 def _fp8_body(x_ptr, w_ptr, s_ptr, out_ptr, M, N, K, stride_xm, stride_wn, stride_om,
               PER_TENSOR: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BM: tl.constexpr):
     pid_n = tl.program_id(0)

@@ -45,7 +45,7 @@ CONFIGS = [triton.Config({"BLOCK_N": bn, "BLOCK_K": bk}, num_warps=w, num_stages
            if bn * bk <= 16384]  # 16: each compiles once per kernel and is timed once per (N, K), ~1 min for a model
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["M"])  # one compiled kernel for every M (Triton would specialize M == 1)
 def _w4a16_body(x_ptr, w_ptr, s_ptr, out_ptr, M, N, K, stride_xm, stride_wn, stride_sn, stride_om,
                 GROUP: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BM: tl.constexpr):
     pid_n = tl.program_id(0)
