@@ -657,13 +657,13 @@ for c in (1, 8, 8, 3, 8):
     # found in its kernel lists 2026-11-27) and the kit's two Triton kernels, `make gemm` of both architectures alone
     # on the GPU first; then Qwen3.5 FP8 -dvg served on vLLM's pick (f) against humming (h), FP8 Marlin (m:
     # weight-only, no per-token cast) and the kit's kernel (x: FP8_GEMM=kit), c=1,8 at the published rates; BF16
-    # against whichever of them beat f at c=1 by its whole interval most (f if none), with vLLM's own client beside;
-    # last, a no-stack profile of that one's step. Five servers at 4 GiB of KV (c <= 8 fits; ~66 of 80 GB), each
-    # pair compared alone on the GPU (the probe lock). ~22 min.
+    # against whichever of them beat f at c=1 by its whole interval most (f if none), with vLLM's own client beside.
+    # Five servers at 4 GiB of KV (c <= 8 fits; ~66 of 80 GB), each pair compared alone on the GPU (the probe lock).
+    # ~20 min: about 3 of `make gemm`, 10 for five cold starts side by side, 7 of comparisons.
+    # Qwen3.5 only (the lead; Qwen3-4B's shapes are in 20261126T1550Z's records). The kit's two Triton kernels
+    # autotune 16 block configs a shape on first call, ~1 min each.
     K=bf16,fp8,fp8_humming,fp8_marlin,fp8_torch,fp8_kit,w4a16_g32,w4a16_g32_humming,w4a16_g32_triton,w4a16_g32_kit
-    K=$K,w4a16_g128_humming  # the kit's two Triton kernels autotune 16 block configs a shape on first call (~1 min each)
     step python3 -m scripts.gemm --variant qwen3.5-4b-bf16 --set WEIGHTS=dummy --kernels $K
-    step python3 -m scripts.gemm --variant qwen3-4b-bf16 --set WEIGHTS=dummy --kernels $K
     kv4=4294967296; A=qwen3.5-4b-bf16; F=qwen3.5-4b-fp8-dvg; S="SERVE_MAX_NUM_SEQS=256"; R=0.98,0.82,0.70,0.54
     declare -A SET=([f]="" [h]="SERVE_LINEAR_BACKEND=humming" [x]="FP8_GEMM=kit"
                     [m]="SERVE_LINEAR_BACKEND=marlin VLLM_TEST_FORCE_FP8_MARLIN=1") PORT=([f]=8102 [h]=8104 [m]=8106 [x]=8108)
@@ -693,9 +693,16 @@ print(best)' $(for s in "${!REC[@]}"; do echo "$s=${REC[$s]}"; done))
     bash "$0" ready 5 8100 ${PORT[$best]} && bash "$0" cmp 8100 ${PORT[$best]} $A $F $mem --set "$S" --set-a PORT=8100 \
       --set-b PORT=${PORT[$best]} --set-b SPEC_ACCEPTANCE=$R $(sets --set-b $best) --concurrency 1 --requests 8
     bash "$0" ready 5 8100 ${PORT[$best]} && BS_TAG="$best-" bash "$0" bs 8100 ${PORT[$best]} $A $F 2
-    bash "$0" down a f h m x
-    step python3 -m scripts.profile --variant $F --set WEIGHTS=dummy --set PORT=8114 --set "$S" $mem \
-      --set SPEC_ACCEPTANCE=$R $(sets --set $best) --no-stack > "$LOGS/profile-$best.log" 2>&1 ;;
+    bash "$0" down a f h m x ;;
+  kprofile)  # [SIDE]: after `kernels`, where FP8 -dvg's step goes on one of its sides (f vLLM's pick, h humming, m FP8
+    # Marlin, x the kit's kernel; default f): no-stack `make profile`, alone on the GPU, its own cold start. ~5 min.
+    declare -A SET=([f]="" [h]="SERVE_LINEAR_BACKEND=humming" [x]="FP8_GEMM=kit"
+                    [m]="SERVE_LINEAR_BACKEND=marlin VLLM_TEST_FORCE_FP8_MARLIN=1"); side=${2:-f}
+    F=qwen3.5-4b-fp8-dvg; step python3 -m scripts.kit draft-vocab --variant $F --set WEIGHTS=dummy
+    step python3 -m scripts.profile --variant $F --set WEIGHTS=dummy --set PORT=8114 --set SERVE_MAX_NUM_SEQS=256 \
+      --set SERVE_KV_CACHE_MEMORY_BYTES=4294967296 --set SERVE_GPU_MEMORY_UTILIZATION=0.2 \
+      --set SPEC_ACCEPTANCE=0.98,0.82,0.70,0.54 $(for kv in ${SET[$side]}; do echo "--set $kv"; done) --no-stack \
+      > "$LOGS/profile-$side.log" 2>&1 ;;
   multi)  # issue 21, on the 2-GPU machine (kind nvidia-h100-x2): Qwen3-4B BF16 on one GPU vs TP=2 vs DP=2,
     # and the best Qwen3.5 variant on one GPU vs DP=2. All five servers start at once (GPU 0: Qwen3-4B's one-GPU
     # server; GPU 1: Qwen3.5's; TP/DP span both) and are compared one pair at a time once all are up, so
