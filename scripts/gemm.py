@@ -98,11 +98,11 @@ class _Kit:
             self.args, self.tuned = (self.weight, self.scale, self.group), mod._w4a16_tuned
             self.fn, self.ref = mod.w4a16_matmul, mod.reference
         else:
-            from scripts.patches import fp8_kernel as mod
+            from scripts.patches import w8a16_kernel as mod
             self.weight = (torch.randn(n, k, device="cuda", generator=gen) * 2).to(torch.float8_e4m3fn)
             self.scale = torch.rand(n, 1, device="cuda", generator=gen) * 0.01 + 1e-3
-            self.args, self.tuned = (self.weight, self.scale), mod._fp8_tuned
-            self.fn, self.ref = mod.fp8_matmul, mod.reference
+            self.args, self.tuned = (self.weight, self.scale), mod._w8_tuned
+            self.fn, self.ref = mod.w8a16_matmul, mod.reference
 
     def __call__(self, x):
         return self.fn(x, *self.args)

@@ -16,7 +16,7 @@ import os, json
 os.environ["TRITON_INTERPRET"] = "1"
 os.environ["KIT_FP8_GEMM"] = "1"
 import torch
-from scripts.patches import fp8_gemm as P, fp8_kernel as F
+from scripts.patches import fp8_gemm as P, w8a16_kernel as F
 assert P.install()
 from scripts import gemm as G
 G._init_vllm()  # a one-process vLLM config context, as `make gemm` builds one

@@ -7,6 +7,7 @@
     python -m scripts.kit ledger                    # add new records' lines to results/ledger.tsv
     python -m scripts.kit gates-data DIR            # offline DATA_DIR for the default gates (stand-in items)
     python -m scripts.kit vllm026-src               # vLLM 0.26's files some tests run, once, into .cache/
+    python -m scripts.kit lm-head-check --variant V # LM_HEAD_W8's effect on V's logits (a record)
 """
 from __future__ import annotations
 
@@ -81,6 +82,15 @@ def main(argv=None) -> int:
     v_.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     v_.add_argument("--text", action="append", type=Path, metavar="FILE",
                     help="calibration text (repeatable; e.g. a sample of your traffic); default: the kit's")
+    lh = sub.add_parser("lm-head-check", help="what LM_HEAD_W8 does to a model's logits: its 16-bit lm_head "
+                                              "against the 8-bit copies the patch can serve, on text (one lmhead_check record)")
+    lh.add_argument("--variant", required=True)
+    lh.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    lh.add_argument("--text", action="append", type=Path, metavar="FILE",
+                    help="text to run (repeatable; e.g. a sample of your traffic); default: the kit's held-out text")
+    lh.add_argument("--tokens", type=int, default=512, help="positions compared (the text's first N tokens; default 512)")
+    lh.add_argument("--device", choices=("cpu", "cuda"), default=None, help="default: cuda where there is one")
+    lh.add_argument("--results-dir", type=Path, default=None, help="where the record goes (default: results/)")
     sub.add_parser("vllm026-src", help="fetch the vLLM 0.26 source files tests run (scripts/kit/vllm026.py)")
     a = p.parse_args(argv)
     if a.cmd == "list":
@@ -130,6 +140,11 @@ def main(argv=None) -> int:
         for name, splits in build(a.dir).items():
             print(f"{name}: " + ", ".join(f"{s} {n}" for s, n in splits.items()))
         print(f"wrote {a.dir} (loaded back offline); use it: DATA_DIR={a.dir} or --data-dir {a.dir}", file=sys.stderr)
+    elif a.cmd == "lm-head-check":
+        if a.tokens < 2:
+            raise KitError(f"--tokens {a.tokens}: at least 2")
+        from .lm_head_check import main as check
+        return check(a)
     elif a.cmd == "vllm026-src":
         from .vllm026 import fetch
         print(fetch())

@@ -26,7 +26,7 @@ KERNELS = {
     "w4a16_g32_kit": {"bits": 4, "group": 32, "scale_bytes": 2,
                       "desc": "W4A16 group 32, the kit's Triton kernel (scripts/patches/w4a16_kernel.py)"},
     "fp8_kit": {"bits": 8, "group": None, "scale_bytes": 4,
-                "desc": "FP8 weights, 16-bit activations, the kit's Triton kernel (scripts/patches/fp8_kernel.py)"},
+                "desc": "FP8 weights, 16-bit activations, the kit's Triton kernel (scripts/patches/w8a16_kernel.py)"},
     # The same weights on the other kernels vLLM 0.26 can pick on a CUDA host, chosen as a server chooses them with
     # SERVE_LINEAR_BACKEND (vLLM's --linear-backend narrows its kernel list to one family; `env` is what else that
     # family needs). vLLM's own order puts CUTLASS and Marlin first, and both read half their byte floor or less at

@@ -304,8 +304,10 @@ class Variant:
         if self["SPEC_DRAFT_VOCAB"]:  # read by sitecustomize.py in the engine process (scripts/patches/draft_vocab.py)
             from .draft_vocab import ENV, path_for
             env[ENV] = str(path_for(self["MODEL"], self["SPEC_DRAFT_VOCAB"]))
-        if self["FP8_GEMM"] == "kit":  # as above (scripts/patches/fp8_kernel.py)
+        if self["FP8_GEMM"] == "kit":  # as above (scripts/patches/fp8_gemm.py)
             env["KIT_FP8_GEMM"] = "1"
+        if self["LM_HEAD_W8"] != "off":  # as above (scripts/patches/lm_head_w8.py): the scheme
+            env["KIT_LM_HEAD_W8"] = self["LM_HEAD_W8"]
         if self["GDN_METADATA_REUSE"] == "on":  # as above (scripts/patches/gdn_reuse.py)
             env["KIT_GDN_REUSE"] = "1"
         if self["SPEC_DRAFT_GRAPH"]:  # as above (scripts/patches/draft_graph.py): the largest graphed batch

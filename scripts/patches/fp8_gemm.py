@@ -1,4 +1,4 @@
-"""FP8_GEMM=kit: the kit's FP8-weight kernel (fp8_kernel.py) serves FP8 linears at decode's batch sizes (issue 29).
+"""FP8_GEMM=kit: the kit's 8-bit-weight kernel (w8a16_kernel.py) serves FP8 linears at decode's batch sizes (issue 29).
 
 $KIT_FP8_GEMM=1 in the server's processes (Variant.to_env sets it): install() puts `KitFP8Kernel` first in vLLM's
 list of FP8 linear kernels, for FP8 weights with one scale a channel or a tensor (the kit's FP8 checkpoint, vLLM's
@@ -28,9 +28,9 @@ SCHEMA = "(Tensor x, Tensor weight, Tensor scale, Tensor? bias, int index) -> Te
 
 
 def _gemm(x, weight, scale, bias, index):
-    from scripts.patches.fp8_kernel import BLOCK_M, fp8_matmul
+    from scripts.patches.w8a16_kernel import BLOCK_M, w8a16_matmul
     if x.shape[0] <= BLOCK_M:
-        y = fp8_matmul(x, weight, scale)
+        y = w8a16_matmul(x, weight, scale)
         return y if bias is None else y + bias
     kernel, layer = _LAYERS[index]
     return kernel.apply_weights(layer, x, bias)
@@ -60,7 +60,7 @@ def _supported() -> tuple[bool, str | None]:
 def kernel_class(mod):
     """KitFP8Kernel on `mod`'s (vLLM's kernels.linear) base class and kernel lists."""
     import torch
-    from scripts.patches.fp8_kernel import fp8_matmul
+    from scripts.patches.w8a16_kernel import w8a16_matmul
     from vllm.model_executor.kernels.linear.scaled_mm.ScaledMMLinearKernel import FP8ScaledMMLinearKernel
 
     class KitFP8Kernel(FP8ScaledMMLinearKernel):
@@ -95,7 +95,7 @@ def kernel_class(mod):
             _LAYERS.append((self.fallback, layer))
             if layer.kit_fp8_weight.is_cuda:  # autotune this shape now, never inside a graph capture
                 x = torch.zeros(1, k, dtype=self.config.input_dtype, device=layer.kit_fp8_weight.device)
-                fp8_matmul(x, layer.kit_fp8_weight, layer.kit_fp8_scale)
+                w8a16_matmul(x, layer.kit_fp8_weight, layer.kit_fp8_scale)
 
         def apply_scaled_mm(self, **kw):  # abstract in vLLM's base; apply_weights below never calls it
             return self.fallback.apply_scaled_mm(**kw)

@@ -1,0 +1,119 @@
+"""`python -m scripts.kit lm-head-check --variant V`: what LM_HEAD_W8 would do to V's logits, before serving it.
+
+The patch (scripts/patches/lm_head_w8.py) computes decode logits from an 8-bit copy of the 16-bit lm_head, INT8 or
+FP8, one scale a row. This loads the model's 16-bit weights with transformers (MODEL's bf16 folder: `make download`),
+runs text through it (the kit's held-out text unless --text), and sets the logits of its own lm_head beside those
+of each copy the patch can make, at every position: top-1 agreement, KL(16-bit || 8-bit) mean and p99, and where
+the top token differs, how probable the 8-bit pick was under the 16-bit logits relative to the 16-bit top.
+One `lmhead_check` record (schemas/payloads/lmhead_check.schema.json). It measures the logits alone: a served
+variant with the patch still goes through `make eval-quality`.
+
+    python -m scripts.kit lm-head-check --variant qwen3.5-4b-fp8-dvg --device cuda
+"""
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+from .errors import KitError
+from .paths import rel
+
+CHUNK = 128  # positions whose full-vocabulary logits are held at once (248320 x 128 float32 = 127 MB)
+
+
+def compare_logits(hidden, weight, scheme: str) -> dict:
+    """hidden [T, K] (the final norm's output), weight [V, K] the 16-bit lm_head: its logits against those of the
+    scheme's 8-bit copy."""
+    import torch
+    from scripts.patches.lm_head_w8 import quantize_rows
+    w8, scale = quantize_rows(weight, scheme)
+    wq = w8.float() * scale[:, None]
+    w16 = weight.float()
+    agree, kls, ratios, top_at_flips = 0, [], [], []
+    for i in range(0, hidden.shape[0], CHUNK):
+        h = hidden[i:i + CHUNK].float()
+        l16, l8 = h @ w16.T, h @ wq.T
+        lp16, lp8 = torch.log_softmax(l16, -1), torch.log_softmax(l8, -1)
+        kls.append((lp16.exp() * (lp16 - lp8)).sum(-1))
+        a16, a8 = l16.argmax(-1), l8.argmax(-1)
+        agree += int((a16 == a8).sum())
+        flip = a16 != a8
+        if flip.any():
+            p16 = lp16.exp()
+            top = p16.gather(1, a16[:, None])[:, 0]
+            ratios.append((p16.gather(1, a8[:, None])[:, 0] / top)[flip])
+            top_at_flips.append(top[flip])
+    kl = torch.cat(kls)
+    n = int(hidden.shape[0])
+    med = (lambda xs: round(float(torch.cat(xs).median()), 4) if xs else None)
+    return {"positions": n, "top1_agree": round(agree / n, 4), "flips": n - agree,
+            "kl_mean": round(float(kl.mean()), 5), "kl_p99": round(float(kl.quantile(0.99)), 5),
+            "flip_prob_ratio_median": med(ratios), "top_prob_median_at_flips": med(top_at_flips)}
+
+
+def hidden_states(model, ids, device):
+    """The final norm's output at every position, checked against the model's own logits (a model whose last
+    hidden state is not what its lm_head reads is refused, not measured)."""
+    import torch
+    with torch.no_grad():
+        out = model(ids.to(device), output_hidden_states=True)
+        h = out.hidden_states[-1][0]
+        w = model.get_output_embeddings().weight
+        probe = (h[:8].float() @ w.float().T)
+        ref = out.logits[0, :8].float()
+    err = float((probe - ref).norm() / ref.norm())
+    if err > 1e-2:
+        raise KitError(f"the model's last hidden state is not its lm_head's input (logits differ by {err:.2e}): "
+                       "lm-head-check supports models that apply the final norm before the last hidden state")
+    return h, err
+
+
+def main(a) -> int:
+    import torch
+    import transformers
+    from . import weights
+    from .quant import kit_texts, texts_sha256
+    from .record import make_record, write_record
+    from .variant import load
+    v = load(a.variant, a.set)
+    src = load(v.name, [*a.set, "QUANT=none"])  # the 16-bit folder: the patch copies the lm_head the server holds
+    d = src.weights_dir
+    if src["WEIGHTS"] != "real" or not weights.is_complete(d):
+        raise KitError(f"{v.name}: no 16-bit weights at {rel(d)} (run: make download VARIANT={v.name})")
+    if a.text:
+        missing = [str(f) for f in a.text if not Path(f).is_file()]
+        if missing:
+            raise KitError(f"--text: no such file: {', '.join(missing)}")
+        texts = [Path(f).read_text(errors="replace") for f in a.text]
+        source = "files: " + ", ".join(str(f) for f in a.text)
+    else:
+        texts = kit_texts("heldout")
+        source = f"the kit's held-out text (scripts/kit/quant.py kit_texts('heldout'), sha256 {texts_sha256(texts)[:12]})"
+    device = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    t0 = time.time()
+    tok = transformers.AutoTokenizer.from_pretrained(d)
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    model = transformers.AutoModelForCausalLM.from_pretrained(d, dtype=dtype).to(device).eval()
+    ids = tok("\n\n".join(texts), return_tensors="pt").input_ids[:, :a.tokens]
+    if ids.shape[1] < 2:
+        raise KitError(f"the text gave {ids.shape[1]} token(s): pass more --text")
+    h, err = hidden_states(model, ids, device)
+    # The lm_head as the server holds it: the checkpoint's 16-bit dtype (bfloat16), whatever this run computes in.
+    weight = model.get_output_embeddings().weight.detach().to(torch.bfloat16)
+    from scripts.patches.lm_head_w8 import SCHEMES
+    schemes = {sch: compare_logits(h, weight, sch) for sch in SCHEMES}
+    payload = {"schemes": schemes, "positions": int(h.shape[0]), "logits_rel_err": round(err, 6), "weights": rel(d),
+               "text": source, "tokens": int(ids.shape[1]), "device": device,
+               "compute_dtype": str(dtype).replace("torch.", ""), "scale": "one a row: the row's absmax over the "
+               "scheme's largest value (int8 127, fp8 e4m3 448)", "vocab": int(weight.shape[0]),
+               "hidden": int(weight.shape[1]), "wall_s": round(time.time() - t0, 1)}
+    path = write_record(make_record("lmhead_check", v, payload, started=t0), a.results_dir)
+    print(f"record: {rel(path)}", file=sys.stderr)
+    print(f"{v.name}: the 8-bit lm_head copies against the 16-bit one over {h.shape[0]} positions")
+    for sch, r in schemes.items():
+        print(f"  LM_HEAD_W8={sch}: top-1 agreement {100 * r['top1_agree']:.1f}%, KL mean {r['kl_mean']:.5f} "
+              f"(p99 {r['kl_p99']:.5f})" + (f"; at the {r['flips']} flips the 8-bit pick had "
+                                            f"{r['flip_prob_ratio_median']:.2f} of the top's probability (median)"
+                                            if r["flips"] else ""))
+    return 0

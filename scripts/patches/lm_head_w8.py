@@ -1,0 +1,86 @@
+"""LM_HEAD_W8=int8 (or fp8): a 16-bit lm_head's logits at decode's batch sizes come from an 8-bit copy of it (issue 29
+item 3: "the target's 16-bit lm_head, FP8 or trimmed for the verify where quality allows, behind a key").
+
+Why: every kit scheme keeps the lm_head 16-bit, and in Qwen3.5-4B it is the largest matrix a step reads: 248320 x
+2560, 1.27 GB, 0.45 ms at the 5-token verify on an H100 (results/qwen3.5-4b-bf16/20261126T160142Z-gemm.json, 96% of
+its floor). Read as 8-bit it is half the bytes. Qwen3 and Qwen3.5 tie it to the input embedding, so a checkpoint
+cannot quantize it alone; this keeps the 16-bit weight for the embedding lookups and adds an 8-bit copy, one scale a
+row (+0.64 GB for Qwen3.5-4B), that only the logits read.
+
+INT8 or FP8: the same bytes and the same kernel (w8a16_kernel.py widens either), but not the same logits. FP8 e4m3
+keeps 3 mantissa bits of every weight; INT8 under a row's scale keeps the large weights, which decide the logits,
+to about 8 bits. On the tiny model's own lm_head INT8 kept far more top-1 tokens than FP8 did
+(`python -m scripts.kit lm-head-check`, which measures both on any model's weights: run it before serving either).
+
+How: $KIT_LM_HEAD_W8=int8|fp8 in the server's processes (Variant.to_env) patches vLLM's
+UnquantizedEmbeddingMethod.apply, the method every 16-bit lm_head computes logits with (embedding lookups use its
+embedding()). The first call makes the copy; vLLM's profile run makes that call, before the KV cache is sized and
+before any CUDA graph capture, and the kernel autotunes the shape then. From then on a batch of at most 16 rows
+multiplies the 8-bit copy, a larger one the 16-bit weight as before. vLLM 0.26 computes logits eagerly, outside the
+compiled graph, so the branch is plain Python.
+
+Read at every interpreter's start (sitecustomize.py): torch and vLLM are imported only in the hook.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+ENV = "KIT_LM_HEAD_W8"
+TARGET = "vllm.model_executor.layers.vocab_parallel_embedding"
+M_MAX = 16  # the kernel's largest batch (w8a16_kernel.BLOCK_M)
+SCHEMES = {"int8": 127.0, "fp8": 448.0}  # the largest magnitude each holds: a row's absmax maps to it
+
+
+def quantize_rows(weight, scheme: str):
+    """(8-bit [N, K], float32 scale [N]): each row scaled so its largest magnitude is the scheme's largest; INT8
+    rounds to nearest, FP8 to e4m3."""
+    import torch
+    top = SCHEMES[scheme]
+    w = weight.float()
+    scale = w.abs().amax(dim=1) / top
+    scale = torch.where(scale > 0, scale, torch.ones_like(scale))
+    q = (w / scale[:, None]).clamp(-top, top)
+    return (q.round().to(torch.int8) if scheme == "int8" else q.to(torch.float8_e4m3fn)), scale
+
+
+def _runs_on(x) -> bool:
+    return x.is_cuda or os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def patch_module(mod, scheme: str) -> None:
+    import torch
+    cls = mod.UnquantizedEmbeddingMethod
+    if getattr(cls.apply, "_kit_lm_head_w8", None):
+        return
+    orig = cls.apply
+
+    def apply(self, layer, x, bias=None):
+        if torch.compiler.is_compiling() or not _runs_on(x):
+            return orig(self, layer, x, bias)
+        from scripts.patches.w8a16_kernel import w8a16_matmul
+        q = layer.__dict__.get("_kit_w8")
+        if q is None:  # the first logits call: vLLM's profile run
+            q = layer.__dict__["_kit_w8"] = quantize_rows(layer.weight.detach(), scheme)
+            w8a16_matmul(x[:1].reshape(1, -1), *q)  # autotune this shape now, not in a served step
+            print(f"kit: lm_head {scheme} copy {tuple(q[0].shape)}, one scale a row, for batches up to {M_MAX}",
+                  file=sys.stderr, flush=True)
+        if x.dim() != 2 or not 0 < x.shape[0] <= M_MAX:
+            return orig(self, layer, x, bias)
+        y = w8a16_matmul(x, *q)
+        return y if bias is None else y + bias
+
+    apply._kit_lm_head_w8 = scheme
+    cls.apply = apply
+
+
+def install(target: str = TARGET) -> bool:
+    """Patch `target` when it is imported (now, if it already is), if $KIT_LM_HEAD_W8 names a scheme."""
+    scheme = os.environ.get(ENV, "")
+    if scheme not in SCHEMES:
+        if scheme:
+            print(f"kit: {ENV}={scheme!r} is neither of {', '.join(SCHEMES)}: lm_head left 16-bit", file=sys.stderr)
+        return False
+    from scripts.patches.on_import import after_import
+    after_import(target, lambda mod: patch_module(mod, scheme))
+    return True
