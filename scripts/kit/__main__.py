@@ -76,18 +76,17 @@ def main(argv=None) -> int:
     d = sub.add_parser("gates-data", help="write a DATA_DIR (Hugging Face datasets cache) that the default "
                                           "gates' lm-eval tasks load offline, from eval/data/gates_default")
     d.add_argument("dir")
-    v_ = sub.add_parser("draft-vocab", help="the token set SPEC_DRAFT_VOCAB=N drafts from (MTP), beside the weights: "
-                                            "the N most frequent tokens of calibration text")
-    v_.add_argument("--variant", required=True)
-    v_.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
-    v_.add_argument("--text", action="append", type=Path, metavar="FILE",
-                    help="calibration text (repeatable; e.g. a sample of your traffic); default: the kit's")
-    lh = sub.add_parser("lm-head-check", help="what LM_HEAD_W8 does to a model's logits: its 16-bit lm_head "
-                                              "against the 8-bit copies the patch can serve, on text (one lmhead_check record)")
-    lh.add_argument("--variant", required=True)
-    lh.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
-    lh.add_argument("--text", action="append", type=Path, metavar="FILE",
-                    help="text to run (repeatable; e.g. a sample of your traffic); default: the kit's held-out text")
+    def text_verb(name, help_, text_help, kit_text):  # a verb run on a variant's weights over text
+        v = sub.add_parser(name, help=help_)
+        v.add_argument("--variant", required=True)
+        v.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+        v.add_argument("--text", action="append", type=Path, metavar="FILE",
+                       help=f"{text_help} (repeatable; e.g. a sample of your traffic); default: the kit's {kit_text}")
+        return v
+    text_verb("draft-vocab", "the token set SPEC_DRAFT_VOCAB=N drafts from (MTP), beside the weights: the N most "
+              "frequent tokens of calibration text", "calibration text", "calibration text")
+    lh = text_verb("lm-head-check", "what LM_HEAD_W8 does to a model's logits: its 16-bit lm_head against the 8-bit "
+                   "copies the patch can serve, on text (one lmhead_check record)", "text to run", "held-out text")
     lh.add_argument("--tokens", type=int, default=512, help="positions compared (the text's first N tokens; default 512)")
     lh.add_argument("--device", choices=("cpu", "cuda"), default=None, help="default: cuda where there is one")
     lh.add_argument("--results-dir", type=Path, default=None, help="where the record goes (default: results/)")
