@@ -694,21 +694,22 @@ print(best)' $(for s in "${!REC[@]}"; do echo "$s=${REC[$s]}"; done))
       --set-b PORT=${PORT[$best]} --set-b SPEC_ACCEPTANCE=$R $(sets --set-b $best) --concurrency 1 --requests 8
     bash "$0" ready 5 8100 ${PORT[$best]} && BS_TAG="$best-" bash "$0" bs 8100 ${PORT[$best]} $A $F 2
     bash "$0" down a f h m x ;;
-  lmhead)  # [KEY=VALUE...]: issue 29 item 3, the lm_head's INT8 copy (LM_HEAD_W8=int8) on Qwen3.5 FP8 -dvg against the
-    # same without it, both sides also given KEY=VALUE (e.g. `kernels`' best FP8 kernel): c=1,8 at the published
-    # rates, then both restarted at acceptance 0 for the step (c=1). Two servers at 4 GiB of KV. ~13 min.
-    shift; F=qwen3.5-4b-fp8-dvg; kv4=4294967296; S="SERVE_MAX_NUM_SEQS=256"; R=0.98,0.82,0.70,0.54; Z=0,0,0,0
+  cut)  # KEY=VALUE [KEY=VALUE...]: issue 29 item 3, one step cut measured alone: Qwen3.5 FP8 -dvg with the first KEY=VALUE
+    # (e.g. LM_HEAD_W8=int8, GDN_QKV_SPLIT=two_copies) against the same without it, both sides given the rest (e.g.
+    # `kernels`' best FP8 kernel): c=1,8 at the published rates, then both restarted at acceptance 0 for the step
+    # (c=1). Two servers at 4 GiB of KV. ~13 min.
+    cut=$2; shift 2; F=qwen3.5-4b-fp8-dvg; kv4=4294967296; S="SERVE_MAX_NUM_SEQS=256"; R=0.98,0.82,0.70,0.54; Z=0,0,0,0
     both=$(for kv in "$@"; do echo "--set $kv"; done)
     mem="--set SERVE_KV_CACHE_MEMORY_BYTES=$kv4 --set SERVE_GPU_MEMORY_UTILIZATION=0.2"
     step python3 -m scripts.kit draft-vocab --variant $F --set WEIGHTS=dummy
     for r in $R $Z; do
       bash "$0" up o 8102 $kv4 $F --set "$S" --set SPEC_ACCEPTANCE=$r $both
-      bash "$0" up i 8104 $kv4 $F --set "$S" --set SPEC_ACCEPTANCE=$r $both --set LM_HEAD_W8=int8
-      bash "$0" ready 900 8102 8104 && grep -h "kit: lm_head" "$LOGS"/up-i.log | tail -1
+      bash "$0" up c 8104 $kv4 $F --set "$S" --set SPEC_ACCEPTANCE=$r $both --set "$cut"
+      bash "$0" ready 900 8102 8104 && grep -h "^kit: " "$LOGS"/up-c.log | sort | uniq -c
       if [ $r = $Z ]; then L="--concurrency 1"; else L="--concurrency 1,8"; fi
       bash "$0" ready 5 8102 8104 && bash "$0" cmp 8102 8104 $F $F $mem --set "$S" --set SPEC_ACCEPTANCE=$r $both \
-        --set-a PORT=8102 --set-b PORT=8104 --set-b LM_HEAD_W8=int8 $L --requests 8
-      bash "$0" down o i
+        --set-a PORT=8102 --set-b PORT=8104 --set-b "$cut" $L --requests 8
+      bash "$0" down o c
     done ;;
   kprofile)  # [SIDE]: after `kernels`, where FP8 -dvg's step goes on one of its sides (f vLLM's pick, h humming, m FP8
     # Marlin, x the kit's kernel; default f): no-stack `make profile`, alone on the GPU, its own cold start. ~5 min.

