@@ -223,6 +223,16 @@ def test_linear_backend_lever_offers_the_kernels_of_the_variants_scheme_and_foll
     assert T.fixup(base, fp8[0]) == fp8[0] and T.fixup(base, fp8[1]) == fp8[1]
     # Keys the lever set on a candidate (not on the incumbent) are dropped rather than reset.
     assert T.fixup(base, {**fp8[1], "QUANT": "none"}) == {"QUANT": "none"}
+    # The kit's FP8 kernel: offered beside the backends for FP8 weights only; it serves under vLLM's own choice, so a
+    # backend or 16-bit weights take it back off.
+    ls, _ = T.levers(base, "gpu", lambda o: True, None, (1, 8))
+    assert next(lv for lv in ls if lv.name == "fp8_gemm").values == ({"FP8_GEMM": "kit"}, {"FP8_GEMM": "vllm"})
+    ls, _ = T.levers(load("qwen3.5-4b-awq").config, "gpu", lambda o: True, None, (1, 8))
+    assert "fp8_gemm" not in [lv.name for lv in ls]
+    kit = {**base, "FP8_GEMM": "kit"}
+    assert T.fixup(kit, fp8[0]) == {**fp8[0], "FP8_GEMM": "vllm"}
+    assert T.fixup(kit, {"QUANT": "none"}) == {"QUANT": "none", "FP8_GEMM": "vllm"}
+    assert T.fixup(base, {"FP8_GEMM": "kit"}) == {"FP8_GEMM": "kit"}
 
 
 def test_real_vllm_takes_the_method_fixup_names_for_a_kit_fp8_checkpoint_and_refuses_fp8(tmp_path, monkeypatch):
@@ -765,7 +775,11 @@ def test_issue19_patch_levers_are_offered_where_they_apply(tmp_path, monkeypatch
     assert {"SPEC_DRAFT_VOCAB": 32768} in dv.values
     q3 = load("qwen3-4b-bf16")
     ls, _ = T.levers(q3.config, "gpu", lambda o: True, json.loads((ROOT / q3["ARCH_CONFIG"]).read_text()), (1, 8))
-    assert "gdn_reuse" not in [lv.name for lv in ls]
+    assert "gdn_reuse" not in [lv.name for lv in ls] and "gdn_qkv_split" not in [lv.name for lv in ls]
+    # The two-copy q/k/v split: a GDN checkpoint that can speculate (its multi-token steps are the verify).
+    ls, _ = T.levers(v.config, "gpu", lambda o: True, arch, (1, 8))
+    assert next(lv for lv in ls if lv.name == "gdn_qkv_split").values == (
+        {"GDN_QKV_SPLIT": "two_copies"}, {"GDN_QKV_SPLIT": "vllm"})
     assert T.fixup(v.config, {"SPEC_DRAFT_VOCAB": 32768})["SPEC_DRAFT_VOCAB"] == 0
     assert T.fixup(v.config, {"SPEC_METHOD": "mtp", "SPEC_K": 4, "SPEC_DRAFT_VOCAB": 32768})["SPEC_DRAFT_VOCAB"] == 32768
     # the draft chain graph: MTP on a GPU host with graphs; dropped where nothing is left to graph

@@ -164,6 +164,9 @@ def levers(cfg: dict, platform: str, weights_ok, arch: dict | None = None,
     if gpu and linear_backend_values(cfg):
         out.append(Lever("linear_backend", linear_backend_values(cfg),
                          f"the {weight_scheme(cfg)} linears on another of vLLM's kernels (--linear-backend)"))
+        if weight_scheme(cfg) == "fp8":  # the kit's W8A16 kernel at decode batches (scripts/patches/fp8_gemm.py)
+            out.append(Lever("fp8_gemm", ({"FP8_GEMM": "kit"}, {"FP8_GEMM": "vllm"}),
+                             "FP8 linears on the kit's W8A16 kernel at <= 16 tokens, or vLLM's kernel throughout"))
     elif gpu:
         skipped.append("linear_backend: 16-bit linears run on cuBLAS whatever the backend (quantized weights first)")
     else:
@@ -198,6 +201,9 @@ def levers(cfg: dict, platform: str, weights_ok, arch: dict | None = None,
     if _has_gdn(arch):  # Qwen3.5, Qwen3-Next: the kit's patch saves host time a step (issue 19)
         out.append(Lever("gdn_reuse", ({"GDN_METADATA_REUSE": "on"}, {"GDN_METADATA_REUSE": "off"}),
                          "GDN metadata built once a step (kit patch) or once per KV-cache group (vLLM)"))
+        if method:  # multi-token steps are a drafter's verify (scripts/patches/gdn_qkv_split.py)
+            out.append(Lever("gdn_qkv_split", ({"GDN_QKV_SPLIT": "two_copies"}, {"GDN_QKV_SPLIT": "vllm"}),
+                             "GDN q/k/v split for the verify in two copies (kit patch) or four (vLLM)"))
     hi = max(concurrency)
     seqs = [n for n in MAX_SEQS if n >= min(concurrency) and n <= max(2 * hi, 8)]
     out.append(Lever("max_num_seqs", tuple({"SERVE_MAX_NUM_SEQS": str(n)} for n in seqs),
@@ -262,6 +268,8 @@ def fixup(cfg: dict, overrides: dict) -> dict:
         backend = "auto"
     if eff.get(FP8_MARLIN) == "1" and (backend != "marlin" or weight_scheme(eff) != "fp8"):
         _unset(cfg, o, FP8_MARLIN, "0")
+    if eff.get("FP8_GEMM") == "kit" and (weight_scheme(eff) != "fp8" or backend != "auto"):
+        _unset(cfg, o, "FP8_GEMM", "vllm")  # it serves FP8 linears under vLLM's own kernel choice only
     if "SPEC_K" in o and "SPEC_SCHEDULE" in cfg and "SPEC_SCHEDULE" not in o:
         o["SPEC_SCHEDULE"] = ""
     return cut_acceptance(cfg, o)
