@@ -232,9 +232,11 @@ class Variant:
         standby (STANDBY=1) has its own: sleep mode's allocator is in vLLM's compile key, and a bake of
         one must not empty the other's. FP8_GEMM=kit has its own: the op it puts in the graph is invisible to
         vLLM 0.26's AOT key (config and vLLM's environment, no sources), and a graph saved without it loads
-        cleanly (compilation/decorators.py, _verify_source_unchanged checks only the sources it inlined)."""
+        cleanly (compilation/decorators.py, _verify_source_unchanged checks only the sources it inlined).
+        W4A16_GEMM=kit likewise."""
         return WEIGHTS / "cache" / (self.name + ("-standby" if self["STANDBY"] else "")
-                                    + ("-fp8kit" if self["FP8_GEMM"] == "kit" else ""))
+                                    + ("-fp8kit" if self["FP8_GEMM"] == "kit" else "")
+                                    + ("-w4kit" if self["W4A16_GEMM"] == "kit" else ""))
 
     # -- server command ---------------------------------------------------------------------
     def speculative_config(self) -> dict | None:
@@ -306,6 +308,8 @@ class Variant:
             env[ENV] = str(path_for(self["MODEL"], self["SPEC_DRAFT_VOCAB"]))
         if self["FP8_GEMM"] == "kit":  # as above (scripts/patches/fp8_gemm.py)
             env["KIT_FP8_GEMM"] = "1"
+        if self["W4A16_GEMM"] == "kit":  # as above (scripts/patches/w4a16_gemm.py)
+            env["KIT_W4A16_GEMM"] = "1"
         if self["LM_HEAD_W8"] != "off":  # as above (scripts/patches/lm_head_w8.py): the scheme
             env["KIT_LM_HEAD_W8"] = self["LM_HEAD_W8"]
         if self["GDN_QKV_SPLIT"] == "two_copies":  # as above (scripts/patches/gdn_qkv_split.py)

