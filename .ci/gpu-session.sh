@@ -694,11 +694,11 @@ print(best)' $(for s in "${!REC[@]}"; do echo "$s=${REC[$s]}"; done))
       --set-b PORT=${PORT[$best]} --set-b SPEC_ACCEPTANCE=$R $(sets --set-b $best) --concurrency 1 --requests 8
     bash "$0" ready 5 8100 ${PORT[$best]} && BS_TAG="$best-" bash "$0" bs 8100 ${PORT[$best]} $A $F 2
     bash "$0" down a f h m x ;;
-  cut)  # KEY=VALUE [KEY=VALUE...]: issue 29 item 3, one step cut measured alone: Qwen3.5 FP8 -dvg with the first KEY=VALUE
-    # (e.g. LM_HEAD_W8=int8, GDN_QKV_SPLIT=two_copies) against the same without it, both sides given the rest (e.g.
-    # `kernels`' best FP8 kernel): c=1,8 at the published rates, then both restarted at acceptance 0 for the step
-    # (c=1). Two servers at 4 GiB of KV. ~13 min.
-    cut=$2; shift 2; F=qwen3.5-4b-fp8-dvg; kv4=4294967296; S="SERVE_MAX_NUM_SEQS=256"; R=0.98,0.82,0.70,0.54; Z=0,0,0,0
+  cut)  # KEY=VALUE [KEY=VALUE...]: issue 29 items 2-3, one change measured alone: Qwen3.5 FP8 -dvg ($V if set, e.g.
+    # V=qwen3.5-4b-awq-dvg for W4A16_GEMM=kit) with the first KEY=VALUE (e.g. LM_HEAD_W8=int8, GDN_QKV_SPLIT=two_copies)
+    # against the same without it, both sides given the rest (e.g. `kernels`' best FP8 kernel): c=1,8 at the
+    # published rates, then both restarted at acceptance 0 for the step (c=1). Two servers at 4 GiB of KV. ~13 min.
+    cut=$2; shift 2; F=${V:-qwen3.5-4b-fp8-dvg}; kv4=4294967296; S="SERVE_MAX_NUM_SEQS=256"; R=0.98,0.82,0.70,0.54; Z=0,0,0,0
     both=$(for kv in "$@"; do echo "--set $kv"; done)
     mem="--set SERVE_KV_CACHE_MEMORY_BYTES=$kv4 --set SERVE_GPU_MEMORY_UTILIZATION=0.2"
     step python3 -m scripts.kit draft-vocab --variant $F --set WEIGHTS=dummy
