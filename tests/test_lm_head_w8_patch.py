@@ -81,6 +81,15 @@ def test_row_quantizer_stays_within_half_a_step():
             assert torch.all(err <= wb.abs() / 16 + s[:, None] * 2.0 ** -7)
     with pytest.raises(KeyError):
         quantize_rows(w, "int4")
+    # In chunks of rows (the profile run's memory) or at once: the same copy.
+    from scripts.patches import lm_head_w8
+    whole = quantize_rows(w.to(torch.bfloat16), "int8")
+    lm_head_w8.CHUNK_ROWS, keep = 5, lm_head_w8.CHUNK_ROWS
+    try:
+        chunked = quantize_rows(w.to(torch.bfloat16), "int8")
+    finally:
+        lm_head_w8.CHUNK_ROWS = keep
+    assert torch.equal(whole[0], chunked[0]) and torch.equal(whole[1], chunked[1])
 
 
 def test_a_bad_scheme_is_named_and_left_off():

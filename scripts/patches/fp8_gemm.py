@@ -34,6 +34,7 @@ def kernel_class(mod):
     from scripts.patches import decode_gemm as D
     from scripts.patches.w8a16_kernel import w8a16_matmul
     from vllm.model_executor.kernels.linear.scaled_mm.ScaledMMLinearKernel import FP8ScaledMMLinearKernel
+    op = _op()  # registered here, once: the traced forward only calls it
 
     class KitFP8Kernel(FP8ScaledMMLinearKernel):
         @classmethod
@@ -75,7 +76,7 @@ def kernel_class(mod):
             if not isinstance(x, torch.Tensor):  # a quantized activation handed over by a fusion: vLLM's path
                 return self.fallback.apply_weights(layer, x, bias)
             x2 = x.reshape(-1, x.shape[-1])
-            y = _op()(x2, layer.kit_fp8_weight, layer.kit_fp8_scale, bias, 0, layer.kit_fp8_index)
+            y = op(x2, layer.kit_fp8_weight, layer.kit_fp8_scale, bias, 0, layer.kit_fp8_index)
             return y.reshape(*x.shape[:-1], y.shape[-1])
 
     return KitFP8Kernel
