@@ -654,14 +654,13 @@ for c in (1, 8, 8, 3, 8):
     fi ;;
   kernels)  # issue 29 item 2, after 20261126T1550Z (CUTLASS FP8 and Marlin W4A16 at half their byte floor or less):
     # every other kernel vLLM 0.26 can serve the kit's FP8 and W4A16 linears with on an H100 (SERVE_LINEAR_BACKEND,
-    # found in its kernel lists 2026-11-27) and the kit's two Triton kernels, `make gemm` of both architectures alone
-    # on the GPU first; then Qwen3.5 FP8 -dvg served on vLLM's pick (f) against humming (h), FP8 Marlin (m:
+    # found in its kernel lists 2026-11-27) and the kit's two Triton kernels, `make gemm` of Qwen3.5 alone on the GPU
+    # first; then Qwen3.5 FP8 -dvg served on vLLM's pick (f) against humming (h), FP8 Marlin (m:
     # weight-only, no per-token cast) and the kit's kernel (x: FP8_GEMM=kit), c=1,8 at the published rates; BF16
     # against whichever of them beat f at c=1 by its whole interval most (f if none), with vLLM's own client beside.
     # Five servers at 4 GiB of KV (c <= 8 fits; ~66 of 80 GB), each pair compared alone on the GPU (the probe lock).
-    # ~20 min: about 3 of `make gemm`, 10 for five cold starts side by side, 7 of comparisons.
-    # Qwen3.5 only (the lead; Qwen3-4B's shapes are in 20261126T1550Z's records). The kit's two Triton kernels
-    # autotune 16 block configs a shape on first call, ~1 min each.
+    # ~20 min: about 3 of `make gemm`, 10 for five cold starts side by side, 7 of comparisons. Qwen3-4B's shapes are
+    # in 20261126T1550Z's records. The kit's two Triton kernels autotune 16 block configs a shape on first call.
     K=bf16,fp8,fp8_humming,fp8_marlin,fp8_torch,fp8_kit,w4a16_g32,w4a16_g32_humming,w4a16_g32_triton,w4a16_g32_kit
     step python3 -m scripts.gemm --variant qwen3.5-4b-bf16 --set WEIGHTS=dummy --kernels $K
     kv4=4294967296; A=qwen3.5-4b-bf16; F=qwen3.5-4b-fp8-dvg; S="SERVE_MAX_NUM_SEQS=256"; R=0.98,0.82,0.70,0.54
