@@ -88,19 +88,21 @@ class _Kit:
     """One of the kit's Triton kernels (scripts/patches/) on random weights in the layout it reads, as a callable
     layer: W4A16 in compressed-tensors' int4 layout, or FP8 [N, K] with one scale a channel."""
 
-    def __init__(self, kernel: str, n: int, k: int, gen):
+    def __init__(self, kernel: str, n: int, k: int, gen, device: str = "cuda", dtype=None):
+        """dtype: the scales' and activations' 16-bit type (bfloat16; float16 under Triton's CPU interpreter)."""
         import torch
+        dtype = dtype or torch.bfloat16
         self.group = gemm.KERNELS[kernel]["group"]
         if gemm.scheme(kernel) == "w4a16":
             from scripts.patches import w4a16_kernel as mod
-            self.weight = torch.randint(-2**31, 2**31 - 1, (n, k // 8), dtype=torch.int32, device="cuda", generator=gen)
-            self.scale = (torch.rand(n, k // self.group, device="cuda", generator=gen) * 0.01 + 1e-3).to(torch.bfloat16)
+            self.weight = torch.randint(-2**31, 2**31 - 1, (n, k // 8), dtype=torch.int32, device=device, generator=gen)
+            self.scale = (torch.rand(n, k // self.group, device=device, generator=gen) * 0.01 + 1e-3).to(dtype)
             self.args, self.tuned = (self.weight, self.scale, self.group), mod._w4a16_tuned
             self.fn, self.ref = mod.w4a16_matmul, mod.reference
         else:
             from scripts.patches import w8a16_kernel as mod
-            self.weight = (torch.randn(n, k, device="cuda", generator=gen) * 2).to(torch.float8_e4m3fn)
-            self.scale = torch.rand(n, 1, device="cuda", generator=gen) * 0.01 + 1e-3
+            self.weight = (torch.randn(n, k, device=device, generator=gen) * 2).to(torch.float8_e4m3fn)
+            self.scale = torch.rand(n, 1, device=device, generator=gen) * 0.01 + 1e-3
             self.args, self.tuned = (self.weight, self.scale), mod._w8_tuned
             self.fn, self.ref = mod.w8a16_matmul, mod.reference
 

@@ -119,3 +119,30 @@ def test_dry_run_plans_the_other_backends():
     # FP8 reads one byte a weight and 4 bytes of scale a row: gate_up of Qwen3-4B (N 19456, K 2560) at M=1.
     row = next(x for x in lines if x.startswith("fp8_marlin") and "mlp.gate_up_proj" in x)
     assert f"{(19456 * 2560 + 19456 * 4 + 2 * 2560 + 2 * 19456) / 1e6:8.2f} MB" in row, row
+
+
+KIT_LAYER = r'''
+import os, json
+os.environ["TRITON_INTERPRET"] = "1"
+import torch
+from scripts import gemm as G
+gen = torch.Generator().manual_seed(0)
+out = {}
+for kernel in ("w4a16_g32_kit", "fp8_kit"):
+    layer = G._Kit(kernel, 48, 256, gen, device="cpu", dtype=torch.float16)
+    x = torch.randn(5, 256, generator=gen).half()
+    out[kernel] = {"err": layer.rel_err(x), "shape": list(layer(x).shape), "backend": G._backend(layer)}
+print(json.dumps(out))
+'''
+
+
+def test_the_kit_kernels_layer_checks_itself_against_its_reference_on_cpu():
+    """`make gemm`'s wrapper of the kit's kernels (what it checks before timing, and names in the record), run here
+    under Triton's interpreter with float16 (the GPU run uses bfloat16): a wrong harness wastes GPU minutes."""
+    r = subprocess.run([sys.executable, "-c", KIT_LAYER], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                       env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": "/tmp"})
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    for kernel, o in out.items():
+        assert o["err"] < 1e-3 and o["shape"] == [5, 48], (kernel, o)
+        assert o["backend"] == "kit Triton null", o  # no autotuner on a CPU: the record would name its choice
