@@ -710,6 +710,25 @@ print(best)' $(for s in "${!REC[@]}"; do echo "$s=${REC[$s]}"; done))
         --set-a PORT=8102 --set-b PORT=8104 --set-b "$cut" $L --requests 8
       bash "$0" down o c
     done ;;
+  headline)  # [KEY=VALUE...]: issue 29's done-when for Qwen3.5, after `kernels`/`cut` found the best settings (given
+    # here, on FP8 -dvg; none: as committed). BF16 against it at the published rates (c=1, the 4.0x target; c=1..32),
+    # the pessimistic ones (c=1..32: >= 1.6x at c=1, goodput no worse at any level) and acceptance 0 (c=1: the step,
+    # <= 3.5 ms), B restarted per rate set, vLLM's own client beside the published-rate pair. 8 GiB of KV each
+    # (c=32 fits). ~16 min.
+    shift; A=qwen3.5-4b-bf16; F=qwen3.5-4b-fp8-dvg; kv8=8589934592; S="SERVE_MAX_NUM_SEQS=256"
+    best=$(for kv in "$@"; do echo "--set $kv"; done); bestb=$(for kv in "$@"; do echo "--set-b $kv"; done)
+    mem="--set SERVE_KV_CACHE_MEMORY_BYTES=$kv8 --set SERVE_GPU_MEMORY_UTILIZATION=0.2"
+    step python3 -m scripts.kit draft-vocab --variant $F --set WEIGHTS=dummy
+    bash "$0" up a 8100 $kv8 $A --set "$S"
+    for r in 0.98,0.82,0.70,0.54 0.6,0.35,0.2,0.1 0,0,0,0; do
+      bash "$0" up f 8102 $kv8 $F --set "$S" --set SPEC_ACCEPTANCE=$r $best
+      if [ $r = 0,0,0,0 ]; then L="--concurrency 1"; else L="--concurrency 1,4,8,16,32"; fi
+      bash "$0" ready 900 8100 8102 && bash "$0" cmp 8100 8102 $A $F $mem --set "$S" --set-a PORT=8100 \
+        --set-b PORT=8102 --set-b SPEC_ACCEPTANCE=$r $bestb $L --requests 8
+      [ $r = 0.98,0.82,0.70,0.54 ] && bash "$0" ready 5 8100 8102 && BS_TAG=headline- bash "$0" bs 8100 8102 $A $F 3
+      bash "$0" down f
+    done
+    bash "$0" down a ;;
   kprofile)  # [SIDE]: after `kernels`, where FP8 -dvg's step goes on one of its sides (f vLLM's pick, h humming, m FP8
     # Marlin, x the kit's kernel; default f): no-stack `make profile`, alone on the GPU, its own cold start. ~5 min.
     declare -A SET=([f]="" [h]="SERVE_LINEAR_BACKEND=humming" [x]="FP8_GEMM=kit"
