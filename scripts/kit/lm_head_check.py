@@ -110,6 +110,8 @@ def main(a) -> int:
                "hidden": int(weight.shape[1]), "wall_s": round(time.time() - t0, 1)}
     path = write_record(make_record("lmhead_check", v, payload, started=t0), a.results_dir)
     print(f"record: {rel(path)}", file=sys.stderr)
+    from scripts.report import refresh_after_write
+    refresh_after_write(path)  # one rule for every record: what derives from results/ follows it
     print(f"{v.name}: the 8-bit lm_head copies against the 16-bit one over {h.shape[0]} positions")
     for sch, r in schemes.items():
         print(f"  LM_HEAD_W8={sch}: top-1 agreement {100 * r['top1_agree']:.1f}%, KL mean {r['kl_mean']:.5f} "

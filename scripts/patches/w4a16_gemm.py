@@ -6,18 +6,16 @@ vLLM's list of mixed-precision linear kernels, for symmetric int4 weights in gro
 zero points, no activation order). The kernel keeps the one vLLM would have chosen without it (Marlin or Machete on
 a Hopper GPU), and one custom op, kit::w4a16_gemm (decode_gemm.py), picks between the two at run time: the kit's
 kernel at M <= 16 tokens, vLLM's above. vLLM's kernels repack the weights for themselves, so the layer keeps the
-checkpoint's packed int4 and scales beside them: the int4 weights are held twice (about 2 GB more for
-Qwen3.5-4B's MLPs). Block sizes are autotuned per layer shape when the weights load, never inside a CUDA graph
-capture. Under a --linear-backend other than auto, vLLM's filter leaves the kernel out.
+checkpoint's packed int4 and scales beside them: the int4 weights are held twice (1.27 GB more for
+Qwen3.5-4B's MLPs at group 32: 32 layers x 3 x 2560 x 9216 weights at 4 bits, with their scales). Block sizes
+are autotuned per layer shape when the weights load, never inside a CUDA graph capture. Under a --linear-backend
+other than auto, vLLM's filter leaves the kernel out.
 
 Read at every interpreter's start (sitecustomize.py): torch, Triton and vLLM are imported only in the hook.
-Tested on CPU (tests/test_w4a16_gemm_patch.py): a real vLLM compressed-tensors W4A16 layer takes the kernel, and
+Tested on CPU (tests/test_gemm_patches.py): a real vLLM compressed-tensors W4A16 layer takes the kernel, and
 both sides of the branch match their references, eager and compiled.
 """
 from __future__ import annotations
-
-import os
-import sys
 
 ENV = "KIT_W4A16_GEMM"
 TARGET = "vllm.model_executor.kernels.linear"
@@ -86,18 +84,7 @@ def kernel_class(mod):
     return KitW4A16Kernel
 
 
-def patch_module(mod) -> None:
-    """Put the kit's kernel first in vLLM's mixed-precision kernel lists for CUDA and CPU (CPU: only where it runs)."""
-    from scripts.patches import decode_gemm as D
-    D.put_first(mod._POSSIBLE_KERNELS, kernel_class(mod))
-    _op()
-    print("kit: W4A16 GEMM: the kit's Triton kernel at M <= 16, vLLM's choice above", file=sys.stderr, flush=True)
-
-
 def install(target: str = TARGET) -> bool:
-    """Patch `target` when it is imported (now, if it already is), if $KIT_W4A16_GEMM is "1"."""
-    if os.environ.get(ENV) != "1":
-        return False
-    from scripts.patches.on_import import after_import
-    after_import(target, patch_module)
-    return True
+    """Put the kit's kernel first in vLLM's list when `target` is imported, if $KIT_W4A16_GEMM is "1"."""
+    from scripts.patches import decode_gemm as D
+    return D.install(ENV, target, "_POSSIBLE_KERNELS", kernel_class, "W4A16 GEMM")

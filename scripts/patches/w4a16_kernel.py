@@ -42,7 +42,7 @@ BLOCK_M = 16  # tl.dot's smallest row tile; decode's M (1..8, 1+K) fits in one
 # long K steps keep bytes in flight; BLOCK_K // 8 >= 16 for tl.dot. Shared with the kit's FP8 kernel.
 CONFIGS = [triton.Config({"BLOCK_N": bn, "BLOCK_K": bk}, num_warps=w, num_stages=s)
            for bn in (16, 32, 64) for bk in (128, 256, 512) for w in (2, 4) for s in (3,)
-           if bn * bk <= 16384]  # 16: each compiles once per kernel and is timed once per (N, K), ~1 min for a model
+           if bn * bk <= 16384]  # 16: each compiles once per kernel and is timed once per (N, K)
 
 
 @triton.jit(do_not_specialize=["M"])  # one compiled kernel for every M (Triton would specialize M == 1)
