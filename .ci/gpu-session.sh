@@ -693,6 +693,54 @@ print(best)' $(for s in "${!REC[@]}"; do echo "$s=${REC[$s]}"; done))
       --set-b PORT=${PORT[$best]} --set-b SPEC_ACCEPTANCE=$R $(sets --set-b $best) --concurrency 1 --requests 8
     bash "$0" ready 5 8100 ${PORT[$best]} && BS_TAG="$best-" bash "$0" bs 8100 ${PORT[$best]} $A $F 2
     bash "$0" down a f h m x ;;
+  kfit)  # issue 29 items 2-3, `kernels` cut to one 30-min lease that must also carry the payload (~4 min): `make gemm`
+    # of Qwen3.5 (every kernel, M=1..8) picks the FP8 kernel with the least GEMM time a verify step (M=5) if it beats
+    # vLLM's pick (fp8) by 5% or more (else vLLM's pick); then four servers side by side, 4 GiB of KV each: BF16 (a),
+    # FP8 -dvg as committed (f), with the picked kernel (b, only if not vLLM's) and with it plus the step cuts
+    # (c: LM_HEAD_W8=int8 GDN_QKV_SPLIT=two_copies). f vs b (c=1,8), b vs c (c=1), BF16 vs the better of b and c (c=1,
+    # with vLLM's own client beside), then f vs that winner both restarted at acceptance 0 (the step). ~20 min.
+    K=bf16,fp8,fp8_humming,fp8_marlin,fp8_torch,fp8_kit,w4a16_g32,w4a16_g32_humming,w4a16_g32_triton,w4a16_g32_kit
+    step python3 -m scripts.gemm --variant qwen3.5-4b-bf16 --set WEIGHTS=dummy --kernels $K
+    g=$(ls -t results/qwen3.5-4b-bf16/*-gemm.json | head -1)
+    pick=$(python3 -c 'import json, sys
+side = {"fp8": "f", "fp8_humming": "h", "fp8_marlin": "m", "fp8_kit": "x"}
+ms = {r["kernel"]: r["ms"] for r in json.load(open(sys.argv[1]))["payload"]["step"] if r["m"] == 5 and r["kernel"] in side}
+print(ms, file=sys.stderr)
+best = min(ms, key=ms.get, default="fp8")
+print(side[best] if "fp8" in ms and ms[best] <= 0.95 * ms["fp8"] else "f")' "$g")
+    kv4=4294967296; A=qwen3.5-4b-bf16; F=qwen3.5-4b-fp8-dvg; S="SERVE_MAX_NUM_SEQS=256"; R=0.98,0.82,0.70,0.54; Z=0,0,0,0
+    declare -A SET=([f]="" [h]="SERVE_LINEAR_BACKEND=humming" [x]="FP8_GEMM=kit"
+                    [m]="SERVE_LINEAR_BACKEND=marlin VLLM_TEST_FORCE_FP8_MARLIN=1")
+    SET[c]="${SET[$pick]} LM_HEAD_W8=int8 GDN_QKV_SPLIT=two_copies"; SET[b]=${SET[$pick]}
+    echo "kfit: FP8 kernel picked by make gemm: $pick (${SET[$pick]:-the kernel vLLM picks})"
+    sets() { local pre=$1 kv; for kv in ${SET[$2]}; do echo "$pre $kv"; done; }
+    mem="--set SERVE_KV_CACHE_MEMORY_BYTES=$kv4 --set SERVE_GPU_MEMORY_UTILIZATION=0.2"
+    step python3 -m scripts.kit draft-vocab --variant $F --set WEIGHTS=dummy
+    declare -A PORT=([f]=8102 [b]=8104 [c]=8106); sides="f c"; [ $pick = f ] || sides="f b c"; B=f; [ $pick = f ] || B=b
+    bash "$0" up a 8100 $kv4 $A --set "$S"
+    for s in $sides; do bash "$0" up $s ${PORT[$s]} $kv4 $F --set "$S" --set SPEC_ACCEPTANCE=$R $(sets --set $s); done
+    end=$((SECONDS + 900)); for s in a $sides; do bash "$0" ready $((end > SECONDS ? end - SECONDS : 1)) ${PORT[$s]:-8100}; done
+    nvidia-smi --query-gpu=memory.used,memory.total --format=csv
+    grep -h "Selected .*for\|Using .*[Kk]ernel\|humming\|Marlin\|^kit: " "$LOGS"/up-[fbc].log | sort | uniq -c | head -30
+    if [ $B = b ]; then bash "$0" ready 5 8102 8104 && bash "$0" cmp 8102 8104 $F $F $mem --set "$S" \
+      --set SPEC_ACCEPTANCE=$R --set-a PORT=8102 --set-b PORT=8104 $(sets --set-b b) --concurrency 1,8 --requests 8; fi
+    W=$B
+    if bash "$0" ready 5 ${PORT[$B]} 8106 && bash "$0" cmp ${PORT[$B]} 8106 $F $F $mem --set "$S" --set SPEC_ACCEPTANCE=$R \
+      $(sets --set $B) --set-a PORT=${PORT[$B]} --set-b PORT=8106 $(sets --set-b c) --concurrency 1 --requests 8; then
+      W=$(python3 -c 'import json, sys
+m = next(x for x in json.load(open(sys.argv[1]))["payload"]["metrics"] if x["metric"] == "tpot_p50_ms" and x["concurrency"] == 1)
+print("c" if m["ci95"][0] > 1 else sys.argv[2])' "$(ls -t results/$F/*-comparison.json | head -1)" $B); fi
+    echo "kfit: the better of $B and c at c=1: $W (${SET[$W]:-as committed})"
+    bash "$0" ready 5 8100 ${PORT[$W]} && bash "$0" cmp 8100 ${PORT[$W]} $A $F $mem --set "$S" --set-a PORT=8100 \
+      --set-b PORT=${PORT[$W]} --set-b SPEC_ACCEPTANCE=$R $(sets --set-b $W) --concurrency 1 --requests 8
+    bash "$0" ready 5 8100 ${PORT[$W]} && BS_TAG="kfit-$W-" bash "$0" bs 8100 ${PORT[$W]} $A $F 2
+    bash "$0" down a f b c
+    [ $W = f ] && W=c  # the step of the cuts at least
+    bash "$0" up o 8102 $kv4 $F --set "$S" --set SPEC_ACCEPTANCE=$Z
+    bash "$0" up z 8106 $kv4 $F --set "$S" --set SPEC_ACCEPTANCE=$Z $(sets --set $W)
+    bash "$0" ready 900 8102 8106 && bash "$0" cmp 8102 8106 $F $F $mem --set "$S" --set SPEC_ACCEPTANCE=$Z \
+      --set-a PORT=8102 --set-b PORT=8106 $(sets --set-b $W) --concurrency 1 --requests 8
+    bash "$0" down o z ;;
   cut)  # KEY=VALUE [KEY=VALUE...]: issue 29 items 2-3, one change measured alone: Qwen3.5 FP8 -dvg ($V if set, e.g.
     # V=qwen3.5-4b-awq-dvg for W4A16_GEMM=kit) with the first KEY=VALUE (e.g. LM_HEAD_W8=int8, GDN_QKV_SPLIT=two_copies)
     # against the same without it, both sides given the rest (e.g. `kernels`' best FP8 kernel): c=1,8 at the
@@ -1006,5 +1054,5 @@ print(best)' $(for s in "${!REC[@]}"; do echo "$s=${REC[$s]}"; done))
     echo "still running: $(running | tr '\n' ' ')" ;;
   *) echo "usage: $0 spine | smoke VARIANT... | catalog SECONDS VARIANT [--set K=V ...] | parallel SECONDS KV_BYTES SPEC..." \
           "| shim VARIANT NAME | quantize SECONDS VARIANT KV_BYTES | gates VARIANT KV_BYTES | tune BASE SECONDS | sweep FLAGS.. | wheels DIR TARGET | levers | levers2 | levers3 | levers4 | levers5 | levers6" \
-          "| startprof VARIANT | startcuts VARIANT | stop NAME | chain MODE ARGS.. ++ MODE ARGS.. | detach NAME MODE ARGS.. | collect SECONDS" >&2; exit 2 ;;
+          "| startprof VARIANT | startcuts VARIANT | kernels | kfit | cut KEY=VALUE.. | headline [KEY=VALUE..] | stop NAME | chain MODE ARGS.. ++ MODE ARGS.. | detach NAME MODE ARGS.. | collect SECONDS" >&2; exit 2 ;;
 esac
