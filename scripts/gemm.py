@@ -6,7 +6,7 @@ the sum over the layers a token meets, so a kernel that reads half the bytes but
 bandwidth loses (issue 29: W4A16 on Marlin lost to BF16 at MTP's 5-token verify on an H100). This puts
 a number on each kernel and shape.
 
-How: the layers are vLLM's own (ReplicatedLinear with the kit's compressed-tensors configs, or vLLM's
+How: the layers are vLLM's own (ColumnParallelLinear with the kit's compressed-tensors configs, or vLLM's
 online FP8 config), filled with random values, prepared by vLLM's process_weights_after_loading, so the
 kernel is the one `make serve` gets (the record names it). Each measurement replays a CUDA graph that
 calls enough copies of the layer to stream >= 256 MB of weights (no copy stays in L2), timed with CUDA
@@ -122,7 +122,9 @@ class _Kit:
 
 def _layers(kernel: str, n: int, k: int, copies: int, gen) -> list:
     import torch
-    from vllm.model_executor.layers.linear import ReplicatedLinear
+    # ColumnParallelLinear, as the model's own linears are: FP8 Marlin reads output_size_per_partition, which
+    # ReplicatedLinear lacks (fp8_marlin failed on it, H100 2026-11-27 18:57)
+    from vllm.model_executor.layers.linear import ColumnParallelLinear
     if kernel.endswith("_kit"):
         return [_Kit(kernel, n, k, gen) for _ in range(copies)]
     # A prefix no scheme ignores (the AWQ scheme ignores linear_attn.*): every shape gets the kernel under test.
@@ -139,8 +141,8 @@ def _layers(kernel: str, n: int, k: int, copies: int, gen) -> list:
     layers = []
     for _ in range(copies):
         with torch.device("cuda"):
-            lin = ReplicatedLinear(k, n, bias=False, params_dtype=torch.bfloat16, quant_config=_quant_config(kernel, prefix),
-                                   prefix=prefix, return_bias=False, disable_tp=True)
+            lin = ColumnParallelLinear(k, n, bias=False, params_dtype=torch.bfloat16, quant_config=_quant_config(kernel, prefix),
+                                       prefix=prefix, return_bias=False, disable_tp=True)
         _fill(lin, n, k, gen)
         layers.append(lin)
     return layers
