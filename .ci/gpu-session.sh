@@ -699,7 +699,8 @@ print(best)' $(for s in "${!REC[@]}"; do echo "$s=${REC[$s]}"; done))
     # FP8 -dvg as committed (f), with the picked kernel (b, only if not vLLM's) and with it plus the step cuts
     # (c: LM_HEAD_W8=int8 GDN_QKV_SPLIT=two_copies). f vs b (c=1,8), b vs c (c=1), BF16 vs the better of b and c (c=1,
     # with vLLM's own client beside), then f vs that winner both restarted at acceptance 0 (the step). ~20 min.
-    K=bf16,fp8,fp8_humming,fp8_marlin,fp8_torch,fp8_kit,w4a16_g32,w4a16_g32_humming,w4a16_g32_triton,w4a16_g32_kit
+    # KFIT_KERNELS: fewer kernels for a shorter lease (humming JIT-compiles each shape: ~15 s a shape on the H100)
+    K=${KFIT_KERNELS:-bf16,fp8,fp8_humming,fp8_marlin,fp8_torch,fp8_kit,w4a16_g32,w4a16_g32_humming,w4a16_g32_triton,w4a16_g32_kit}
     step python3 -m scripts.gemm --variant qwen3.5-4b-bf16 --set WEIGHTS=dummy --kernels $K
     g=$(ls -t results/qwen3.5-4b-bf16/*-gemm.json | head -1)
     pick=$(python3 -c 'import json, sys
