@@ -693,7 +693,9 @@ print(best)' $(for s in "${!REC[@]}"; do echo "$s=${REC[$s]}"; done))
       --set-b PORT=${PORT[$best]} --set-b SPEC_ACCEPTANCE=$R $(sets --set-b $best) --concurrency 1 --requests 8
     bash "$0" ready 5 8100 ${PORT[$best]} && BS_TAG="$best-" bash "$0" bs 8100 ${PORT[$best]} $A $F 2
     bash "$0" down a f h m x ;;
-  kfit)  # issue 29 items 2-3, `kernels` cut to one 30-min lease that must also carry the payload (~4 min): `make gemm`
+  kfit)  # 64 sequences at 4 GiB of KV: at 256 every server refused to start (2026-11-27 19:21, H100: "max_num_seqs (256)
+    # exceeds available Mamba cache blocks (214)"; BF16 248), so kfit and cut run 64 (c <= 8 needs far fewer).
+    # issue 29 items 2-3, `kernels` cut to one 30-min lease that must also carry the payload (~4 min): `make gemm`
     # of Qwen3.5 (every kernel, M=1..8) picks the FP8 kernel with the least GEMM time a verify step (M=5) if it beats
     # vLLM's pick (fp8) by 5% or more (else vLLM's pick); then four servers side by side, 4 GiB of KV each: BF16 (a),
     # FP8 -dvg as committed (f), with the picked kernel (b, only if not vLLM's) and with it plus the step cuts
@@ -709,7 +711,7 @@ ms = {r["kernel"]: r["ms"] for r in json.load(open(sys.argv[1]))["payload"]["ste
 print(ms, file=sys.stderr)
 best = min(ms, key=ms.get, default="fp8")
 print(side[best] if "fp8" in ms and ms[best] <= 0.95 * ms["fp8"] else "f")' "$g")
-    kv4=4294967296; A=qwen3.5-4b-bf16; F=qwen3.5-4b-fp8-dvg; S="SERVE_MAX_NUM_SEQS=256"; R=0.98,0.82,0.70,0.54; Z=0,0,0,0
+    kv4=4294967296; A=qwen3.5-4b-bf16; F=qwen3.5-4b-fp8-dvg; S="SERVE_MAX_NUM_SEQS=${KIT_SEQS:-64}"; R=0.98,0.82,0.70,0.54; Z=0,0,0,0
     declare -A SET=([f]="" [h]="SERVE_LINEAR_BACKEND=humming" [x]="FP8_GEMM=kit"
                     [m]="SERVE_LINEAR_BACKEND=marlin VLLM_TEST_FORCE_FP8_MARLIN=1")
     SET[c]="${SET[$pick]} LM_HEAD_W8=int8 GDN_QKV_SPLIT=two_copies"; SET[b]=${SET[$pick]}
@@ -746,7 +748,7 @@ print("c" if m["ci95"][0] > 1 else sys.argv[2])' "$(ls -t results/$F/*-compariso
     # V=qwen3.5-4b-awq-dvg for W4A16_GEMM=kit) with the first KEY=VALUE (e.g. LM_HEAD_W8=int8, GDN_QKV_SPLIT=two_copies)
     # against the same without it, both sides given the rest (e.g. `kernels`' best FP8 kernel): c=1,8 at the
     # published rates, then both restarted at acceptance 0 for the step (c=1). Two servers at 4 GiB of KV. ~13 min.
-    cut=$2; shift 2; F=${V:-qwen3.5-4b-fp8-dvg}; kv4=4294967296; S="SERVE_MAX_NUM_SEQS=256"; R=0.98,0.82,0.70,0.54; Z=0,0,0,0
+    cut=$2; shift 2; F=${V:-qwen3.5-4b-fp8-dvg}; kv4=4294967296; S="SERVE_MAX_NUM_SEQS=${KIT_SEQS:-64}"; R=0.98,0.82,0.70,0.54; Z=0,0,0,0
     both=$(for kv in "$@"; do echo "--set $kv"; done)
     mem="--set SERVE_KV_CACHE_MEMORY_BYTES=$kv4 --set SERVE_GPU_MEMORY_UTILIZATION=0.2"
     step python3 -m scripts.kit draft-vocab --variant $F --set WEIGHTS=dummy
