@@ -131,7 +131,11 @@ def test_every_comparison_left_out_of_the_table_is_said():
     why = dict(out)["results/qwen3.5-4b-bf16-tuned-dv/20261126T055738Z-comparison.json"]
     assert "side b `qwen3.5-4b-bf16-tuned-dv` ran SPEC_DRAFT_GRAPH=16, config.env today 0" in why
     from scripts.report import left_out_lines
-    assert left_out_lines() == [f"left out of README's comparison table: {r}: {w}" for r, w in out] and len(out) == 12
+    assert left_out_lines() == [f"left out of README's comparison table: {r}: {w}" for r, w in out]
+    # issue 30's 12, and every later record of a switch left off in config.env (the LM_HEAD_W8 cut of 2026-11-27)
+    assert len([r for r, _ in out if r.rsplit("/", 1)[1] < "20261127"]) == 12
+    cut = dict(out).get("results/qwen3.5-4b-fp8-dvg/20261127T192845Z-comparison.json", "")
+    assert "side b `qwen3.5-4b-fp8-dvg` ran LM_HEAD_W8='int8', config.env today 'off'" in cut
 
 
 def test_the_committed_readme_has_no_cpu_run():

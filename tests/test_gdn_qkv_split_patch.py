@@ -57,6 +57,9 @@ def test_same_tensors_in_two_copies_where_vllm_makes_four():
                        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": "/tmp"})
     assert r.returncode == 0, r.stderr[-3000:]
     out = json.loads(r.stdout.strip().splitlines()[-1])
+    # the server log's evidence that the split ran: once a process, at the first multi-token call (5 tokens here)
+    assert [x for x in r.stderr.splitlines() if "split in two copies ran" in x] == \
+        ["kit: GDN q/k/v split in two copies ran (first call: 5 tokens)"], r.stderr[-2000:]
     for name, o in out.items():
         assert o["equal"] and o["shapes"] and o["contiguous"] and o["one_buffer"], (name, o)
     for name in ("qwen3.5-4b", "tp2"):

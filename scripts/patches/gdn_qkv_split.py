@@ -21,10 +21,12 @@ where it makes four.
 from __future__ import annotations
 
 import os
+import sys
 
 ENV = "KIT_GDN_QKV_SPLIT"
 TARGET = "vllm.model_executor.layers.mamba.gdn.qwen_gdn_linear_attn"
 _MARK = "_kit_gdn_qkv_split"
+_SEEN: list[int] = []  # the first patched call's token count, once a process
 
 
 def two_copies(self, mixed_qkv):
@@ -47,6 +49,10 @@ def patch_class(cls) -> bool:
     def rearrange_mixed_qkv(self, mixed_qkv):
         if mixed_qkv is None or mixed_qkv.dim() != 2 or mixed_qkv.shape[0] < 2 or mixed_qkv.stride(1) != 1:
             return orig(self, mixed_qkv)
+        if not _SEEN:  # once a process: the server log then shows the split ran, not only that it was installed
+            _SEEN.append(mixed_qkv.shape[0])
+            print(f"kit: GDN q/k/v split in two copies ran (first call: {mixed_qkv.shape[0]} tokens)", file=sys.stderr,
+                  flush=True)
         return two_copies(self, mixed_qkv)
 
     setattr(rearrange_mixed_qkv, _MARK, True)
