@@ -1037,7 +1037,10 @@ print("c" if m["ci95"][0] > 1 else sys.argv[2])' "$(ls -t results/$F/*-compariso
     sid=$(cat "/tmp/kit/jobs/$2.pid") || exit; pkill -INT -s "$sid"
     for _ in $(seq 1 150); do [ -e "/tmp/kit/jobs/$2.rc" ] && break; sleep 1; done
     echo "$2: rc $(cat "/tmp/kit/jobs/$2.rc" 2>/dev/null || echo 'still running')" ;;
-  collect)
+  collect)  # SECONDS: wait for the detached jobs up to SECONDS, then bring back what they wrote. Call it again at once:
+    # a detached job does not keep the machine, a call in flight does. With none for 30 s the machine goes back, job and
+    # all (2026-11-27 19:05: a kfit job 10 min in was lost while the next call was being written). Edit here in a call
+    # made beside a `collect`, never between two.
     end=$((SECONDS + $2)); cd /tmp/kit || exit
     running() { for p in jobs/*.pid; do [ -e "${p%.pid}.rc" ] || { echo "${p%.pid}"; }; done; }
     while [ -n "$(running)" ] && [ $SECONDS -lt $end ]; do sleep 5; done

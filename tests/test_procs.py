@@ -145,7 +145,8 @@ def test_a_failed_start_names_the_engines_exception_not_the_api_servers_wrapper(
     srv = ServerProcess([sys.executable, "-c", f"import sys; sys.stdout.write(open({str(real)!r}).read()); sys.exit(1)"],
                         {}, "127.0.0.1", free_port(), ready_timeout_s=30, log_path=tmp_path / "log.txt")
     with pytest.raises(KitError, match=r"cause \(line \d+ of the log\): ValueError: max_num_seqs \(1024\) exceeds "
-                                       r"available Mamba cache blocks \(248\)"):
+                                       r"available Mamba cache blocks \(248\).*; fix: set SERVE_MAX_NUM_SEQS to at most 248 "
+                                       r"\(it is 1024\), or give the KV cache more memory \(SERVE_KV_CACHE_MEMORY_BYTES"):
         with srv:
             pass
     # The fd-limit warning quotes an OSError on every start; it is not a cause.

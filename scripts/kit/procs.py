@@ -325,11 +325,20 @@ class ServerProcess:
             return ""
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
 
+    # vLLM's start-up errors that a config key fixes, and the key: vLLM names its own flag, the user sets the kit's.
+    # The Mamba one stopped every Qwen3.5 server of two GPU sessions after minutes of compiling (2026-11-25 at 1024
+    # sequences, 2026-11-27 at 256 with 4 GiB of KV).
+    KEY_HINTS = ((re.compile(r"max_num_seqs \((\d+)\) exceeds available Mamba cache blocks \((\d+)\)"),
+                  "set SERVE_MAX_NUM_SEQS to at most {1} (it is {0}), or give the KV cache more memory "
+                  "(SERVE_KV_CACHE_MEMORY_BYTES or SERVE_GPU_MEMORY_UTILIZATION)"),)
+
     def _log_hint(self) -> str:
         t = self.tail(25)
         cause = self.root_cause()
+        fix = next((hint.format(*m.groups()) for rx, hint in self.KEY_HINTS if cause
+                    for m in [rx.search(cause[1])] if m), None)
         return (f"; cause (line {cause[0]} of the log): {cause[1]}" if cause else "") + \
-            (f"; last lines of {self.log_path}:\n{t}" if t else "")
+            (f"; fix: {fix}" if fix else "") + (f"; last lines of {self.log_path}:\n{t}" if t else "")
 
     # vLLM's engine process logs the exception that stopped it; the API server's own traceback, which
     # is what the log ends with, only says "Engine core initialization failed" (2026-11-25: the cause,
