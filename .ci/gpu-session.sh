@@ -744,6 +744,35 @@ print("c" if m["ci95"][0] > 1 else sys.argv[2])' "$(ls -t results/$F/*-compariso
     bash "$0" ready 900 8102 8106 && bash "$0" cmp 8102 8106 $F $F $mem --set "$S" --set SPEC_ACCEPTANCE=$Z \
       --set-a PORT=8102 --set-b PORT=8106 $(sets --set-b $W) --concurrency 1 --requests 8
     bash "$0" down o z ;;
+  v2)  # issue 29 item 3: qwen3.5-4b-fp8-v2 (vLLM's V2 model runner, forced; no kit patches) against FP8 -dvg (V1 and the
+    # kit's draft patches), both at the published rates, c=1,8; BF16 against the faster at c=1 with vLLM's own client
+    # beside; then both at acceptance 0 (the step, c=1). 4 GiB of KV and 64 sequences a server (see kfit). If the V2
+    # server does not start, its log says why and the job goes on to what it can. ~15 min.
+    kv4=4294967296; A=qwen3.5-4b-bf16; F=qwen3.5-4b-fp8-dvg; V2=qwen3.5-4b-fp8-v2; S="SERVE_MAX_NUM_SEQS=${KIT_SEQS:-64}"
+    R=0.98,0.82,0.70,0.54; Z=0,0,0,0; mem="--set SERVE_KV_CACHE_MEMORY_BYTES=$kv4 --set SERVE_GPU_MEMORY_UTILIZATION=0.2"
+    step python3 -m scripts.kit draft-vocab --variant $F --set WEIGHTS=dummy
+    bash "$0" up a 8100 $kv4 $A --set "$S"
+    bash "$0" up f 8102 $kv4 $F --set "$S" --set SPEC_ACCEPTANCE=$R
+    bash "$0" up v 8104 $kv4 $V2 --set "$S" --set SPEC_ACCEPTANCE=$R
+    end=$((SECONDS + 900)); for p in 8100 8102 8104; do bash "$0" ready $((end > SECONDS ? end - SECONDS : 1)) $p; done
+    grep -h "Model Runner\|model runner\|^kit: " "$LOGS"/up-v.log | sort | uniq -c | head
+    W=f; WV=$F; WP=8102
+    if bash "$0" ready 5 8102 8104 && bash "$0" cmp 8102 8104 $F $V2 $mem --set "$S" --set SPEC_ACCEPTANCE=$R \
+      --set-a PORT=8102 --set-b PORT=8104 --concurrency 1,8 --requests 8; then
+      W=$(python3 -c 'import json, sys
+m = next(x for x in json.load(open(sys.argv[1]))["payload"]["metrics"] if x["metric"] == "tpot_p50_ms" and x["concurrency"] == 1)
+print("v" if m["ratio"] > 1 else "f")' "$(ls -t results/$V2/*-comparison.json | head -1)")
+      [ $W = v ] && { WV=$V2; WP=8104; }; fi
+    echo "v2: the faster at c=1: $WV"
+    bash "$0" ready 5 8100 $WP && bash "$0" cmp 8100 $WP $A $WV $mem --set "$S" --set-a PORT=8100 --set-b PORT=$WP \
+      --set-b SPEC_ACCEPTANCE=$R --concurrency 1 --requests 8
+    bash "$0" ready 5 8100 $WP && BS_TAG="v2-" bash "$0" bs 8100 $WP $A $WV 2
+    bash "$0" down a f v
+    bash "$0" up o 8102 $kv4 $F --set "$S" --set SPEC_ACCEPTANCE=$Z
+    bash "$0" up z 8104 $kv4 $V2 --set "$S" --set SPEC_ACCEPTANCE=$Z
+    bash "$0" ready 900 8102 8104 && bash "$0" cmp 8102 8104 $F $V2 $mem --set "$S" --set SPEC_ACCEPTANCE=$Z \
+      --set-a PORT=8102 --set-b PORT=8104 --concurrency 1 --requests 8
+    bash "$0" down o z ;;
   cut)  # KEY=VALUE [KEY=VALUE...]: issue 29 items 2-3, one change measured alone: Qwen3.5 FP8 -dvg ($V if set, e.g.
     # V=qwen3.5-4b-awq-dvg for W4A16_GEMM=kit) with the first KEY=VALUE (e.g. LM_HEAD_W8=int8, GDN_QKV_SPLIT=two_copies)
     # against the same without it, both sides given the rest (e.g. `kernels`' best FP8 kernel): c=1,8 at the
@@ -1060,5 +1089,5 @@ print("c" if m["ci95"][0] > 1 else sys.argv[2])' "$(ls -t results/$F/*-compariso
     echo "still running: $(running | tr '\n' ' ')" ;;
   *) echo "usage: $0 spine | smoke VARIANT... | catalog SECONDS VARIANT [--set K=V ...] | parallel SECONDS KV_BYTES SPEC..." \
           "| shim VARIANT NAME | quantize SECONDS VARIANT KV_BYTES | gates VARIANT KV_BYTES | tune BASE SECONDS | sweep FLAGS.. | wheels DIR TARGET | levers | levers2 | levers3 | levers4 | levers5 | levers6" \
-          "| startprof VARIANT | startcuts VARIANT | kernels | kfit | cut KEY=VALUE.. | headline [KEY=VALUE..] | stop NAME | chain MODE ARGS.. ++ MODE ARGS.. | detach NAME MODE ARGS.. | collect SECONDS" >&2; exit 2 ;;
+          "| startprof VARIANT | startcuts VARIANT | kernels | kfit | v2 | cut KEY=VALUE.. | headline [KEY=VALUE..] | stop NAME | chain MODE ARGS.. ++ MODE ARGS.. | detach NAME MODE ARGS.. | collect SECONDS" >&2; exit 2 ;;
 esac

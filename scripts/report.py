@@ -40,12 +40,14 @@ def summarizer(kind: str):
 
 
 def model_block(v) -> dict:
+    from scripts.kit.tune import weight_scheme  # one rule for what a variant's linears hold when served
     transforms = []
-    if v["QUANT"] != "none":
-        transforms.append(f"{v['QUANT']} g{v['QUANT_GROUP_SIZE']} scope={v['QUANT_SCOPE']} (llm-compressor)")
+    if v["QUANT"] != "none":  # FP8 dynamic has one scale a channel: no group
+        group = "" if v["QUANT"] == "fp8_dynamic" else f" g{v['QUANT_GROUP_SIZE']}"
+        transforms.append(f"{v['QUANT']}{group} scope={v['QUANT_SCOPE']} (llm-compressor)")
     spec = "none" if v["SPEC_METHOD"] == "none" else f"{v['SPEC_METHOD']} k={v['SPEC_K']}"
     return {"starting_weights": f"{v['MODEL']}@{v['REVISION']}", "weight_transformations": transforms,
-            "weight_dtype": "bf16" if v["QUANT"] == "none" else "w4a16", "speculation": spec}
+            "weight_dtype": weight_scheme(v.config), "speculation": spec}
 
 
 def build(name: str) -> dict:

@@ -789,3 +789,15 @@ def test_issue19_patch_levers_are_offered_where_they_apply(tmp_path, monkeypatch
     assert "draft_graph" not in [lv.name for lv in ls] and "draft_graph: CUDA graphs, a GPU lever" in skipped
     assert T.fixup(v.config, {"SPEC_METHOD": "mtp", "SPEC_K": 1, "SPEC_DRAFT_GRAPH": 16})["SPEC_DRAFT_GRAPH"] == 0
     assert T.fixup(v.config, {"SPEC_METHOD": "mtp", "SPEC_K": 4, "SPEC_DRAFT_GRAPH": 16})["SPEC_DRAFT_GRAPH"] == 16
+
+
+def test_the_catalog_names_what_each_variants_linears_hold():
+    """make report's weight_dtype comes from weight_scheme: FP8 checkpoints and online FP8 said fp8 (they were listed
+    as w4a16 and bf16 in docs/config.md until 2026-11-27), AWQ w4a16, the rest bf16; FP8 dynamic has no group size."""
+    from scripts.report import model_block
+    got = {name: model_block(load(name)) for name in ("qwen3.5-4b-fp8-dvg", "qwen3.5-4b-fp8online-dvg", "qwen3-4b-awq",
+                                                      "qwen3.5-4b-bf16")}
+    assert {n: b["weight_dtype"] for n, b in got.items()} == {
+        "qwen3.5-4b-fp8-dvg": "fp8", "qwen3.5-4b-fp8online-dvg": "fp8", "qwen3-4b-awq": "w4a16", "qwen3.5-4b-bf16": "bf16"}
+    assert got["qwen3.5-4b-fp8-dvg"]["weight_transformations"] == ["fp8_dynamic scope=linear (llm-compressor)"]
+    assert got["qwen3-4b-awq"]["weight_transformations"][0].startswith("awq_w4a16 g")
