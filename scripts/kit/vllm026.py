@@ -25,7 +25,8 @@ from .paths import ROOT
 VERSION = "0.26.0"
 CACHE = ROOT / ".cache" / f"vllm-{VERSION}"
 FILES = ("vllm/v1/attention/backends/gdn_attn.py", "vllm/multimodal/registry.py", "vllm/tokenizers/hf.py",
-         "vllm/model_executor/layers/mamba/gdn/qwen_gdn_linear_attn.py")
+         "vllm/model_executor/layers/mamba/gdn/qwen_gdn_linear_attn.py", "vllm/v1/worker/gpu/spec_decode/speculator.py",
+         "vllm/v1/worker/gpu/spec_decode/autoregressive/speculator.py")
 ENV = "KIT_VLLM026_SRC"
 # Every such skip starts with this; `make test`'s summary counts them and says how to run them.
 SKIP = "no vLLM 0.26 source (run: make vllm026-src)"

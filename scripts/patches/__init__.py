@@ -35,7 +35,8 @@ PATCHES = (
     Patch("KIT_DEVICE_NAME", "KIT_DEVICE_NAME", "device_name",
           "GPU-name shim for a baked compile cache (same compute capability only)", "vLLM 0.26.0",
           "none: Inductor keys its cache on the GPU's marketing name", ("tests/test_sitecustomize.py",)),
-    Patch("KIT_DRAFT_VOCAB", "SPEC_DRAFT_VOCAB", "draft_vocab", "MTP drafts from a token set", "vLLM 0.26.0",
+    Patch("KIT_DRAFT_VOCAB", "SPEC_DRAFT_VOCAB", "draft_vocab", "MTP drafts from a token set (V1 and V2 model runners)",
+          "vLLM 0.26.0",
           "none for MTP (EAGLE-3 trains a draft-to-target map)", ("tests/test_draft_vocab.py",)),
     Patch("KIT_GDN_REUSE", "GDN_METADATA_REUSE", "gdn_reuse", "GDN metadata built once a step", "vLLM 0.26.0",
           "vLLM 0.32 has `update_block_table`, for the V2 runner only; the patch steps aside where the class "

