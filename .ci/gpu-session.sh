@@ -55,6 +55,7 @@
 #   bash .ci/gpu-session.sh router WHEEL   install vllm-router (carried as .gpu/whl-router/r0, r1) before any fleet mode
 #   bash .ci/gpu-session.sh fleet31    issue 31 on the 2-GPU machine: the routers on shared prefixes and multi-turn, a replica killed
 #   bash .ci/gpu-session.sh x4         issue 31 on a 4-GPU host: 1 vs 2 vs 4 replicas, and the routers on shared prefixes
+#   bash .ci/gpu-session.sh v2h        issue 29: V2 runner and int8 lm_head against FP8 -dvg, then the headline on the fastest (~22 min)
 #   bash .ci/gpu-session.sh x4c        issue 31, after x4b: Qwen3.5 -dvg on two replicas against four (~10 min)
 #   bash .ci/gpu-session.sh x4b        issue 31's rest on a 4-GPU host: Qwen3.5 1 vs 4, longer shared prompts, a busy replica killed
 #   bash .ci/gpu-session.sh whinstall DIR   issue 20: make install WHEELHOUSE=DIR HOST_TORCH=yes into /tmp/kit
@@ -779,6 +780,52 @@ print(m["ratio"])' "$(ls -t results/$V2/*-comparison.json | head -1)")
     bash "$0" ready 900 8102 8104 && bash "$0" cmp 8102 8104 $F ${VAR[$W]} $mem --set "$S" --set SPEC_ACCEPTANCE=$Z \
       --set-a PORT=8102 --set-b PORT=8104 ${SETB[$W]} --concurrency 1 --requests 8
     bash "$0" down o z ;;
+  v2h)  # issue 29, `v2` and `headline` in one 30-min lease (a second lease costs another carry and the budget has one):
+    # five servers at 4 GiB of KV and 64 sequences (c <= 32 needs no more; 256 failed the Mamba check at 4 GiB):
+    # BF16 (a), FP8 -dvg as committed (f), f + LM_HEAD_W8=int8 (i: 1.25x [1.009, 1.457] at c=1 on 2026-11-27),
+    # qwen3.5-4b-fp8-v2 without (v) and with (d) SPEC_DRAFT_VOCAB=32768. i, v and d each against f at c=1 (published
+    # rates); the fastest of the four (point ratio) is W. The rest stop; then BF16 against W at the published rates
+    # (c=1..32, vLLM's own client beside), W restarted at the pessimistic rates (c=1..32), and W and f restarted at
+    # acceptance 0 (the step: BF16 against W, and f against W, c=1). Records land as each pair finishes. ~22 min.
+    kv4=4294967296; A=qwen3.5-4b-bf16; F=qwen3.5-4b-fp8-dvg; V2=qwen3.5-4b-fp8-v2; S="SERVE_MAX_NUM_SEQS=${KIT_SEQS:-64}"
+    R=0.98,0.82,0.70,0.54; P=0.6,0.35,0.2,0.1; Z=0,0,0,0
+    mem="--set SERVE_KV_CACHE_MEMORY_BYTES=$kv4 --set SERVE_GPU_MEMORY_UTILIZATION=0.2"
+    declare -A VAR=([f]=$F [i]=$F [v]=$V2 [d]=$V2) PORT=([f]=8102 [i]=8104 [v]=8106 [d]=8108)
+    declare -A SET=([f]="" [i]="LM_HEAD_W8=int8" [v]="" [d]="SPEC_DRAFT_VOCAB=32768")
+    sets() { local pre=$1 kv; for kv in ${SET[$2]}; do echo "$pre $kv"; done; }
+    step python3 -m scripts.kit draft-vocab --variant $F --set WEIGHTS=dummy
+    bash "$0" up a 8100 $kv4 $A --set "$S"
+    for s in f i v d; do bash "$0" up $s ${PORT[$s]} $kv4 ${VAR[$s]} --set "$S" --set SPEC_ACCEPTANCE=$R $(sets --set $s); done
+    end=$((SECONDS + 900)); for p in 8100 8102 8104 8106 8108; do bash "$0" ready $((end > SECONDS ? end - SECONDS : 1)) $p; done
+    nvidia-smi --query-gpu=memory.used,memory.total --format=csv
+    grep -h "Model Runner\|model runner\|V2\|^kit: " "$LOGS"/up-[ivd].log | sort | uniq -c | head -20
+    W=f; top=1
+    for s in i v d; do
+      bash "$0" ready 5 8102 ${PORT[$s]} && bash "$0" cmp 8102 ${PORT[$s]} $F ${VAR[$s]} $mem --set "$S" --set SPEC_ACCEPTANCE=$R \
+        --set-a PORT=8102 --set-b PORT=${PORT[$s]} $(sets --set-b $s) --concurrency 1 --requests 8 || continue
+      r=$(python3 -c 'import json, sys
+m = next(x for x in json.load(open(sys.argv[1]))["payload"]["metrics"] if x["metric"] == "tpot_p50_ms" and x["concurrency"] == 1)
+print(m["ratio"])' "$(ls -t results/${VAR[$s]}/*-comparison.json | head -1)")
+      echo "v2h: $s against f at c=1: ${r}x"
+      python3 -c 'import sys; sys.exit(0 if float(sys.argv[1]) > float(sys.argv[2]) else 1)' "$r" "$top" && { W=$s; top=$r; }
+    done
+    echo "v2h: the fastest at c=1: $W (${VAR[$W]} ${SET[$W]:-as committed})"
+    bash "$0" down $(for s in f i v d; do [ $s = $W ] || echo $s; done)
+    bash "$0" ready 5 8100 ${PORT[$W]} && bash "$0" cmp 8100 ${PORT[$W]} $A ${VAR[$W]} $mem --set "$S" --set-a PORT=8100 \
+      --set-b PORT=${PORT[$W]} --set-b SPEC_ACCEPTANCE=$R $(sets --set-b $W) --concurrency 1,4,8,16,32 --requests 8
+    bash "$0" ready 5 8100 ${PORT[$W]} && BS_TAG="v2h-$W-" bash "$0" bs 8100 ${PORT[$W]} $A ${VAR[$W]} 3
+    bash "$0" down $W
+    bash "$0" up p ${PORT[$W]} $kv4 ${VAR[$W]} --set "$S" --set SPEC_ACCEPTANCE=$P $(sets --set $W)
+    bash "$0" ready 900 8100 ${PORT[$W]} && bash "$0" cmp 8100 ${PORT[$W]} $A ${VAR[$W]} $mem --set "$S" --set-a PORT=8100 \
+      --set-b PORT=${PORT[$W]} --set-b SPEC_ACCEPTANCE=$P $(sets --set-b $W) --concurrency 1,4,8,16,32 --requests 8
+    bash "$0" down p
+    bash "$0" up z ${PORT[$W]} $kv4 ${VAR[$W]} --set "$S" --set SPEC_ACCEPTANCE=$Z $(sets --set $W)
+    [ $W = f ] || bash "$0" up o 8102 $kv4 $F --set "$S" --set SPEC_ACCEPTANCE=$Z
+    bash "$0" ready 900 8100 ${PORT[$W]} && bash "$0" cmp 8100 ${PORT[$W]} $A ${VAR[$W]} $mem --set "$S" --set-a PORT=8100 \
+      --set-b PORT=${PORT[$W]} --set-b SPEC_ACCEPTANCE=$Z $(sets --set-b $W) --concurrency 1 --requests 8
+    [ $W = f ] || { bash "$0" ready 900 8102 ${PORT[$W]} && bash "$0" cmp 8102 ${PORT[$W]} $F ${VAR[$W]} $mem --set "$S" \
+      --set SPEC_ACCEPTANCE=$Z --set-a PORT=8102 --set-b PORT=${PORT[$W]} $(sets --set-b $W) --concurrency 1 --requests 8; }
+    bash "$0" down a z o ;;
   cut)  # KEY=VALUE [KEY=VALUE...]: issue 29 items 2-3, one change measured alone: Qwen3.5 FP8 -dvg ($V if set, e.g.
     # V=qwen3.5-4b-awq-dvg for W4A16_GEMM=kit) with the first KEY=VALUE (e.g. LM_HEAD_W8=int8, GDN_QKV_SPLIT=two_copies)
     # against the same without it, both sides given the rest (e.g. `kernels`' best FP8 kernel): c=1,8 at the
