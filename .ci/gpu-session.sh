@@ -56,6 +56,7 @@
 #   bash .ci/gpu-session.sh fleet31    issue 31 on the 2-GPU machine: the routers on shared prefixes and multi-turn, a replica killed
 #   bash .ci/gpu-session.sh x4         issue 31 on a 4-GPU host: 1 vs 2 vs 4 replicas, and the routers on shared prefixes
 #   bash .ci/gpu-session.sh v2h        issue 29: V2 runner and int8 lm_head against FP8 -dvg, then the headline on the fastest (~22 min)
+#   bash .ci/gpu-session.sh v2h2       issue 29: v2h's winner again at 8 GiB of KV: against FP8 -dvg and BF16, its step, the pessimistic rates (~21 min)
 #   bash .ci/gpu-session.sh x4c        issue 31, after x4b: Qwen3.5 -dvg on two replicas against four (~10 min)
 #   bash .ci/gpu-session.sh x4b        issue 31's rest on a 4-GPU host: Qwen3.5 1 vs 4, longer shared prompts, a busy replica killed
 #   bash .ci/gpu-session.sh whinstall DIR   issue 20: make install WHEELHOUSE=DIR HOST_TORCH=yes into /tmp/kit
@@ -826,6 +827,36 @@ print(m["ratio"])' "$(ls -t results/${VAR[$s]}/*-comparison.json | head -1)")
     [ $W = f ] || { bash "$0" ready 900 8102 ${PORT[$W]} && bash "$0" cmp 8102 ${PORT[$W]} $F ${VAR[$W]} $mem --set "$S" \
       --set SPEC_ACCEPTANCE=$Z --set-a PORT=8102 --set-b PORT=${PORT[$W]} $(sets --set-b $W) --concurrency 1 --requests 8; }
     bash "$0" down a z o ;;
+  v2h2)  # issue 29, after v2h (20261127T2208Z): there the V2 pair (d: qwen3.5-4b-fp8-v2 + SPEC_DRAFT_VOCAB=32768) led
+    # FP8 -dvg at c=1 (1.18x [0.93, 1.44]) but lost goodput to BF16 at c=16 and 32: at 4 GiB of KV a speculating server
+    # holds 4.65 long requests to BF16's 7.09 (MTP keeps 1+K Gated DeltaNet blocks a request), so the queue, not the
+    # step, set TTFT there. Here 8 GiB each (as `headline`), three servers: BF16 (a), FP8 -dvg (f), d. In order of
+    # worth, so a cut lease keeps the first: f against d (c=1,8), BF16 against d (c=1..32) with vLLM's own client
+    # (2 rounds), d and f restarted at acceptance 0 (f against d, BF16 against d: the step, c=1), d restarted at the
+    # pessimistic rates (BF16 against d, c=1..32). ~21 min.
+    kv8=8589934592; A=qwen3.5-4b-bf16; F=qwen3.5-4b-fp8-dvg; V2=qwen3.5-4b-fp8-v2; S="SERVE_MAX_NUM_SEQS=${KIT_SEQS:-64}"
+    R=0.98,0.82,0.70,0.54; P=0.6,0.35,0.2,0.1; Z=0,0,0,0; DV=SPEC_DRAFT_VOCAB=32768
+    mem="--set SERVE_KV_CACHE_MEMORY_BYTES=$kv8 --set SERVE_GPU_MEMORY_UTILIZATION=0.2"
+    pair() { local pa=$1 pb=$2 a=$3 r=$4; shift 4; bash "$0" ready 5 $pa $pb && bash "$0" cmp $pa $pb $a $V2 $mem --set "$S" \
+      --set-a PORT=$pa --set-b PORT=$pb --set-b SPEC_ACCEPTANCE=$r --set-b $DV "$@" --requests 8; }
+    step python3 -m scripts.kit draft-vocab --variant $F --set WEIGHTS=dummy
+    bash "$0" up a 8100 $kv8 $A --set "$S"
+    bash "$0" up f 8102 $kv8 $F --set "$S" --set SPEC_ACCEPTANCE=$R
+    bash "$0" up d 8108 $kv8 $V2 --set "$S" --set SPEC_ACCEPTANCE=$R --set $DV
+    bash "$0" ready 900 8100 8102 8108; nvidia-smi --query-gpu=memory.used,memory.total --format=csv
+    grep -h "Maximum concurrency\|Using V2" "$LOGS"/up-[afd].log
+    pair 8102 8108 $F $R --set-a SPEC_ACCEPTANCE=$R --concurrency 1,8
+    pair 8100 8108 $A $R --concurrency 1,4,8,16,32
+    bash "$0" ready 5 8100 8108 && BS_TAG="v2h2-d-" bash "$0" bs 8100 8108 $A $V2 2
+    bash "$0" down f d
+    bash "$0" up o 8102 $kv8 $F --set "$S" --set SPEC_ACCEPTANCE=$Z
+    bash "$0" up z 8108 $kv8 $V2 --set "$S" --set SPEC_ACCEPTANCE=$Z --set $DV
+    bash "$0" ready 900 8102 8108 && pair 8102 8108 $F $Z --set-a SPEC_ACCEPTANCE=$Z --concurrency 1
+    pair 8100 8108 $A $Z --concurrency 1
+    bash "$0" down o z
+    bash "$0" up p 8108 $kv8 $V2 --set "$S" --set SPEC_ACCEPTANCE=$P --set $DV
+    bash "$0" ready 900 8108 && pair 8100 8108 $A $P --concurrency 1,4,8,16,32
+    bash "$0" down a p ;;
   cut)  # KEY=VALUE [KEY=VALUE...]: issue 29 items 2-3, one change measured alone: Qwen3.5 FP8 -dvg ($V if set, e.g.
     # V=qwen3.5-4b-awq-dvg for W4A16_GEMM=kit) with the first KEY=VALUE (e.g. LM_HEAD_W8=int8, GDN_QKV_SPLIT=two_copies)
     # against the same without it, both sides given the rest (e.g. `kernels`' best FP8 kernel): c=1,8 at the
