@@ -896,9 +896,10 @@ print(m["ratio"])' "$(ls -t results/${VAR[$s]}/*-comparison.json | head -1)")
     bash "$0" down a ;;
   kprofile)  # [SIDE]: after `kernels`, where FP8 -dvg's step goes on one of its sides (f vLLM's pick, h humming, m FP8
     # Marlin, x the kit's kernel; default f): no-stack `make profile`, alone on the GPU, its own cold start. ~5 min.
+    # V=qwen3.5-4b-fp8-v2 profiles the V2 runner instead: its step at acceptance 0 equalled V1's (20261127T2243Z).
     declare -A SET=([f]="" [h]="SERVE_LINEAR_BACKEND=humming" [x]="FP8_GEMM=kit"
                     [m]="SERVE_LINEAR_BACKEND=marlin VLLM_TEST_FORCE_FP8_MARLIN=1"); side=${2:-f}
-    F=qwen3.5-4b-fp8-dvg; step python3 -m scripts.kit draft-vocab --variant $F --set WEIGHTS=dummy
+    F=${V:-qwen3.5-4b-fp8-dvg}; step python3 -m scripts.kit draft-vocab --variant $F --set WEIGHTS=dummy
     step python3 -m scripts.profile --variant $F --set WEIGHTS=dummy --set PORT=8114 --set SERVE_MAX_NUM_SEQS=256 \
       --set SERVE_KV_CACHE_MEMORY_BYTES=4294967296 --set SERVE_GPU_MEMORY_UTILIZATION=0.2 \
       --set SPEC_ACCEPTANCE=0.98,0.82,0.70,0.54 $(for kv in ${SET[$side]}; do echo "--set $kv"; done) --no-stack \
