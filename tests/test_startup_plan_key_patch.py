@@ -95,7 +95,7 @@ print(json.dumps(out))
 """
 
 
-def test_vllms_startup_plan_is_found_by_the_next_start_only_under_the_key(tmp_path):
+def test_vllms_startup_plan_is_found_by_the_next_start_only_under_the_key_stand_in_worker_no_gpu(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT), SK.ENV: "1", "VLLM_ENABLE_STARTUP_PLAN": "1",
            "VLLM_CACHE_ROOT": str(tmp_path)}
     r = subprocess.run([sys.executable, "-c", SCENARIO], env=env, capture_output=True, text=True, timeout=300,

