@@ -10,6 +10,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from scripts.kit.paths import ROOT
 from scripts.kit.variant import load
 from scripts.patches import startup_plan_key as SK
@@ -95,6 +97,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.slow  # a fresh process importing vLLM (20-30 s): `make test` stays under its 10 minutes
 def test_vllms_startup_plan_is_found_by_the_next_start_only_under_the_key_stand_in_worker_no_gpu(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT), SK.ENV: "1", "VLLM_ENABLE_STARTUP_PLAN": "1",
            "VLLM_CACHE_ROOT": str(tmp_path)}

@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from scripts.kit.paths import ROOT
 from scripts.kit.variant import load as load_variant
 from scripts.patches import tokenizer_cache as TC
@@ -96,6 +98,7 @@ def start(cache: Path) -> tuple[dict, str]:
     return json.loads(r.stdout.strip().splitlines()[-1]), r.stderr
 
 
+@pytest.mark.slow  # a fresh process importing vLLM (20-30 s): `make test` stays under its 10 minutes
 def test_vllms_tokenizer_load_writes_then_reads_the_pickle_in_two_starts(tmp_path):
     cache = tmp_path / "kit-tokenizer"
     first, err1 = start(cache)
