@@ -54,6 +54,15 @@ def summarize(variant, records) -> dict:
     return out
 
 
+def bar_label(name: str, traced: dict, width: int = 60) -> str:
+    """A bar's label: the variant, its start keys wrapped at `width` characters, the start's UTC minute. A variant
+    with six start keys made a one-line label wider than the figure, which squeezed the bars to a sliver
+    (docs/startup.png, 2026-11-28), so the keys wrap and each row grows with its lines."""
+    import textwrap
+    keys = ", ".join(f"{k.removeprefix('VLLM_')}={v}" for k, v in traced["cuts"].items()) or "no cuts"
+    return "\n".join([name, textwrap.fill(keys, width, break_long_words=False), traced["utc"][:16]])
+
+
 def plot_png(docs: dict) -> bytes | None:
     """One horizontal bar per traced warm start (variant x cuts), its phases stacked left to right."""
     rows = [(name, t) for name, doc in docs.items() for t in doc["results"].get("startup", {}).get("traced", [])]
@@ -67,7 +76,8 @@ def plot_png(docs: dict) -> bytes | None:
     phases = [c[0] for c in CHECKPOINTS]
     cmap = plt.get_cmap("tab20")
     colors = {ph: cmap(i % 20) for i, ph in enumerate(phases)}
-    fig, ax = plt.subplots(figsize=(11, 2.6 + 0.6 * len(rows)), dpi=100)
+    labels = [bar_label(n, t) for n, t in rows]
+    fig, ax = plt.subplots(figsize=(12, 2.6 + sum(0.2 + 0.17 * lab.count("\n") for lab in labels)), dpi=100)
     for y, (name, t) in enumerate(rows):
         left = 0.0
         for seg in t["path"]:
@@ -75,14 +85,13 @@ def plot_png(docs: dict) -> bytes | None:
                     label=seg["phase"])
             left += seg["s"]
         ax.text(left + 0.3, y, f"{t['ready_s']:.1f} s to ready", va="center", fontsize=7)
-    cut = lambda c: ", ".join(f"{k.removeprefix('VLLM_')}={v}" for k, v in c.items()) or "no cuts"
-    ax.set_yticks(range(len(rows)), [f"{n}\n{cut(t['cuts'])}\n{t['utc'][:16]}" for n, t in rows], fontsize=7)
+    ax.set_yticks(range(len(rows)), labels, fontsize=7)
     ax.invert_yaxis()
     ax.set_xlabel("seconds from the kit's spawn of the server (traced from inside it, KIT_STARTUP_TRACE)")
     handles, labels = ax.get_legend_handles_labels()
     seen = dict(zip(labels, handles))
     ax.legend([seen[p] for p in phases if p in seen], [p for p in phases if p in seen], fontsize=7, ncol=4,
-              loc="upper center", bbox_to_anchor=(0.5, -0.25))
+              loc="upper center", bbox_to_anchor=(0.5, -0.05))
     ax.grid(True, axis="x", alpha=0.3)
     ax.set_title(f"warm start on a baked cache, phase by phase ({rows[-1][1]['gpu']})", fontsize=9)
     return png_bytes(fig)
