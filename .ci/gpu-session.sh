@@ -341,6 +341,20 @@ case "${1:-}" in
       step python3 -m scripts.bake --variant $Q $W --set VLLM_ENABLE_STARTUP_PLAN=0 --verify
       step python3 -m scripts.bake --variant $Q $W --set API_TOKENIZER_CACHE=0 --verify
     done ;;
+  start6)  # [N] issue 32, after start5 (20261128T0519Z: -quick ready in 25.1-25.6 s, the plan applied, the tokenizer
+    # cache ~2 s): -quick6 (CUDA graphs at 6 sizes, not 21) and -quick each baked alone, then N rounds (default 2) of
+    # four warm starts: -quick6 as committed, -quick6 with STARTUP_PROFILE_RUN=skip (the profile run skipped where the
+    # plan gives the KV size), -quick as committed, -quick with VLLM_ENABLE_STARTUP_PLAN=0 (what applying the plan
+    # saves). ~18 min on an H100: two bakes of ~5.5 min, then ~40 s a start.
+    Q=qwen3.5-4b-bf16-tuned-dvg-quick; W="--set WEIGHTS=dummy --max-concurrency 8"
+    step python3 -m scripts.bake --variant ${Q}6 $W || exit 1
+    step python3 -m scripts.bake --variant $Q $W || exit 1
+    for i in $(seq 1 "${2:-2}"); do
+      step python3 -m scripts.bake --variant ${Q}6 $W --verify
+      step python3 -m scripts.bake --variant ${Q}6 $W --set STARTUP_PROFILE_RUN=skip --verify
+      step python3 -m scripts.bake --variant $Q $W --verify
+      step python3 -m scripts.bake --variant $Q $W --set VLLM_ENABLE_STARTUP_PLAN=0 --verify
+    done ;;
   settle)  # issue 32: make bake's settle start (a second start on the new cache, listed in the manifest) against the miss
     # that every first warm start after a bake of -quick was (2, 13, 14 new files). -quick baked alone, then one
     # verify: it should hit. The bake record's `settle` says what the second start added. ~8 min on an H100.
@@ -1193,5 +1207,5 @@ print(m["ratio"])' "$(ls -t results/${VAR[$s]}/*-comparison.json | head -1)")
     echo "still running: $(running | tr '\n' ' ')" ;;
   *) echo "usage: $0 spine | smoke VARIANT... | catalog SECONDS VARIANT [--set K=V ...] | parallel SECONDS KV_BYTES SPEC..." \
           "| shim VARIANT NAME | quantize SECONDS VARIANT KV_BYTES | gates VARIANT KV_BYTES | tune BASE SECONDS | sweep FLAGS.. | wheels DIR TARGET | levers | levers2 | levers3 | levers4 | levers5 | levers6" \
-          "| startprof VARIANT | startcuts VARIANT | kernels | kfit | v2 | cut KEY=VALUE.. | headline [KEY=VALUE..] | stop NAME | chain MODE ARGS.. ++ MODE ARGS.. | detach NAME MODE ARGS.. | collect SECONDS" >&2; exit 2 ;;
+          "| startprof VARIANT | startcuts VARIANT | start5 [N] | start6 [N] | kernels | kfit | v2 | cut KEY=VALUE.. | headline [KEY=VALUE..] | stop NAME | chain MODE ARGS.. ++ MODE ARGS.. | detach NAME MODE ARGS.. | collect SECONDS" >&2; exit 2 ;;
 esac

@@ -39,11 +39,6 @@ def test_a_transformers_without_the_check_is_left_alone_and_said(capsys):
     assert "KIT_LEAN_IMPORTS=1 but other_import_utils lacks is_sklearn_available" in capsys.readouterr().err
 
 
-def test_the_key_sets_the_switch_outside_the_variants_identity():
-    assert load("tiny", ["API_LEAN_IMPORTS=1"]).to_env("cpu")["KIT_LEAN_IMPORTS"] == "1"
-    assert "KIT_LEAN_IMPORTS" not in load("tiny").to_env("cpu")
-    assert load("tiny", ["API_LEAN_IMPORTS=1"]).config_sha256 == load("tiny").config_sha256
-
 
 PROBE = ("import json, sys, vllm.entrypoints.openai.api_server, transformers.utils as u; "
          "print(json.dumps({'sklearn': 'sklearn' in sys.modules, 'pandas': 'pandas' in sys.modules, "

