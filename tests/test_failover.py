@@ -371,12 +371,13 @@ def test_failover_on_the_real_tiny_fleet(tmp_path):
     from scripts import failover
     from scripts.kit.record import records
     port = base_port()
-    # READY_TIMEOUT_S=300: a loaded restart takes 75-150 s here. On 2026-11-27 a restarted replica's process wrote
-    # nothing and outlived SIGKILL for minutes (CI twice, here twice in a row): it had come up allowed only CPU 1,
-    # which the other replica's worker pins and saturates, and got no CPU (`taskset -p 0x3` started it at once).
-    # ServerProcess now gives a server its parent's whole CPU set (tests/test_procs.py), and the supervisor gives
-    # a stuck start up and starts another (tests above, FAKE stuck process). The run is checked either way: the
-    # loss accounting always; the restart's return when it came back, else that the record says it did not.
+    # READY_TIMEOUT_S=300: a loaded restart takes 40-150 s here. On 2026-11-27 and 28 (CI and here) a restarted
+    # replica's process wrote nothing and outlived SIGKILL: at `import torch` MKL counts cores by moving the process
+    # onto each allowed CPU, and the move onto the CPU the other replica's worker pins and saturates stopped in the
+    # kernel (affine_move_task, seen in /proc/<pid>/stack). A CPU replica's processes are now held to its own slice
+    # (procs._pin; tests/test_procs.py), and the restart came back in 38 s. The supervisor still gives a stuck start
+    # up and starts another (tests above, FAKE stuck process), so the run is checked either way: the loss accounting
+    # always; the restart's return when it came back, else that the record says it did not.
     rc = failover.main(["--variant", "tiny", "--set", f"PORT={port}", "--set", "READY_TIMEOUT_S=300",
                         "--results-dir", str(tmp_path),
                         "--concurrency", "4", "--kill-after-s", "6", "--after-s", "6", "--max-load-s", "480", "--warmup-waves", "1", "--requests", "4",

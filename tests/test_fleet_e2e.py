@@ -181,6 +181,20 @@ def test_gpu_slices_per_replica(monkeypatch):
         fleet_mod.placements(load("qwen3-4b-bf16-tp2"), 3, "gpu")
 
 
+@pytest.mark.skipif(not hasattr(fleet_mod.os, "sched_setaffinity"), reason="Linux CPU affinity")
+def test_cpu_replicas_get_their_slice_for_every_process(monkeypatch, tmp_path):
+    """On a CPU host each replica's server (so its API process and EngineCore too, not only the worker vLLM binds)
+    is held to the CPUs its VLLM_CPU_OMP_THREADS_BIND names: procs._pin says what went wrong without."""
+    monkeypatch.setattr(fleet_mod.os, "sched_getaffinity", lambda _pid: {0, 1, 2, 3})
+    f = Fleet(load("tiny"), 2, platform="cpu", router_port=free_port(), replica_ports=distinct_ports(2),
+              metrics_port=free_port(), log_dir=tmp_path)
+    assert [r.env["VLLM_CPU_OMP_THREADS_BIND"] for r in f.replicas] == ["0,1", "2,3"]
+    assert [r.cpus for r in f.replicas] == [{0, 1}, {2, 3}]
+    pinned = Fleet(load("tiny", ["VLLM_CPU_OMP_THREADS_BIND=auto"]), 2, platform="cpu", router_port=free_port(),
+                   replica_ports=distinct_ports(2), metrics_port=free_port(), log_dir=tmp_path)
+    assert [r.cpus for r in pinned.replicas] == [None, None]  # the variant's own binding: all of ours, as before
+
+
 def test_a_replica_that_fails_to_start_is_named_and_nothing_is_left(tmp_path):
     f = Fleet(load("tiny"), 2, router_port=free_port(), replica_ports=distinct_ports(2), metrics_port=free_port(),
               log_dir=tmp_path)

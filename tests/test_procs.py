@@ -300,11 +300,15 @@ def test_an_entry_point_started_in_the_background_still_stops_on_int_and_term(tm
             p.kill()
 
 
+def _allowed(pid: int) -> set[int]:
+    from scripts.kit.procs import parse_cpus
+    return parse_cpus(open(f"/proc/{pid}/status").read().split("Cpus_allowed_list:")[1].split()[0])
+
+
 @pytest.mark.skipif(not hasattr(__import__("os"), "sched_setaffinity"), reason="Linux CPU affinity")
 def test_a_server_started_from_a_narrowed_thread_gets_every_cpu_of_the_process(tmp_path):
-    """2026-11-27: a fleet replica restarted from the supervisor's thread came up allowed one CPU, the one the other
-    replica's worker saturates, and got no CPU for minutes. A server now starts with its parent's whole CPU set,
-    whatever the starting thread's."""
+    """A server started without a slice gets its parent's whole CPU set, whatever the starting thread's (the
+    supervisor restarts replicas from its own threads)."""
     import os
     import threading
     every = os.sched_getaffinity(0)
@@ -315,8 +319,7 @@ def test_a_server_started_from_a_narrowed_thread_gets_every_cpu_of_the_process(t
     def start_narrowed():
         os.sched_setaffinity(0, {min(every)})  # this thread only
         srv.start()
-        status = open(f"/proc/{srv.proc.pid}/status").read()
-        allowed["child"] = status.split("Cpus_allowed_list:")[1].split()[0]
+        allowed["child"] = _allowed(srv.proc.pid)
         allowed["thread"] = os.sched_getaffinity(0)
 
     srv = standin(tmp_path, delay=0.2)
@@ -328,8 +331,32 @@ def test_a_server_started_from_a_narrowed_thread_gets_every_cpu_of_the_process(t
         srv.wait_ready()
     finally:
         srv.stop()
-    cpus = set()
-    for part in allowed["child"].split(","):
-        lo, _, hi = part.partition("-")
-        cpus |= set(range(int(lo), int(hi or lo) + 1))
-    assert cpus == every  # the process's whole set, not the starting thread's one CPU
+    assert allowed["child"] == every  # the process's whole set, not the starting thread's one CPU
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "sched_setaffinity"), reason="Linux CPU affinity")
+def test_a_server_given_a_cpu_slice_and_what_it_starts_stay_on_it(tmp_path):
+    """2026-11-28: MKL's core count at `import torch` moves a process onto each allowed CPU in turn; a restarted
+    replica moved onto its neighbour's saturated CPU stopped in the kernel and outlived SIGKILL. A replica's
+    processes, the ones its server starts included, are held to its slice."""
+    import os
+    every = os.sched_getaffinity(0)
+    if len(every) < 2:
+        pytest.skip("one CPU: nothing to slice")
+    one = {max(every)}
+    srv = standin(tmp_path, delay=0.5)
+    srv.cpus = one
+    try:
+        srv.start()
+        srv.wait_ready()  # the stand-in has started its own child by now
+        members = group_members(srv.proc.pid)
+        assert len(members) == 2 and all(_allowed(pid) == one for pid in members)
+    finally:
+        srv.stop()
+
+
+@pytest.mark.parametrize("spec, cpus", [("0", {0}), ("0,1", {0, 1}), ("0-3,6", {0, 1, 2, 3, 6}), (" 2 ", {2}),
+                                        ("auto", None), ("nobind", None), ("0-1|2-3", None), ("", None), (None, None)])
+def test_parse_cpus_reads_one_slice_and_nothing_else(spec, cpus):
+    from scripts.kit.procs import parse_cpus
+    assert parse_cpus(spec) == cpus

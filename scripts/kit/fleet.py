@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 
 from .errors import KitError
-from .procs import ServerProcess, port_free
+from .procs import ServerProcess, parse_cpus, port_free
 
 ROUTER_PACKAGE = "vllm-router"
 
@@ -159,8 +159,10 @@ class Fleet:
         for i, port in enumerate(self.replica_ports):
             v = dataclasses.replace(variant, config={**variant.config, "PORT": port})
             env = {**v.to_env(self.platform), **where[i]}
+            # On a CPU host the replica's processes are held to its slice, not only its worker (procs._pin says why).
             srv = ServerProcess(v.to_argv(self.platform), env, v["HOST"], port, v["READY_TIMEOUT_S"],
-                                log_path=log_dir / f"fleet-{stamp}-replica{i}-{port}.log")
+                                log_path=log_dir / f"fleet-{stamp}-replica{i}-{port}.log",
+                                cpus=parse_cpus(where[i].get("VLLM_CPU_OMP_THREADS_BIND")))
             srv.index = i
             self.replicas.append(srv)
         self.router_log = log_dir / f"fleet-{stamp}-router-{self.router_port}.log"
@@ -172,10 +174,10 @@ class Fleet:
         self.events: list[dict] = []
         self._restarting: dict[int, threading.Thread] = {}
         self.given_up: set[int] = set()
-        # Replicas whose restarted process outlived SIGKILL (2026-11-27, a tiny replica's restart on a loaded 2-core
-        # host, allowed only the CPU the other replica saturates, got no CPU for minutes: procs._every_cpu now
-        # prevents that cause): the next supervise starts another process instead of waiting on that one; `left`
-        # keeps those processes' pids.
+        # Replicas whose restarted process outlived SIGKILL (2026-11-27/28, a tiny replica's restart on a loaded 2-core
+        # host stopped in the kernel while MKL's core count moved it onto the other replica's saturated CPU: replicas
+        # are now held to their own CPU slice, procs._pin): the next supervise starts another process instead of
+        # waiting on that one; `left` keeps those processes' pids.
         self._stuck: set[int] = set()
         self.left: list[int] = []
         self._lock = threading.Lock()

@@ -40,15 +40,32 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
-def _every_cpu(pid: int) -> None:
-    """Let a server just started run on every CPU this process may use (its main thread's set), whichever
-    thread started it; vLLM narrows its own threads (VLLM_CPU_OMP_THREADS_BIND). Why: on a 2-core host
-    (2026-11-27), a fleet replica restarted under load came up allowed only the CPU the other replica's worker
-    pins and saturates, and got no CPU for minutes, SIGKILL included; `taskset -p 0x3` on it started it at once."""
+def _pin(pid: int, cpus: set[int] | None = None) -> None:
+    """Allow a server just started (and every process it starts) `cpus`, else every CPU this process may use (its
+    main thread's set), whichever thread started it.
+
+    Why a fleet replica gets its own slice: at `import torch`, MKL counts cores by moving the process onto each
+    allowed CPU in turn (strace: sched_setaffinity to [0], then [1], then back; at::init_num_threads). On a 2-core
+    host (2026-11-27 and 2026-11-28, CI and here) a replica restarted while the other replica's worker saturated
+    the CPU it pins stopped in that move: the new EngineCore sat in the kernel's affine_move_task for minutes, wrote
+    nothing, and outlived SIGKILL, and the port stayed taken. Allowed only its own slice, MKL's count never moves a
+    replica onto its neighbour's CPU. (Before: the whole set, after a mid-count {1} was taken for the cause.)"""
     try:
-        os.sched_setaffinity(pid, os.sched_getaffinity(os.getpid()))
+        os.sched_setaffinity(pid, cpus or os.sched_getaffinity(os.getpid()))
     except (AttributeError, OSError):  # not Linux, or it has already exited
         pass
+
+
+def parse_cpus(spec: str | None) -> set[int] | None:
+    """CPU ids from a list such as "0,1" or "0-3,6" (VLLM_CPU_OMP_THREADS_BIND's one-slice form); None for anything
+    else ("auto", "nobind", "0-1|2-3", empty)."""
+    if not spec or not re.fullmatch(r"\d+(-\d+)?(,\d+(-\d+)?)*", spec.strip()):
+        return None
+    out: set[int] = set()
+    for part in spec.strip().split(","):
+        lo, _, hi = part.partition("-")
+        out |= set(range(int(lo), int(hi or lo) + 1))
+    return out or None
 
 
 def group_members(pgid: int) -> list[int]:
@@ -144,8 +161,9 @@ def first_token_at(url: str, model: str, prompt_ids: list[int], timeout: float =
 
 class ServerProcess:
     def __init__(self, argv: list[str], env: dict, host: str, port: int, ready_timeout_s: float = 600,
-                 log_path: Path | None = None, cwd: Path | None = None, on_wait=None):
+                 log_path: Path | None = None, cwd: Path | None = None, on_wait=None, cpus: set[int] | None = None):
         self.argv, self.env, self.host, self.port = argv, env, host, port
+        self.cpus = cpus  # the CPUs the server's processes may use (a fleet replica's slice); None: all of ours
         self.ready_timeout_s, self.log_path, self.cwd = ready_timeout_s, log_path, cwd
         self.on_wait = on_wait  # called with elapsed seconds while polling (progress display)
         self.proc: subprocess.Popen | None = None
@@ -212,7 +230,7 @@ class ServerProcess:
             self._release_start_lock()  # nothing started: nothing to hold the GPU for
             self._remove_tmp()
             raise
-        _every_cpu(self.proc.pid)
+        _pin(self.proc.pid, self.cpus)
         if not self._log:
             import threading
             self._relays = [threading.Thread(target=self._relay, args=(pipe, fd), daemon=True)
