@@ -53,7 +53,18 @@ shared=${SHARED:-../shared}
 # 2026-11-28: the tree is 59.1 MiB (records and gzipped session logs; committed records are never deleted), so a 1 MiB
 # margin left 3 MiB pieces, which this script refused; 4 MiB pieces still fit (63.1 MiB a call). The margin is now
 # 512 KiB, and pieces down to 2 MiB are accepted: ~72 carry calls at 2 MiB (~6 min) instead of 37 at 4 MiB.
-tree=$(git ls-files -z | xargs -0 du -cb | tail -1 | cut -f1)
+# 2026-11-28 09:32 (H200): carry from a sparse checkout. A call sends the tracked files present on disk: with
+#   git sparse-checkout set --no-cone '/*' '!/results/profiles/' '!/results/gpu-sessions/*/logs/'
+# the tree that travels was 21 MiB (the device showed neither folder), 8 pieces of 4 MiB went in one call, and the
+# whole payload in 5 calls (~5 s each) instead of 37; install and `make gemm` followed in the same lease. A session
+# reads neither folder. Afterwards: git sparse-checkout disable. KIT_GIT_COMMIT must come from this side (the full sha
+# of this HEAD): the device's .git is an old copy, and `git rev-parse HEAD` there named d60777e for tree bc2857c
+# (results/corrections/20261128T093722Z-git-commit-bc2857c-h200-gemm.json). SPARSE=1 sizes the pieces for that tree.
+if [ -n "${SPARSE:-}" ]; then
+  tree=$(git ls-files -z -- ':(exclude)results/profiles' ':(exclude,glob)results/gpu-sessions/*/logs/**' | xargs -0 du -cb | tail -1 | cut -f1)
+else
+  tree=$(git ls-files -z | xargs -0 du -cb | tail -1 | cut -f1)
+fi
 piece=$(( (64 * 1048576 - tree - 524288) / 1048576 ))
 [ "$piece" -ge 2 ] || { echo "the tree ($tree bytes) leaves under 2 MiB a call for the payload" >&2; exit 1; }
 pl=.gpu/pl-${piece}M
