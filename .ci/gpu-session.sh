@@ -683,6 +683,12 @@ for c in (1, 8, 8, 3, 8):
         --set-b PORT=8112 --concurrency 1,8 --requests 8
       bash "$0" down q3a q3f q3d
     fi ;;
+  gemm3)  # issue 29 item 2, after 20261128T0932Z (H200: the second W4A16 kernel at 7.7% of its floor, its time growing
+    # with M): the third one (w4a16_g32_kit_il: weights repacked so a slice of 32 inputs is a group, split-K) against
+    # the second, Marlin and BF16, `make gemm` of Qwen3.5 alone on the GPU. ~1-2 min after the payload (two gemm calls
+    # of 20261128T0932Z took 82 and 29 s). Its 24 configs autotune on each shape's first call.
+    step python3 -m scripts.gemm --variant qwen3.5-4b-bf16 --set WEIGHTS=dummy --kernels bf16,w4a16_g32,w4a16_g32_kit,w4a16_g32_kit_il
+    ;;
   kernels)  # issue 29 item 2, after 20261126T1550Z (CUTLASS FP8 and Marlin W4A16 at half their byte floor or less):
     # every other kernel vLLM 0.26 can serve the kit's FP8 and W4A16 linears with on an H100 (SERVE_LINEAR_BACKEND,
     # found in its kernel lists 2026-11-27) and the kit's two Triton kernels, `make gemm` of Qwen3.5 alone on the GPU
@@ -1207,5 +1213,5 @@ print(m["ratio"])' "$(ls -t results/${VAR[$s]}/*-comparison.json | head -1)")
     echo "still running: $(running | tr '\n' ' ')" ;;
   *) echo "usage: $0 spine | smoke VARIANT... | catalog SECONDS VARIANT [--set K=V ...] | parallel SECONDS KV_BYTES SPEC..." \
           "| shim VARIANT NAME | quantize SECONDS VARIANT KV_BYTES | gates VARIANT KV_BYTES | tune BASE SECONDS | sweep FLAGS.. | wheels DIR TARGET | levers | levers2 | levers3 | levers4 | levers5 | levers6" \
-          "| startprof VARIANT | startcuts VARIANT | start5 [N] | start6 [N] | kernels | kfit | v2 | cut KEY=VALUE.. | headline [KEY=VALUE..] | stop NAME | chain MODE ARGS.. ++ MODE ARGS.. | detach NAME MODE ARGS.. | collect SECONDS" >&2; exit 2 ;;
+          "| startprof VARIANT | startcuts VARIANT | start5 [N] | start6 [N] | kernels | gemm3 | kfit | v2 | cut KEY=VALUE.. | headline [KEY=VALUE..] | stop NAME | chain MODE ARGS.. ++ MODE ARGS.. | detach NAME MODE ARGS.. | collect SECONDS" >&2; exit 2 ;;
 esac

@@ -95,10 +95,16 @@ class _Kit:
         self.group = gemm.KERNELS[kernel]["group"]
         if gemm.scheme(kernel) == "w4a16":
             from scripts.patches import w4a16_kernel as mod
+            # Random words are weights in either layout; the interleaved one's reference reads them unpacked back.
             self.weight = torch.randint(-2**31, 2**31 - 1, (n, k // 8), dtype=torch.int32, device=device, generator=gen)
             self.scale = (torch.rand(n, k // self.group, device=device, generator=gen) * 0.01 + 1e-3).to(dtype)
-            self.args, self.tuned = (self.weight, self.scale, self.group), mod._w4a16_tuned
-            self.fn, self.ref = mod.w4a16_matmul, mod.reference
+            self.args = (self.weight, self.scale, self.group)
+            if kernel.endswith("_il"):
+                from scripts.patches import w4a16_il_kernel as il
+                self.tuned, self.fn = il._il_tuned, il.w4a16_il_matmul
+                self.ref = lambda x, w, s, g: mod.reference(x, il.unpack_il(w), s, g)
+            else:
+                self.tuned, self.fn, self.ref = mod._w4a16_tuned, mod.w4a16_matmul, mod.reference
         else:
             from scripts.patches import w8a16_kernel as mod
             self.weight = (torch.randn(n, k, device=device, generator=gen) * 2).to(torch.float8_e4m3fn)
@@ -125,7 +131,7 @@ def _layers(kernel: str, n: int, k: int, copies: int, gen) -> list:
     # ColumnParallelLinear, as the model's own linears are: FP8 Marlin reads output_size_per_partition, which
     # ReplicatedLinear lacks (fp8_marlin failed on it, H100 2026-11-27 18:57)
     from vllm.model_executor.layers.linear import ColumnParallelLinear
-    if kernel.endswith("_kit"):
+    if "_kit" in kernel:
         return [_Kit(kernel, n, k, gen) for _ in range(copies)]
     # A prefix no scheme ignores (the AWQ scheme ignores linear_attn.*): every shape gets the kernel under test.
     prefix = "model.layers.0.gemm_bench"

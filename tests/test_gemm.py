@@ -128,7 +128,7 @@ import torch
 from scripts import gemm as G
 gen = torch.Generator().manual_seed(0)
 out = {}
-for kernel in ("w4a16_g32_kit", "fp8_kit"):
+for kernel in ("w4a16_g32_kit", "w4a16_g32_kit_il", "fp8_kit"):
     layer = G._Kit(kernel, 48, 256, gen, device="cpu", dtype=torch.float16)
     x = torch.randn(5, 256, generator=gen).half()
     out[kernel] = {"err": layer.rel_err(x), "shape": list(layer(x).shape), "backend": G._backend(layer)}

@@ -5,21 +5,11 @@ The interpreter has no bfloat16 (its results are garbage there), so float16 and 
 bfloat16 on the GPU, where `make gemm` checks every shape against the same reference before timing it."""
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
+from interp import PRELUDE, REPORT, run
 
-from scripts.kit.paths import ROOT
-
-CHECK = r'''
-import os, sys, json
-os.environ["TRITON_INTERPRET"] = "1"
-import torch
+CHECK = PRELUDE + r'''
 from scripts.patches.w4a16_kernel import w4a16_matmul, reference, pack
-m, n, k, g, dt, config, seed = json.loads(sys.argv[1])
-torch.manual_seed(seed)
-dt = getattr(torch, dt)
 q = torch.randint(-8, 8, (n, k))
 wp = pack(q)
 # The packer is the layout's definition: value j of word c is the weight at k = 8c + j, stored + 8.
@@ -28,17 +18,7 @@ s = (torch.rand(n, k // g) * 0.1 + 0.01).to(dt)
 x = torch.randn(m, k).to(dt)
 y = w4a16_matmul(x, wp, s, g, config=config)
 ref = reference(x, wp, s, g)
-print(json.dumps({"err": ((y.double() - ref).norm() / ref.norm()).item(), "shape": list(y.shape),
-                  "dtype": str(y.dtype), "finite": bool(torch.isfinite(y).all())}))
-'''
-
-
-def run(check, case):
-    import json
-    r = subprocess.run([sys.executable, "-c", check, json.dumps(case)], cwd=ROOT, capture_output=True, text=True,
-                       timeout=600, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
-    assert r.returncode == 0, r.stderr[-3000:]
-    return json.loads(r.stdout.strip().splitlines()[-1])
+''' + REPORT
 
 
 @pytest.mark.parametrize("m,n,k,g,dt,config,seed,tol", [

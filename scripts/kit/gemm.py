@@ -25,6 +25,9 @@ KERNELS = {
                           "desc": "W4A16 group 128 with Machete disabled (Marlin)"},
     "w4a16_g32_kit": {"bits": 4, "group": 32, "scale_bytes": 2,
                       "desc": "W4A16 group 32, the kit's Triton kernel (scripts/patches/w4a16_kernel.py)"},
+    "w4a16_g32_kit_il": {"bits": 4, "group": 32, "scale_bytes": 2,
+                         "desc": "W4A16 group 32, the kit's third Triton kernel: weights repacked so a slice of 32 "
+                                 "inputs is a group, split-K (scripts/patches/w4a16_il_kernel.py)"},
     "fp8_kit": {"bits": 8, "group": None, "scale_bytes": 4,
                 "desc": "FP8 weights, 16-bit activations, the kit's Triton kernel (scripts/patches/w8a16_kernel.py)"},
     # The same weights on the other kernels vLLM 0.26 can pick on a CUDA host, chosen as a server chooses them with
