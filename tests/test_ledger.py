@@ -254,3 +254,32 @@ def test_latency_record_without_samples_must_be_older_than_samples(repo):
         f"(a record without them is not a measurement)"]
     assert ledger.unsampled_problems(rels[:1], repo.root, since=repo.c0) == [
         f"{rels[0]}: keeps no per-request samples, and was first committed after {repo.c0[:12]}, since which the probe keeps them"]
+
+
+def test_code_sha256_must_be_the_code_of_git_commit(tmp_path):
+    """A record carries the digest of the code it ran (read from disk); check-schemas recomputes it from its
+    git_commit's blobs. On 2026-11-28 a device's stale .git named d60777e for tree bc2857c: this catches that."""
+    from scripts.kit.record import tree_code_sha256
+    git(tmp_path, "init", "-q")
+    (tmp_path / "scripts" / "kit").mkdir(parents=True)
+    (tmp_path / "scripts" / "kit" / "a.py").write_text("A = 1\n")
+    (tmp_path / "scripts" / "run.sh").write_text("not code the digest reads\n")
+    (tmp_path / "sitecustomize.py").write_text("# hook\n")
+    old = commit(tmp_path, "code v1", "2026-11-20T00:00:00Z")
+    (tmp_path / "scripts" / "kit" / "a.py").write_text("A = 2\n")
+    new = commit(tmp_path, "code v2", "2026-11-20T01:00:00Z")
+    ran = tree_code_sha256(tmp_path)  # the tree of `new`, as a copy on a device has it
+    (tmp_path / "scripts" / "kit" / "__pycache__").mkdir()
+    (tmp_path / "scripts" / "kit" / "__pycache__" / "a.cpython-311.pyc").write_bytes(b"\0")
+    assert tree_code_sha256(tmp_path) == ran  # bytecode is no code
+    put(tmp_path, "results/v/right.json", record(new, code_sha256=ran))
+    put(tmp_path, "results/v/stale.json", record(old, code_sha256=ran))  # the stale .git's commit
+    commit(tmp_path, "records", "2026-11-21T01:00:00Z")
+    ledger.update(tmp_path)
+    got = [p for p in ledger.commit_problems(tmp_path) if "code_sha256" in p]
+    assert got == [f"results/v/stale.json: provenance.code_sha256 is not the code of its git_commit {old[:12]}: the tree "
+                   "that ran differed from that commit (a stale .git on the copy, or uncommitted code); if another "
+                   "commit's code matches, write a correction naming it (results/corrections/)"]
+    correction(tmp_path, [{"record": "results/v/stale.json", "pointer": "/provenance/git_commit", "was": old,
+                           "now": new}])
+    assert [p for p in ledger.commit_problems(tmp_path) if "code_sha256" in p] == []

@@ -387,11 +387,13 @@ def commit_problems(root: Path = ROOT) -> list[str]:
     if _git(root, "rev-parse", "--is-shallow-repository").strip() == b"true":
         print("check-schemas: shallow clone: records' git_commit not checked (git fetch --unshallow)", file=sys.stderr)
         return []
-    prov = {}
+    prov, code = {}, {}
     for rel in record_files(root):
         try:
             p = apply_corrections(json.loads((root / rel).read_text()), root / rel)["provenance"]
             prov[rel] = (str(p["git_commit"]), str(p["utc"]))
+            if p.get("code_sha256"):
+                code[rel] = str(p["code_sha256"])
         except (KitError, ValueError, KeyError, TypeError):
             continue  # check.py's load_record names what is wrong with it
     shas = sorted({c for c, _ in prov.values() if SHA_RE.fullmatch(c)})
@@ -415,7 +417,26 @@ def commit_problems(root: Path = ROOT) -> list[str]:
                 made = datetime.fromtimestamp(when[sha], timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
                 out.append(f"{rel}: provenance.utc {utc} is older than its git_commit {sha[:12]} (committed "
                            f"{made}): a record cannot come from code that did not exist yet")
+    digests: dict[str, str] = {}
+    for rel, have in code.items():
+        sha = prov[rel][0]
+        if sha not in when:
+            continue  # named above
+        if sha not in digests:
+            digests[sha] = commit_code_sha256(root, sha)
+        if digests[sha] != have:
+            out.append(f"{rel}: provenance.code_sha256 is not the code of its git_commit {sha[:12]}: the tree that ran "
+                       f"differed from that commit (a stale .git on the copy, or uncommitted code); if another commit's "
+                       f"code matches, write a correction naming it (results/{CORRECTIONS}/)")
     return out
+
+
+def commit_code_sha256(root: Path, sha: str) -> str:
+    """record.code_digest of a commit's code files, read from git (one ls-tree, one cat-file --batch)."""
+    from .record import code_digest, is_code
+    names = [n for n in _git(root, "ls-tree", "-r", "--name-only", sha, "--", "scripts", "sitecustomize.py")
+             .decode().splitlines() if is_code(n)]
+    return code_digest(zip(names, (b or b"" for b in _blobs(root, [f"{sha}:{n}" for n in names]))))
 
 
 def problems(root: Path = ROOT) -> list[str]:

@@ -6,6 +6,7 @@ Every measurement the kit makes becomes results/<variant>/<UTC>-<kind>.json (sch
 """
 from __future__ import annotations
 
+import hashlib
 import importlib.metadata as md
 import json
 import os
@@ -70,6 +71,29 @@ def git_state() -> tuple[str, bool]:
     except (OSError, subprocess.TimeoutExpired):
         pass
     return "unknown", True
+
+
+def is_code(rel: str) -> bool:
+    """The files that decide how a record is measured: the kit's Python and the start-up hook."""
+    return rel == "sitecustomize.py" or (rel.startswith("scripts/") and rel.endswith(".py"))
+
+
+def code_digest(files) -> str:
+    """sha256 over (path, sha256 of its bytes) of each (path, bytes), in path order: the same for a tree
+    on disk and for a commit's blobs (ledger.commit_problems compares the two)."""
+    h = hashlib.sha256()
+    for rel, data in sorted(files):
+        h.update(f"{rel}\0{hashlib.sha256(data).hexdigest()}\n".encode())
+    return h.hexdigest()
+
+
+def tree_code_sha256(root: Path = ROOT) -> str:
+    """code_digest of the tree this process runs from, read from disk, so it holds on a copy whose .git is
+    stale or absent: on 2026-11-28 a device's old .git named d60777e for tree bc2857c, as on 2026-11-23
+    (results/corrections/*-git-commit-*.json). make check-schemas checks it against git_commit's tree."""
+    files = [p for p in (root / "scripts").rglob("*.py") if "__pycache__" not in p.parts]
+    files += [root / "sitecustomize.py"] if (root / "sitecustomize.py").is_file() else []
+    return code_digest((p.relative_to(root).as_posix(), p.read_bytes()) for p in files)
 
 
 def utc_now() -> str:
@@ -169,6 +193,7 @@ def provenance(variant, command: list[str] | None = None, started: float | None 
     device = device_provenance()
     prov = {
         "git_commit": sha, "git_dirty": dirty,
+        "code_sha256": tree_code_sha256(),
         "utc": utc_now(),
         "command": list(command if command is not None else invocation()),
         "device": device,
