@@ -5,7 +5,8 @@ Why a third design. The second one (w4a16_kernel.py) reads compressed-tensors' l
 is the weight at k = 8c + j, so each of its 8 dots a step reads x at a stride of 8 (x[m, k0 + 8c + j]), every program
 reads all of x again, and each weight is multiplied by a scale gathered per word. On an H200 it reached 7.7% of its
 byte floor at M=1 and its time grew with M (6.4 ms a step at M=1, 8.6 at M=8), where every vLLM kernel's time is flat
-in M (results/qwen3.5-4b-bf16/20261128T093522Z-gemm.json): the strided reads of x, not the weights, set its pace.
+in M (results/qwen3.5-4b-bf16/20261128T093522Z-gemm.json). That points at the strided reads of x, not the
+weights; no profile has shown it yet.
 
 This one repacks the weights once, at load, so that within each block of 256 inputs nibble j of word c is the weight
 at k = k0 + 32j + c. Then slice j of a block is 32 consecutive inputs: x_j = x[:, k0 + 32j : k0 + 32j + 32] is one
@@ -29,7 +30,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .w4a16_kernel import BLOCK_M, pack
+from .w4a16_kernel import BLOCK_M, pack, unpack
 
 IL = 256  # inputs a block: 8 slices of 32, one int32 word per slice column
 
@@ -93,17 +94,14 @@ def pack_il(q: torch.Tensor) -> torch.Tensor:
 
 def repack_il(weight_packed: torch.Tensor) -> torch.Tensor:
     """compressed-tensors' [N, K // 8] int32 -> the interleaved layout of the same weights."""
-    w = weight_packed.to(torch.int64) & 0xFFFFFFFF
-    q = torch.stack([(w >> (4 * j)) & 0xF for j in range(8)], dim=-1).reshape(w.shape[0], -1) - 8
-    return pack_il(q)
+    return pack_il(unpack(weight_packed))
 
 
 def unpack_il(weight_il: torch.Tensor) -> torch.Tensor:
-    """The interleaved layout back to compressed-tensors' (what the reference reads)."""
-    w = weight_il.to(torch.int64) & 0xFFFFFFFF
-    n = w.shape[0]
-    q = torch.stack([(w >> (4 * j)) & 0xF for j in range(8)], dim=-1).reshape(n, -1) - 8  # order (b, c, j)
-    k = q.shape[1]
+    """The interleaved layout back to compressed-tensors' (what the reference reads): read as the standard layout,
+    its values come in the order (b, c, j); put them back in (b, j, c)."""
+    q = unpack(weight_il)
+    n, k = q.shape
     return pack(q.view(n, k // IL, 32, 8).transpose(2, 3).reshape(n, k))
 
 

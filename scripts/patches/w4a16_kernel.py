@@ -121,9 +121,14 @@ def pack(q: torch.Tensor) -> torch.Tensor:
     return (words - ((words >> 31) & 1) * (1 << 32)).to(torch.int32)  # two's complement into int32
 
 
+def unpack(weight_packed: torch.Tensor) -> torch.Tensor:
+    """compressed-tensors' [N, K // 8] int32 -> the int4 values [N, K] in [-8, 7] (pack's inverse)."""
+    w = weight_packed.to(torch.int64) & 0xFFFFFFFF
+    return torch.stack([(w >> (4 * j)) & 0xF for j in range(8)], dim=-1).reshape(w.shape[0], -1) - 8
+
+
 def reference(x: torch.Tensor, weight_packed: torch.Tensor, weight_scale: torch.Tensor, group_size: int) -> torch.Tensor:
     """Dequantize in float64 and multiply: what the kernel must compute."""
-    w = weight_packed.to(torch.int64) & 0xFFFFFFFF
-    q = torch.stack([(w >> (4 * j)) & 0xF for j in range(8)], dim=-1).reshape(w.shape[0], -1) - 8
+    q = unpack(weight_packed)
     scale = weight_scale.to(torch.float64).repeat_interleave(group_size, dim=1)
     return x.to(torch.float64) @ (q.to(torch.float64) * scale).T
