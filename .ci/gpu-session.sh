@@ -355,6 +355,16 @@ case "${1:-}" in
       step python3 -m scripts.bake --variant $Q $W --verify
       step python3 -m scripts.bake --variant $Q $W --set VLLM_ENABLE_STARTUP_PLAN=0 --verify
     done ;;
+  start7)  # [N] issue 32, after start6 (20261128T1236Z, H200: -quick6 with the profile run skipped ready in 22.56 and
+    # 22.05 s, 3.0 and 6.0 s under -quick6 without it): -quick6 now sets STARTUP_PROFILE_RUN=skip. Baked alone, then N
+    # rounds (default 3) of two warm starts: as committed, and with the profile run (STARTUP_PROFILE_RUN=vllm).
+    # ~9 min on an H200: one bake of ~5 min, then ~35 s a start.
+    Q=qwen3.5-4b-bf16-tuned-dvg-quick6; W="--set WEIGHTS=dummy --max-concurrency 8"
+    step python3 -m scripts.bake --variant $Q $W || exit 1
+    for i in $(seq 1 "${2:-3}"); do
+      step python3 -m scripts.bake --variant $Q $W --verify
+      step python3 -m scripts.bake --variant $Q $W --set STARTUP_PROFILE_RUN=vllm --verify
+    done ;;
   settle)  # issue 32: make bake's settle start (a second start on the new cache, listed in the manifest) against the miss
     # that every first warm start after a bake of -quick was (2, 13, 14 new files). -quick baked alone, then one
     # verify: it should hit. The bake record's `settle` says what the second start added. ~8 min on an H100.
@@ -1213,5 +1223,5 @@ print(m["ratio"])' "$(ls -t results/${VAR[$s]}/*-comparison.json | head -1)")
     echo "still running: $(running | tr '\n' ' ')" ;;
   *) echo "usage: $0 spine | smoke VARIANT... | catalog SECONDS VARIANT [--set K=V ...] | parallel SECONDS KV_BYTES SPEC..." \
           "| shim VARIANT NAME | quantize SECONDS VARIANT KV_BYTES | gates VARIANT KV_BYTES | tune BASE SECONDS | sweep FLAGS.. | wheels DIR TARGET | levers | levers2 | levers3 | levers4 | levers5 | levers6" \
-          "| startprof VARIANT | startcuts VARIANT | start5 [N] | start6 [N] | kernels | gemm3 | kfit | v2 | cut KEY=VALUE.. | headline [KEY=VALUE..] | stop NAME | chain MODE ARGS.. ++ MODE ARGS.. | detach NAME MODE ARGS.. | collect SECONDS" >&2; exit 2 ;;
+          "| startprof VARIANT | startcuts VARIANT | start5 [N] | start6 [N] | start7 [N] | kernels | gemm3 | kfit | v2 | cut KEY=VALUE.. | headline [KEY=VALUE..] | stop NAME | chain MODE ARGS.. ++ MODE ARGS.. | detach NAME MODE ARGS.. | collect SECONDS" >&2; exit 2 ;;
 esac

@@ -15,6 +15,11 @@ not each weight. A program owns BLOCK_N output columns and 1/SPLIT_K of the bloc
 meet in a float32 buffer by atomic adds and a second kernel casts it (for N = 2560, whose column blocks alone leave
 an H100's or H200's 132 SMs idle).
 
+On an H200 (results/qwen3.5-4b-bf16/20261128T123802Z-gemm.json) this design took 2.74 ms a step at M=1 and 2.81 at
+M=8 (17.8% of its floor): flat in M, 2.3-3.1 times the second design's speed, still behind Marlin (2.15 ms) and BF16
+(2.44 ms). At these sizes a GEMM kernel costs ~5 us before its bytes count (the 64-row in_proj_ba in BF16 took 5.4 us),
+near the 4-bit floor of most of the layer's GEMMs: docs/quantization.md says why that caps any kernel per GEMM.
+
 Layout (pack_il): weight_il [N, K // 8] int32, K a multiple of 256; word 32b + c of row n holds, at bits 4j..4j+3,
 q[n, 256b + 32j + c] + 8 (q in -8..7). The scales stay compressed-tensors' [N, K // GROUP], GROUP a multiple of 32.
 
