@@ -946,11 +946,13 @@ print(m["ratio"])' "$(ls -t results/${VAR[$s]}/*-comparison.json | head -1)")
                     [m]="SERVE_LINEAR_BACKEND=marlin VLLM_TEST_FORCE_FP8_MARLIN=1"); side=${2:-f}
     # The V2 runner did not start at 4 GiB (20261128T0519Z: 214 Mamba blocks for 256 sequences, and vLLM captures no
     # graphs for more sequences than blocks): it gets the headline's 12 GiB. V1 keeps 4 GiB, as its earlier profiles.
-    F=${V:-qwen3.5-4b-fp8-dvg}; kv=4294967296; case $F in *-v2) kv=12884901888 ;; esac
+    # The V2 runner has no profiling scopes: its phases split only with the Python stack (20261128T1236Z profiled it
+    # with --no-stack and every kernel fell to "other"). V1 keeps --no-stack: truer gaps, its scopes split it.
+    F=${V:-qwen3.5-4b-fp8-dvg}; kv=4294967296; ns=--no-stack; case $F in *-v2) kv=12884901888; ns= ;; esac
     step python3 -m scripts.kit draft-vocab --variant $F --set WEIGHTS=dummy
     step python3 -m scripts.profile --variant $F --set WEIGHTS=dummy --set PORT=8114 --set SERVE_MAX_NUM_SEQS=256 \
       --set SERVE_KV_CACHE_MEMORY_BYTES=$kv --set SERVE_GPU_MEMORY_UTILIZATION=0.2 \
-      --set SPEC_ACCEPTANCE=0.98,0.82,0.70,0.54 $(for kv in ${SET[$side]}; do echo "--set $kv"; done) --no-stack \
+      --set SPEC_ACCEPTANCE=0.98,0.82,0.70,0.54 $(for kv in ${SET[$side]}; do echo "--set $kv"; done) $ns \
       > "$LOGS/profile-$side.log" 2>&1 ;;
   multi)  # issue 21, on the 2-GPU machine (kind nvidia-h100-x2): Qwen3-4B BF16 on one GPU vs TP=2 vs DP=2,
     # and the best Qwen3.5 variant on one GPU vs DP=2. All five servers start at once (GPU 0: Qwen3-4B's one-GPU

@@ -384,3 +384,21 @@ def test_gpu_gaps_charged_to_the_innermost_vllm_function():
     # Without Python stacks (make profile --no-stack) there is nothing to charge: an empty list, not a guess.
     bare = P.reduce({"traceEvents": [e for e in ev if e["cat"] != "python_function"]})
     assert bare["gaps_by_frame"] == []
+
+
+def test_a_trace_whose_kernels_match_no_phase_says_how_to_split_it():
+    """The V2 runner has no profiling scopes: with the Python stack, its CUDA-graph replay frame puts the step's
+    kernel in target forward; without (make profile --no-stack, as session 20261128T1236Z ran it) every kernel is
+    'other', and the table says why and what to do, where a V1-style split table says nothing of the kind."""
+    ev = [ann(DECODE, 0, 5), py("vllm/v1/worker/gpu/cudagraph_utils.py(300): run_fullgraph", 1, 8), launch(1, 2),
+          kernel("gemm", 1, 2, 10), ann(DECODE, 50, 5), py("vllm/v1/worker/gpu/cudagraph_utils.py(300): run_fullgraph",
+          51, 8), launch(2, 52), kernel("gemm", 2, 52, 10), ann("execute_context_0(0)_generation_0(0)", 100, 5)]
+    stacked = P.reduce({"traceEvents": ev})
+    ms = {r["phase"]: r["ms_per_step"] for r in stacked["phases"]}
+    assert ms["target forward"] > 0 and not ms["other"]
+    assert not P.unsplit(stacked["phases"])
+    bare = P.reduce({"traceEvents": [e for e in ev if e["cat"] != "python_function"]})
+    assert P.unsplit(bare["phases"])
+    say = "no kernel matched a phase rule"
+    assert say in P.table_text(bare["phases"], bare["steps"], bare["timeline"], bare["step_ms"])
+    assert say not in P.table_text(stacked["phases"], stacked["steps"], stacked["timeline"], stacked["step_ms"])

@@ -455,4 +455,14 @@ def table_text(phases: list[dict], steps: dict, timeline: str, step_ms, gaps_by_
     if gaps_by_frame:
         rows.append("gaps by the vLLM function the host was in (traced time: a profiler with stacks slows Python):")
         rows += [f"  {g['ms_per_step']:>8} ms {g['share_pct']!s:>6}%  {g['frame']}" for g in gaps_by_frame]
+    if unsplit(phases):
+        rows.append("no kernel matched a phase rule, so all are in 'other': the runner emitted no profiling scopes and the "
+                    "trace has no Python stack (vLLM's V2 runner under --no-stack); profile with the stack to split it")
     return "\n".join(rows)
+
+
+def unsplit(phases: list[dict]) -> bool:
+    """True where the trace had kernels but no rule put any of them in a phase of the step: every kernel fell to
+    'other'. The V2 runner does that under --no-stack (no scopes, and no Python stack for the rules to read)."""
+    ms = {r["phase"]: r["ms_per_step"] or 0 for r in phases}
+    return ms.get("other", 0) > 0 and not any(ms.get(ph, 0) for ph in ("target forward", "draft", "bookkeeping"))
