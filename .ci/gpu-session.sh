@@ -356,13 +356,15 @@ case "${1:-}" in
       step python3 -m scripts.bake --variant $Q $W --set VLLM_ENABLE_STARTUP_PLAN=0 --verify
     done ;;
   start7)  # [N] issue 32, after start6 (20261128T1236Z, H200: -quick6 with the profile run skipped ready in 22.56 and
-    # 22.05 s, 3.0 and 6.0 s under -quick6 without it): -quick6 now sets STARTUP_PROFILE_RUN=skip. Baked alone, then N
-    # rounds (default 3) of two warm starts: as committed, and with the profile run (STARTUP_PROFILE_RUN=vllm).
-    # ~9 min on an H200: one bake of ~5 min, then ~35 s a start.
+    # 22.05 s, 3.0 and 6.0 s under -quick6 without it): -quick6 now sets STARTUP_PROFILE_RUN=skip and
+    # API_TOKENIZER_PREFETCH=1. Baked alone (its settle start notes the pickle the read-ahead reads), then N rounds
+    # (default 3) of three warm starts: as committed, without the read-ahead, and with the profile run.
+    # ~11 min on an H200: one bake of ~5 min, then ~35 s a start.
     Q=qwen3.5-4b-bf16-tuned-dvg-quick6; W="--set WEIGHTS=dummy --max-concurrency 8"
     step python3 -m scripts.bake --variant $Q $W || exit 1
     for i in $(seq 1 "${2:-3}"); do
       step python3 -m scripts.bake --variant $Q $W --verify
+      step python3 -m scripts.bake --variant $Q $W --set API_TOKENIZER_PREFETCH=0 --verify
       step python3 -m scripts.bake --variant $Q $W --set STARTUP_PROFILE_RUN=vllm --verify
     done ;;
   settle)  # issue 32: make bake's settle start (a second start on the new cache, listed in the manifest) against the miss

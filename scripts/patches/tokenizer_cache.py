@@ -14,12 +14,17 @@ every file but the weights), the folder's path, the call's arguments, and the Py
 unpickled; a miss loads as vLLM does and writes the pickle (atomically) for the next start. A pickle that fails to
 load is said and replaced. Anything else (a hub id, a folder that cannot be read) passes through untouched.
 
+A hit also notes, in <dir>/last.json, the pickle it read and the modules its classes come from: with
+KIT_TOKENIZER_PREFETCH (tokenizer_prefetch.py), the next start's API process reads that pickle ahead, in a thread,
+and `load` takes it from there when the keys match.
+
 The pickle is the kit's own product in the variant's cache root (weights/cache/<variant>/kit-tokenizer/), beside
 torch.compile's artifacts, which are pickles too: only load caches you made or trust.
 """
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import pickle
 import sys
@@ -62,17 +67,68 @@ def key(folder: Path, args: tuple, kwargs: dict) -> str | None:
     return h.hexdigest()[:24]
 
 
+LAST = "last.json"  # the pickle the last hit read, and the modules its classes come from (for a read-ahead)
+# A read-ahead of LAST's pickle started in this process (tokenizer_prefetch.py): {"job": {key, thread, and, once
+# read, tok or error, read_s}}.
+_ahead: dict = {}
+
+
+class _Recording(pickle.Unpickler):
+    """Unpickles as pickle.load does and notes which modules the pickle's classes come from."""
+
+    def __init__(self, f):
+        super().__init__(f)
+        self.modules: set[str] = set()
+
+    def find_class(self, module, name):
+        self.modules.add(module)
+        return super().find_class(module, name)
+
+
+def remember(cache_dir: Path, k: str, modules) -> None:
+    """Note in LAST the pickle a hit read (rewritten only when it changes: a warm start adds no file to a bake)."""
+    data = json.dumps({"key": k, "modules": sorted(modules)}, indent=1) + "\n"
+    f = cache_dir / LAST
+    try:
+        if not f.exists() or f.read_text() != data:
+            atomic_write(f, data.encode())
+    except OSError as e:
+        print(f"kit: {ENV}: could not note {f} ({type(e).__name__}: {e})", file=sys.stderr)
+
+
+def take_ahead(k: str):
+    """The tokenizer a read-ahead made for key k (waiting for it if still reading), else None; used once."""
+    job = _ahead.get("job")
+    if job is None or job["key"] != k:
+        return None
+    _ahead.clear()
+    t0 = time.monotonic()
+    job["thread"].join()
+    if "tok" not in job:
+        print(f"kit: KIT_TOKENIZER_PREFETCH: the read-ahead failed ({job.get('error')}); reading the pickle here",
+              file=sys.stderr)
+        return None
+    print(f"kit: KIT_TOKENIZER_PREFETCH: tokenizer read ahead ({job['read_s']:.2f} s in the background; "
+          f"waited {time.monotonic() - t0:.2f} s for it)", file=sys.stderr)
+    return job["tok"]
+
+
 def load(real_from_pretrained, cache_dir: Path, path, args: tuple, kwargs: dict):
     k = key(Path(path), args, kwargs) if isinstance(path, (str, os.PathLike)) else None
     if k is None:
         return real_from_pretrained(path, *args, **kwargs)
     f = cache_dir / f"{k}.pkl"
+    tok = take_ahead(k)
+    if tok is not None:
+        return tok
     if f.exists():
         t0 = time.monotonic()
         try:
             with open(f, "rb") as fh:
-                tok = pickle.load(fh)
+                u = _Recording(fh)
+                tok = u.load()
             print(f"kit: {ENV}: tokenizer of {path} from {f} ({time.monotonic() - t0:.2f} s)", file=sys.stderr)
+            remember(cache_dir, k, u.modules)
             return tok
         except Exception as e:  # a truncated or foreign pickle: load as vLLM does and replace it
             print(f"kit: {ENV}: {f} did not load ({type(e).__name__}: {e}); loading the tokenizer and writing it "
