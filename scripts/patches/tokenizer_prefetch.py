@@ -3,13 +3,13 @@
 Why: with KIT_TOKENIZER_CACHE (tokenizer_cache.py) the API process still reads the pickle on the start's path, before
 it launches the engine: 0.91-1.05 s for Qwen3.5 on an H200 (session 20261128T1236Z, the server logs), inside the
 1.57 s "API: tokenizer, engine launch" phase of the best warm start. The read is mostly the tokenizers library
-rebuilding its Rust tokenizer from the JSON the pickle holds, and that work runs outside Python's lock: on this kit's
-CPU host, a thread unpickling Qwen3.5's tokenizer (1.6 s) left the main thread 88% of its speed. The API process
+rebuilding its Rust tokenizer from the JSON the pickle holds, and that work runs outside Python's lock (a quick check on
+this kit's CPU host, not a record: a thread unpickling Qwen3.5's tokenizer barely slowed the main thread). The API process
 imports for 9 s before it needs the tokenizer, on a host with cores to spare.
 
 What changes, in the API server process only (the `-m vllm.entrypoints.openai.api_server` or `vllm serve` one; the
 engine and its workers never load the tokenizer this way):
-1. When vLLM's tokenizer module (vllm.tokenizers.hf) has been imported, about 85% into the API process's imports,
+1. When vLLM's tokenizer module (vllm.tokenizers.hf) has been imported, late in the API process's imports,
    the kit reads <KIT_TOKENIZER_CACHE>/last.json: the pickle the last start's load read, and the modules its classes
    come from. The main thread imports those modules (so the thread never imports: two threads importing at once
    can deadlock) and starts a daemon thread that unpickles the pickle, resolving classes from sys.modules only.
@@ -30,18 +30,18 @@ import threading
 import time
 from pathlib import Path
 
+from scripts.kit.variant import SERVER_MAINS
 from scripts.patches import tokenizer_cache as TC
 
 ENV = "KIT_TOKENIZER_PREFETCH"
 TRIGGER = "vllm.tokenizers.hf"
-SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 
 
 def is_api_server(orig_argv: list[str]) -> bool:
-    """True for the API server's command line: `python -m vllm.entrypoints.openai.api_server ...` (how the kit starts
-    it), `python -m scripts.kit.vllm_main ...` (the kit's wrapper of it) or `vllm serve ...`."""
+    """True for the API server's command line: `python -m <module>` for a module the kit starts servers with
+    (scripts/kit/variant.py SERVER_MAINS: vLLM's API server or the kit's wrapper of it), or `vllm serve ...`."""
     for i, a in enumerate(orig_argv[:-1]):
-        if a == "-m" and orig_argv[i + 1] in (SERVER_MODULE, "scripts.kit.vllm_main"):
+        if a == "-m" and orig_argv[i + 1] in SERVER_MAINS.values():
             return True
     return any(os.path.basename(a) == "vllm" and orig_argv[i + 1:i + 2] == ["serve"] for i, a in enumerate(orig_argv))
 
