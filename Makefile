@@ -90,7 +90,7 @@ test: ## the fast suite (CPU; real vLLM on the tiny model, one shared server): s
 	$(PY) -m pytest -m "not gpu and not slow" --durations=10 $(PYTEST_ARGS)
 test-all: ## every CPU test, the slow e2e ones too (bake, tune, quantize, gates, sweep, profile): what CI runs
 	$(PY) -m pytest -m "not gpu" --durations=10 $(PYTEST_ARGS)
-vllm026-src: ## fetch a few of vLLM 0.26's own files (GDN layers, multimodal registry, tokenizer, V2 drafter) into .cache/ (git-ignored) once: the tests that need them skip without them
+vllm026-src: ## fetch a few of vLLM 0.26's own files (GDN layers, multimodal registry, tokenizer, V2 drafter, AsyncLLM) into .cache/ (git-ignored) once: the tests that need them skip without them
 	$(PY) -m scripts.kit vllm026-src
 golden: ## regenerate tests/golden/argv from every variant (review the diff)
 	$(PY) -m scripts.kit golden

