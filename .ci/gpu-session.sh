@@ -56,6 +56,7 @@
 #   bash .ci/gpu-session.sh fleet31    issue 31 on the 2-GPU machine: the routers on shared prefixes and multi-turn, a replica killed
 #   bash .ci/gpu-session.sh x4         issue 31 on a 4-GPU host: 1 vs 2 vs 4 replicas, and the routers on shared prefixes
 #   bash .ci/gpu-session.sh v2h        issue 29: V2 runner and int8 lm_head against FP8 -dvg, then the headline on the fastest (~22 min)
+#   bash .ci/gpu-session.sh v2cut KEY=VALUE   issue 29: one switch on fp8-v2, against it as committed and BF16 (~18 min)
 #   bash .ci/gpu-session.sh v2reuse    issue 29: GDN_METADATA_REUSE in the V2 runner, against fp8-v2 and BF16 (~18 min)
 #   bash .ci/gpu-session.sh v2h2       issue 29: v2h's winner again at 8 GiB of KV: against FP8 -dvg and BF16, its step, the pessimistic rates (~21 min)
 #   bash .ci/gpu-session.sh x4c        issue 31, after x4b: Qwen3.5 -dvg on two replicas against four (~10 min)
@@ -85,6 +86,8 @@
 #   bash .ci/gpu-session.sh collect SECONDS
 #       wait until every detached job has ended or SECONDS pass, then put /tmp/kit's results/ and
 #       experiments/ in $OUT/r.tgz and the jobs' logs in $OUT/logs.tgz (a later call collects again)
+#       Call it again at once when it returns: 2026-11-28 20:51 the next call came after the 30 s idle limit, the
+#       machine went back mid-job, and the job's last comparison was lost (results/gpu-sessions/20261128T2033Z).
 # Session notes (moved from the README; each session's own account is results/gpu-sessions/<UTC>/README.md):
 # - Prepare with `bash .ci/gpu-prepare.sh` here, then e.g.
 #     KIT_GIT_COMMIT=<commit> bash .ci/gpu-session.sh catalog 540 qwen3-4b-awq
@@ -927,6 +930,28 @@ print(m["ratio"])' "$(ls -t results/${VAR[$s]}/*-comparison.json | head -1)")
       if [ $r = $Z ]; then L="--concurrency 1"; else L="--concurrency 1,4,8,16,32"; fi
       pair 8100 8104 $A $r $L
       [ $r = $R ] && bash "$0" ready 5 8100 8104 && BS_TAG=v2reuse- bash "$0" bs 8100 8104 $A $V2 2
+      bash "$0" down o c
+    done
+    bash "$0" down a ;;
+  v2cut)  # KEY=VALUE: `v2reuse` for any one switch: qwen3.5-4b-fp8-v2 as committed (o) against the same with KEY=VALUE
+    # (c), and BF16 (a) against c; three servers at 12 GiB of KV. In order of worth: o against c at acceptance 0 (the
+    # step, c=1: a host-time cut shows there first), o against c at the published rates (c=1,8), BF16 against c
+    # (c=1..32) with vLLM's own client (2 rounds). ~18 min. E.g. GDN_SPEC_SLICE=on.
+    cut=$2; kv12=12884901888; A=qwen3.5-4b-bf16; V2=qwen3.5-4b-fp8-v2; S="SERVE_MAX_NUM_SEQS=256"
+    R=0.98,0.82,0.70,0.54; Z=0,0,0,0
+    mem="--set SERVE_KV_CACHE_MEMORY_BYTES=$kv12 --set SERVE_GPU_MEMORY_UTILIZATION=0.2"
+    pair() { local pa=$1 pb=$2 a=$3 r=$4; shift 4; bash "$0" ready 5 $pa $pb && bash "$0" cmp $pa $pb $a $V2 $mem --set "$S" \
+      --set-a PORT=$pa --set-b PORT=$pb --set-b SPEC_ACCEPTANCE=$r --set-b "$cut" "$@" --requests 8; }
+    step python3 -m scripts.kit draft-vocab --variant $V2 --set WEIGHTS=dummy
+    bash "$0" up a 8100 $kv12 $A --set "$S"
+    for r in $Z $R; do
+      bash "$0" up o 8102 $kv12 $V2 --set "$S" --set SPEC_ACCEPTANCE=$r
+      bash "$0" up c 8104 $kv12 $V2 --set "$S" --set SPEC_ACCEPTANCE=$r --set "$cut"
+      bash "$0" ready 900 8100 8102 8104; grep -h "kit: \|Using V2" "$LOGS"/up-[oc].log | sed 's/pid=[0-9]*//' | sort | uniq -c
+      if [ $r = $Z ]; then pair 8102 8104 $V2 $r --set-a SPEC_ACCEPTANCE=$r --concurrency 1
+      else pair 8102 8104 $V2 $r --set-a SPEC_ACCEPTANCE=$r --concurrency 1,8
+        pair 8100 8104 $A $r --concurrency 1,4,8,16,32
+        bash "$0" ready 5 8100 8104 && BS_TAG=v2cut- bash "$0" bs 8100 8104 $A $V2 2; fi
       bash "$0" down o c
     done
     bash "$0" down a ;;

@@ -201,6 +201,9 @@ def levers(cfg: dict, platform: str, weights_ok, arch: dict | None = None,
     if _has_gdn(arch):  # Qwen3.5, Qwen3-Next: the kit's patch saves host time a step (issue 19)
         out.append(Lever("gdn_reuse", ({"GDN_METADATA_REUSE": "on"}, {"GDN_METADATA_REUSE": "off"}),
                          "GDN metadata built once a step (kit patch) or once per KV-cache group (vLLM)"))
+        if method:  # all-spec-decode steps come from a drafter (scripts/patches/gdn_spec_slice.py)
+            out.append(Lever("gdn_spec_slice", ({"GDN_SPEC_SLICE": "on"}, {"GDN_SPEC_SLICE": "off"}),
+                             "GDN spec-decode metadata sliced (kit patch) or gathered with a CPU mask (vLLM 0.26)"))
         if method:  # multi-token steps are a drafter's verify (scripts/patches/gdn_qkv_split.py)
             out.append(Lever("gdn_qkv_split", ({"GDN_QKV_SPLIT": "two_copies"}, {"GDN_QKV_SPLIT": "vllm"}),
                              "GDN q/k/v split for the verify in two copies (kit patch) or four (vLLM)"))

@@ -38,6 +38,11 @@ PATCHES = (
     Patch("KIT_DRAFT_VOCAB", "SPEC_DRAFT_VOCAB", "draft_vocab", "MTP drafts from a token set (V1 and V2 model runners)",
           "vLLM 0.26.0",
           "none for MTP (EAGLE-3 trains a draft-to-target map)", ("tests/test_draft_vocab.py",)),
+    # Before gdn_reuse: both wrap the GDN builder's build, and the reuse must wrap this one (gdn_spec_slice.py).
+    Patch("KIT_GDN_SPEC_SLICE", "GDN_SPEC_SLICE", "gdn_spec_slice",
+          "an all-spec-decode step's GDN metadata sliced, not gathered with a CPU mask (two host stalls a build)",
+          "vLLM 0.26.0", "vLLM 0.32's build slices there itself; the patch steps aside where the class has "
+          "`update_block_table` (0.32+)", ("tests/test_gdn_spec_slice_patch.py",)),
     Patch("KIT_GDN_REUSE", "GDN_METADATA_REUSE", "gdn_reuse", "GDN metadata built once a step (V1 and V2 runners)",
           "vLLM 0.26.0", "vLLM 0.32 has `update_block_table`, and its V2 `build_attn_metadata` uses it; the patch "
           "steps aside where the class or the function has it", ("tests/test_gdn_reuse_patch.py",)),

