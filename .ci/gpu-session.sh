@@ -56,6 +56,7 @@
 #   bash .ci/gpu-session.sh fleet31    issue 31 on the 2-GPU machine: the routers on shared prefixes and multi-turn, a replica killed
 #   bash .ci/gpu-session.sh x4         issue 31 on a 4-GPU host: 1 vs 2 vs 4 replicas, and the routers on shared prefixes
 #   bash .ci/gpu-session.sh v2h        issue 29: V2 runner and int8 lm_head against FP8 -dvg, then the headline on the fastest (~22 min)
+#   bash .ci/gpu-session.sh start8 [N]  issue 32: -quick6 with and without ENGINE_TOKENIZER_EARLY=1, N rounds (~10 min)
 #   bash .ci/gpu-session.sh v2cut KEY=VALUE   issue 29: one switch on fp8-v2, against it as committed and BF16 (~18 min)
 #   bash .ci/gpu-session.sh v2reuse    issue 29: GDN_METADATA_REUSE in the V2 runner, against fp8-v2 and BF16 (~18 min)
 #   bash .ci/gpu-session.sh v2h2       issue 29: v2h's winner again at 8 GiB of KV: against FP8 -dvg and BF16, its step, the pessimistic rates (~21 min)
@@ -371,6 +372,15 @@ case "${1:-}" in
       step python3 -m scripts.bake --variant $Q $W --set API_ENGINE_FIRST=0 --verify
       step python3 -m scripts.bake --variant $Q $W --set SERVE_ENABLE_FLASHINFER_AUTOTUNE=true --verify
       step python3 -m scripts.bake --variant $Q $W --set API_TOKENIZER_PREFETCH=0 --verify
+    done ;;
+  start8)  # [N] issue 32: N rounds (default 3) of two warm starts of -quick6, baked alone first: as committed, and with
+    # ENGINE_TOKENIZER_EARLY=1 (the engine's own tokenizer load, 0.3-0.5 s after the warm-up under API_ENGINE_FIRST in
+    # 20261128T1651Z, moved into a thread at the engine's start). ~10 min on an H200.
+    Q=qwen3.5-4b-bf16-tuned-dvg-quick6; W="--set WEIGHTS=dummy --max-concurrency 8"
+    step python3 -m scripts.bake --variant $Q $W || exit 1
+    for i in $(seq 1 "${2:-3}"); do
+      step python3 -m scripts.bake --variant $Q $W --verify
+      step python3 -m scripts.bake --variant $Q $W --set ENGINE_TOKENIZER_EARLY=1 --verify
     done ;;
   settle)  # issue 32: make bake's settle start (a second start on the new cache, listed in the manifest) against the miss
     # that every first warm start after a bake of -quick was (2, 13, 14 new files). -quick baked alone, then one

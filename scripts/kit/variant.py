@@ -41,7 +41,8 @@ MEMORY_KEYS = ("SERVE_GPU_MEMORY_UTILIZATION", "SERVE_KV_CACHE_MEMORY_BYTES")
 # and a standby, which serves as the variant once awake): a start measured with them still describes it.
 START_KEYS = ("VLLM_WORKER_MULTIPROC_METHOD", "VLLM_ENABLE_STARTUP_PLAN", "STANDBY", "API_TEXT_ONLY",
               "API_TOKENIZER_POOL_LATE", "API_LEAN_IMPORTS", "STARTUP_PLAN_KEY",
-              "API_TOKENIZER_CACHE", "API_TOKENIZER_PREFETCH", "STARTUP_PROFILE_RUN", "API_ENGINE_FIRST")
+              "API_TOKENIZER_CACHE", "API_TOKENIZER_PREFETCH", "STARTUP_PROFILE_RUN", "API_ENGINE_FIRST",
+              "ENGINE_TOKENIZER_EARLY")
 # FLEET_*: how many servers run behind which router policy, restarted how often, not how one of them runs.
 CONDITION_KEYS = ("HOST", "PORT", "READY_TIMEOUT_S", "WEIGHTS", "SPEC_ACCEPTANCE", "DUMMY_TOKENIZER", "GATES",
                   "DATA_DIR", "FLEET_REPLICAS", "FLEET_POLICY", "FLEET_MAX_RESTARTS", "FLEET_CACHE_THRESHOLD",
@@ -333,6 +334,8 @@ class Variant:
             env["KIT_TOKENIZER_PREFETCH"] = "1"
         if self["API_ENGINE_FIRST"]:  # as above (scripts/patches/engine_first.py): the process that makes the AsyncLLM
             env["KIT_ENGINE_FIRST"] = "1"
+        if self["ENGINE_TOKENIZER_EARLY"]:  # as above (scripts/patches/engine_tokenizer.py): the engine process
+            env["KIT_ENGINE_TOKENIZER_EARLY"] = "1"
         if self["STARTUP_PLAN_KEY"] == "first":  # as above (scripts/patches/startup_plan_key.py): the engine's workers
             env["KIT_STARTUP_PLAN_KEY"] = "1"
         if self["STARTUP_PROFILE_RUN"] == "skip":  # as above (scripts/patches/profile_skip.py): the engine's workers

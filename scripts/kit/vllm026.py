@@ -5,7 +5,8 @@ GDN metadata builder, whose file differs from 0.32's, tests/test_text_only_patch
 multimodal check, which 0.32 moved, and tests/test_gdn_qkv_split_patch.py checks that 0.26's GDN q/k/v split is
 the one it tests on 0.32, and tests/test_engine_first_patch.py that 0.26's AsyncLLM builds its renderer before its
 engine client and waits for the engine where 0.32's does; the V2 runner's attn_utils.py gives
-tests/test_gdn_reuse_patch.py 0.26's build_attn_metadata. `make vllm026-src` (CI's .ci/run too) takes
+tests/test_gdn_reuse_patch.py 0.26's build_attn_metadata; tests/test_engine_tokenizer_patch.py checks that 0.26's
+EngineCore makes its structured-output manager, which loads the tokenizer, after the model's warm-up. `make vllm026-src` (CI's .ci/run too) takes
 FILES from the vllm==0.26.0 wheel with pip download (no dependencies, nothing installed) into the
 git-ignored CACHE; the wheel itself is not kept. A second call finds the files and downloads nothing.
 
@@ -29,7 +30,8 @@ CACHE = ROOT / ".cache" / f"vllm-{VERSION}"
 FILES = ("vllm/v1/attention/backends/gdn_attn.py", "vllm/multimodal/registry.py", "vllm/tokenizers/hf.py",
          "vllm/model_executor/layers/mamba/gdn/qwen_gdn_linear_attn.py", "vllm/v1/worker/gpu/spec_decode/speculator.py",
          "vllm/v1/worker/gpu/spec_decode/autoregressive/speculator.py", "vllm/v1/engine/async_llm.py",
-         "vllm/v1/engine/utils.py", "vllm/v1/worker/gpu/attn_utils.py")
+         "vllm/v1/engine/utils.py", "vllm/v1/worker/gpu/attn_utils.py",
+         "vllm/v1/engine/core.py", "vllm/v1/structured_output/__init__.py")
 ENV = "KIT_VLLM026_SRC"
 # Every such skip starts with this; `make test`'s summary counts them and says how to run them.
 SKIP = "no vLLM 0.26 source (run: make vllm026-src)"

