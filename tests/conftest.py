@@ -59,6 +59,31 @@ def tiny_ready() -> bool:
     return weights.is_complete(load("tiny").weights_dir)
 
 
+def traced_tiny_request(tmp_path, keys: list[str], body: dict) -> tuple[dict, str, dict]:
+    """A tiny server of its own with `keys` set and the start trace on, one completion request `body` (model and
+    prompt filled in), then stopped: (the response's JSON, the server's log, the trace's events by pid)."""
+    import json
+
+    import requests
+    if not tiny_ready():
+        pytest.fail("tiny weights missing: run `make install` (it fetches them)")
+    v = load("tiny", [f"PORT={free_port()}", *keys])
+    platform = host_platform()
+    trace = tmp_path / "trace"
+    trace.mkdir()
+    log = tmp_path / "server.log"
+    srv = ServerProcess(v.to_argv(platform), dict(v.to_env(platform), KIT_STARTUP_TRACE=str(trace)), v["HOST"],
+                        v["PORT"], 600, log_path=log)
+    with srv:
+        r = requests.post(srv.url + "/v1/completions", timeout=300,
+                          json={"model": "tiny", "prompt": "Hello", "max_tokens": 4, **body})
+        assert r.status_code == 200, r.text
+        out = r.json()
+    events = {int(f.stem): [json.loads(line) for line in f.read_text().splitlines() if line]
+              for f in trace.glob("*.jsonl")}  # a file a process
+    return out, log.read_text(errors="replace"), events
+
+
 @pytest.fixture(scope="session")
 def tiny_server(tmp_path_factory):
     """The real tiny variant on real vLLM, started once for all e2e tests that need a server."""

@@ -22,7 +22,7 @@ from scripts.kit import vllm026
 from scripts.kit.paths import ROOT
 from scripts.kit.variant import load
 from scripts.patches import engine_first as EF
-from tests.conftest import tiny_ready
+from tests.conftest import traced_tiny_request
 
 
 @pytest.fixture(autouse=True)
@@ -182,30 +182,10 @@ def test_the_key_sets_the_switch_and_is_a_start_key():
 @pytest.mark.e2e
 @pytest.mark.slow  # a server of its own (~35-60 s)
 def test_a_tiny_server_with_the_key_serves_and_forks_its_engine_before_the_tokenizer_is_loaded(tmp_path):
-    import json
-
-    import requests
-
-    from scripts.kit.device import host_platform
-    from scripts.kit.procs import ServerProcess, free_port
-    if not tiny_ready():
-        pytest.fail("tiny weights missing: run `make install` (it fetches them)")
-    v = load("tiny", [f"PORT={free_port()}", "API_ENGINE_FIRST=1", "API_TOKENIZER_POOL_LATE=1"])
-    platform = host_platform()
-    trace = tmp_path / "trace"
-    trace.mkdir()
-    log = tmp_path / "server.log"
-    srv = ServerProcess(v.to_argv(platform), dict(v.to_env(platform), KIT_STARTUP_TRACE=str(trace)), v["HOST"],
-                        v["PORT"], 600, log_path=log)
-    with srv:
-        r = requests.post(srv.url + "/v1/completions", timeout=300,
-                          json={"model": "tiny", "prompt": "Hello", "max_tokens": 4})
-        assert r.status_code == 200 and r.json()["choices"][0]["text"]
-    text = log.read_text(errors="replace")
+    out, text, events = traced_tiny_request(tmp_path, ["API_ENGINE_FIRST=1", "API_TOKENIZER_POOL_LATE=1"], {})
+    assert out["choices"][0]["text"]
     assert "kit: KIT_ENGINE_FIRST: engine launched before the tokenizer" in text, text[-3000:]
     assert "made while the engine started" in text  # the pool's copies still came off the start's path
-    events = {int(f.stem): [json.loads(line) for line in f.read_text().splitlines() if line]
-              for f in trace.glob("*.jsonl")}  # a file a process
     api = next(pid for pid, evs in events.items() if any(e.get("ev") == "tokenizer" for e in evs))
     tok_end = max(e["t"] for e in events[api] if e.get("ev") == "tokenizer" and e["ph"] == "E")
     engine_start = min(e["t"] for evs in events.values() for e in evs if e.get("ph") == "P" and e.get("ppid") == api)

@@ -18,7 +18,7 @@ import pytest
 from scripts.kit import vllm026
 from scripts.kit.variant import load
 from scripts.patches import engine_tokenizer as ET
-from tests.conftest import tiny_ready
+from tests.conftest import traced_tiny_request
 
 
 def cfg(skip=False, world=1):
@@ -127,30 +127,10 @@ def test_vllm_026_engine_makes_the_manager_after_the_warm_up_and_the_manager_loa
 @pytest.mark.e2e
 @pytest.mark.slow  # a server of its own (~35-60 s)
 def test_a_tiny_server_with_the_key_loads_the_engines_tokenizer_during_its_set_up(tmp_path):
-    import json
-
-    import requests
-
-    from scripts.kit.device import host_platform
-    from scripts.kit.procs import ServerProcess, free_port
-    if not tiny_ready():
-        pytest.fail("tiny weights missing: run `make install` (it fetches them)")
-    v = load("tiny", [f"PORT={free_port()}", "API_ENGINE_FIRST=1", "ENGINE_TOKENIZER_EARLY=1"])
-    platform = host_platform()
-    trace = tmp_path / "trace"
-    trace.mkdir()
-    log = tmp_path / "server.log"
-    srv = ServerProcess(v.to_argv(platform), dict(v.to_env(platform), KIT_STARTUP_TRACE=str(trace)), v["HOST"],
-                        v["PORT"], 600, log_path=log)
-    with srv:
-        r = requests.post(srv.url + "/v1/completions", timeout=300,
-                          json={"model": "tiny", "prompt": "Hello", "max_tokens": 4,
-                                "structured_outputs": {"choice": ["yes", "no"]}})
-        assert r.status_code == 200 and r.json()["choices"][0]["text"] in ("yes", "no"), r.text
-    text = log.read_text(errors="replace")
+    out, text, events = traced_tiny_request(tmp_path, ["API_ENGINE_FIRST=1", "ENGINE_TOKENIZER_EARLY=1"],
+                                            {"structured_outputs": {"choice": ["yes", "no"]}})
+    assert out["choices"][0]["text"] in ("yes", "no"), out
     assert "kit: KIT_ENGINE_TOKENIZER_EARLY: tokenizer loaded while the engine set up its model" in text, text[-3000:]
-    events = {int(f.stem): [json.loads(line) for line in f.read_text().splitlines() if line]
-              for f in trace.glob("*.jsonl")}
     engine = next(pid for pid, evs in events.items() if any(e.get("ev") == "engine core" for e in evs))
     evs = events[engine]
     tok_begin = min(e["t"] for e in evs if e.get("ev") == "tokenizer" and e["ph"] == "B")
