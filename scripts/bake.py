@@ -34,7 +34,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from scripts.kit import bytecode, cachekey, startup, weights
+from scripts.kit import bytecode, cachekey, procs, startup, weights
 from scripts.kit.device import host_platform
 from scripts.kit.errors import KitError, run_main
 from scripts.kit.paths import RESULTS, ROOT
@@ -337,7 +337,7 @@ def verify(v, platform: str, argv, env, cap: int | None, expect: str, force_aot:
         if new_kernels:
             verdict += f"; {len(new_kernels)} kernel file(s) written: {', '.join(new_kernels[:3])}"
     cold = {"ready_s": doc["bake"]["cold_ready_s"], "first_token_s": doc["bake"]["cold_first_token_s"]}
-    warm = {"ready_s": run["ready_s"], "first_token_s": run["first_token_s"]}
+    warm = {"ready_s": run["ready_s"], "first_token_s": run["first_token_s"], "health_poll_s": procs.HEALTH_POLL_S}
 
     def ratio(a, b):
         return round(a / b, 2) if a and b else None

@@ -59,6 +59,8 @@ def test_bake_then_verify_then_export_on_real_tiny_server(tree, tmp_path, monkey
     s = rec["payload"]
     assert s["passed"] and s["cache_hit"] is None and s["new_artifacts"] == 0  # eager: nothing compiled
     assert s["manifest_ok"] and s["cold"]["ready_s"] == p["cold"]["ready_s"] and s["warm"]["ready_s"] > 0
+    from scripts.kit.procs import HEALTH_POLL_S
+    assert s["warm"]["health_poll_s"] == HEALTH_POLL_S  # how late ready_s may run, in the record
 
     out = tmp_path / "cache_import.tar.gz"
     monkeypatch.setattr(Variant, "cache_root", property(lambda self: ROOT / "weights" / "cache" / "_kit_test_e2e"))
