@@ -58,7 +58,6 @@
 #   bash .ci/gpu-session.sh v2h        issue 29: V2 runner and int8 lm_head against FP8 -dvg, then the headline on the fastest (~22 min)
 #   bash .ci/gpu-session.sh start8 [N]  issue 32: -quick6 with and without ENGINE_TOKENIZER_EARLY=1, N rounds (~10 min)
 #   bash .ci/gpu-session.sh v2cut KEY=VALUE   issue 29: one switch on fp8-v2, against it as committed and BF16 (~18 min)
-#   bash .ci/gpu-session.sh v2reuse    issue 29: GDN_METADATA_REUSE in the V2 runner, against fp8-v2 and BF16 (~18 min)
 #   bash .ci/gpu-session.sh v2h2       issue 29: v2h's winner again at 8 GiB of KV: against FP8 -dvg and BF16, its step, the pessimistic rates (~21 min)
 #   bash .ci/gpu-session.sh x4c        issue 31, after x4b: Qwen3.5 -dvg on two replicas against four (~10 min)
 #   bash .ci/gpu-session.sh x4b        issue 31's rest on a 4-GPU host: Qwen3.5 1 vs 4, longer shared prompts, a busy replica killed
@@ -919,31 +918,10 @@ print(m["ratio"])' "$(ls -t results/${VAR[$s]}/*-comparison.json | head -1)")
     bash "$0" up p 8108 $kv8 $V2 --set "$S" --set SPEC_ACCEPTANCE=$P --set $DV
     bash "$0" ready 900 8108 && pair 8100 8108 $A $P --concurrency 1,4,8,16,32
     bash "$0" down a p ;;
-  v2reuse)  # issue 29, after 20261128T1651Z's V2 profile (its longest host frame: the GDN metadata build, once per GDN
-    # group): GDN_METADATA_REUSE now acts in the V2 runner too. Three servers at 12 GiB of KV (as `headline`), all
-    # qwen3.5-4b-fp8-v2 but BF16 (a): o as committed, c with GDN_METADATA_REUSE=on. In order of worth, so a cut lease
-    # keeps the first: o against c (c=1,8, published rates), BF16 against c (c=1..32) with vLLM's own client (2 rounds),
-    # o and c restarted at acceptance 0 (o against c, BF16 against c: the step, c=1). ~18 min.
-    kv12=12884901888; A=qwen3.5-4b-bf16; V2=qwen3.5-4b-fp8-v2; S="SERVE_MAX_NUM_SEQS=256"
-    R=0.98,0.82,0.70,0.54; Z=0,0,0,0; RU=GDN_METADATA_REUSE=on
-    mem="--set SERVE_KV_CACHE_MEMORY_BYTES=$kv12 --set SERVE_GPU_MEMORY_UTILIZATION=0.2"
-    pair() { local pa=$1 pb=$2 a=$3 r=$4; shift 4; bash "$0" ready 5 $pa $pb && bash "$0" cmp $pa $pb $a $V2 $mem --set "$S" \
-      --set-a PORT=$pa --set-b PORT=$pb --set-b SPEC_ACCEPTANCE=$r --set-b $RU "$@" --requests 8; }
-    step python3 -m scripts.kit draft-vocab --variant $V2 --set WEIGHTS=dummy
-    bash "$0" up a 8100 $kv12 $A --set "$S"
-    for r in $R $Z; do
-      bash "$0" up o 8102 $kv12 $V2 --set "$S" --set SPEC_ACCEPTANCE=$r
-      bash "$0" up c 8104 $kv12 $V2 --set "$S" --set SPEC_ACCEPTANCE=$r --set $RU
-      bash "$0" ready 900 8100 8102 8104; grep -h "^kit: \|Using V2" "$LOGS"/up-[oc].log | sort | uniq -c
-      if [ $r = $Z ]; then L="--concurrency 1"; else L="--concurrency 1,8"; fi
-      pair 8102 8104 $V2 $r --set-a SPEC_ACCEPTANCE=$r $L
-      if [ $r = $Z ]; then L="--concurrency 1"; else L="--concurrency 1,4,8,16,32"; fi
-      pair 8100 8104 $A $r $L
-      [ $r = $R ] && bash "$0" ready 5 8100 8104 && BS_TAG=v2reuse- bash "$0" bs 8100 8104 $A $V2 2
-      bash "$0" down o c
-    done
-    bash "$0" down a ;;
-  v2cut)  # KEY=VALUE: `v2reuse` for any one switch: qwen3.5-4b-fp8-v2 as committed (o) against the same with KEY=VALUE
+  # v2reuse (run in session 20261128T2033Z, tree cd02f74: `git show cd02f74:.ci/gpu-session.sh` has its steps) measured
+  # GDN_METADATA_REUSE=on against fp8-v2 without it. fp8-v2 sets it since, so that pair is now `v2cut
+  # GDN_METADATA_REUSE=off` (sides swapped; acceptance 0 first, and BF16 against it only at the published rates).
+  v2cut)  # KEY=VALUE: one switch measured on the V2 runner: qwen3.5-4b-fp8-v2 as committed (o) against the same with KEY=VALUE
     # (c), and BF16 (a) against c; three servers at 12 GiB of KV. In order of worth: o against c at acceptance 0 (the
     # step, c=1: a host-time cut shows there first), o against c at the published rates (c=1,8), BF16 against c
     # (c=1..32) with vLLM's own client (2 rounds). ~18 min. E.g. GDN_SPEC_SLICE=on.
