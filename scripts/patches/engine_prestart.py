@@ -33,6 +33,11 @@ pipe and exits. An engine vLLM runs in the API process (VLLM_ENABLE_V1_MULTIPROC
 pre-started process exits with the API process. The variant check refuses the key with more than one GPU or
 SERVER_MAIN=vllm.
 
+Measured on an H200 (results/gpu-sessions/20261129T0100Z, seven interleaved rounds of qwen3.5-4b-bf16-tuned-dvg-quick6):
+the device init fell from 1.79-2.28 s to 0.73-0.91 s, but the API process's imports took about 1 s longer (median 12.14
+against 10.87 s) while this process imported beside it, which itself needed 10.4-12.9 s. Ready was no faster (median
+23.19 against 23.30 s). No variant sets it.
+
 The start trace (startup_trace.py) marks when the pre-started process was ready and when it was handed the engine;
 scripts/kit/startup.py counts the engine's launch from the hand-over.
 """

@@ -17,8 +17,10 @@ own call runs as it would have and raises its own error. Nothing else moves. Lef
 - an engine of more than one worker process (world size > 1): its executor forks or spawns workers, which a thread
   mid-load must not be inside of.
 
-Not measured on a GPU yet. The thread holds the interpreter's lock while it unpickles or parses, so it can slow the
-main thread's own Python work during the executor's set-up; a start record decides.
+The thread holds the interpreter's lock while it unpickles or parses, so it slows the main thread's own Python work
+during the executor's set-up. Measured on an H200 only with ENGINE_PRESTART (results/gpu-sessions/20261129T0100Z):
+"engine: the rest" fell from 0.26-0.40 s to 0.01-0.02 s, the device init beside the thread grew from 0.73-0.91 s to
+1.05-2.42 s, and the starts were no faster.
 """
 from __future__ import annotations
 
