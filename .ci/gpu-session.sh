@@ -58,6 +58,7 @@
 #   bash .ci/gpu-session.sh v2h        issue 29: V2 runner and int8 lm_head against FP8 -dvg, then the headline on the fastest (~22 min)
 #   bash .ci/gpu-session.sh start8 [N]  issue 32: -quick6 with and without ENGINE_TOKENIZER_EARLY=1, N rounds (~10 min)
 #   bash .ci/gpu-session.sh start9 [N]  issue 32: -quick6 as committed, + ENGINE_PRESTART=1, + that and ENGINE_TOKENIZER_EARLY=1 (~13 min)
+#   bash .ci/gpu-session.sh start10 [N]  issue 32: -quick6 with and without humming's background builds, then a py-spy start (~14 min)
 #   bash .ci/gpu-session.sh v2step KEY=VALUE  issue 29: v2cut's step comparison alone, no BF16 server (~11 min)
 #   bash .ci/gpu-session.sh v2cut KEY=VALUE   issue 29: one switch on fp8-v2, against it as committed and BF16 (~18 min)
 #   bash .ci/gpu-session.sh v2h2       issue 29: v2h's winner again at 8 GiB of KV: against FP8 -dvg and BF16, its step, the pessimistic rates (~21 min)
@@ -956,6 +957,18 @@ print(m["ratio"])' "$(ls -t results/${VAR[$s]}/*-comparison.json | head -1)")
       bash "$0" down o c
     done
     bash "$0" down a ;;
+  start10)  # [N] issue 32: N rounds (default 4) of two warm starts of -quick6, baked alone first: as committed, and with
+    # HUMMING_DISABLE_PARALLEL_BUILD=1 (humming-kernels spawns no background builds at import: in every start of session
+    # 20261129T0100Z two such processes imported torch while the engine initialized its device). Then, where py-spy is
+    # installed (/tmp/prof, from .gpu/whl-prof), one profiled start as committed: what the first captured size's 3-4 s
+    # and the API process's 10-14 s of imports hold. ~14 min on an H200.
+    Q=qwen3.5-4b-bf16-tuned-dvg-quick6; W="--set WEIGHTS=dummy --max-concurrency 8"
+    step python3 -m scripts.bake --variant $Q $W || exit 1
+    for i in $(seq 1 "${2:-4}"); do
+      step python3 -m scripts.bake --variant $Q $W --verify
+      step python3 -m scripts.bake --variant $Q $W --set HUMMING_DISABLE_PARALLEL_BUILD=1 --verify
+    done
+    [ -x /tmp/prof/bin/py-spy ] && bash "$0" startprof $Q ;;
   v2step)  # KEY=VALUE: v2cut's first comparison alone: qwen3.5-4b-fp8-v2 as committed (o) against it with KEY=VALUE (c)
     # at acceptance 0, c=1 (the step), two servers at 12 GiB of KV and no BF16 server. ~11 min from cold caches.
     cut=$2; kv12=12884901888; V2=qwen3.5-4b-fp8-v2; S="SERVE_MAX_NUM_SEQS=256"; Z=0,0,0,0
@@ -1290,5 +1303,5 @@ print(m["ratio"])' "$(ls -t results/${VAR[$s]}/*-comparison.json | head -1)")
     echo "still running: $(running | tr '\n' ' ')" ;;
   *) echo "usage: $0 spine | smoke VARIANT... | catalog SECONDS VARIANT [--set K=V ...] | parallel SECONDS KV_BYTES SPEC..." \
           "| shim VARIANT NAME | quantize SECONDS VARIANT KV_BYTES | gates VARIANT KV_BYTES | tune BASE SECONDS | sweep FLAGS.. | wheels DIR TARGET | levers | levers2 | levers3 | levers4 | levers5 | levers6" \
-          "| startprof VARIANT | startcuts VARIANT | start5 [N] | start6 [N] | start7 [N] | start8 [N] | start9 [N] | v2step KEY=VALUE | kernels | gemm3 | kfit | v2 | cut KEY=VALUE.. | headline [KEY=VALUE..] | stop NAME | chain MODE ARGS.. ++ MODE ARGS.. | detach NAME MODE ARGS.. | collect SECONDS" >&2; exit 2 ;;
+          "| startprof VARIANT | startcuts VARIANT | start5 [N] | start6 [N] | start7 [N] | start8 [N] | start9 [N] | start10 [N] | v2step KEY=VALUE | kernels | gemm3 | kfit | v2 | cut KEY=VALUE.. | headline [KEY=VALUE..] | stop NAME | chain MODE ARGS.. ++ MODE ARGS.. | detach NAME MODE ARGS.. | collect SECONDS" >&2; exit 2 ;;
 esac

@@ -132,6 +132,17 @@ def test_config_hash_ignores_run_conditions_only(tree):
     assert load("h", ["SERVE_MAX_NUM_SEQS=4"]).config_sha256 != base
 
 
+def test_humming_background_builds_are_a_start_key_passed_to_the_server(tree):
+    """HUMMING_DISABLE_PARALLEL_BUILD: allow-listed, read by humming-kernels in the server's processes; how a server
+    starts, so a record made with it still describes the variant."""
+    tree("h", "MODEL=org/m\nARCH_CONFIG=weights/configs/qwen3-4b.json\n")
+    v = load("h", ["HUMMING_DISABLE_PARALLEL_BUILD=1"])
+    assert v.to_env("gpu")["HUMMING_DISABLE_PARALLEL_BUILD"] == "1"
+    assert v.config_sha256 == load("h").config_sha256
+    with pytest.raises(KitError, match="unknown key HUMMING_OTHER"):
+        load("h", ["HUMMING_OTHER=1"])
+
+
 def test_eager_auto_follows_platform_and_env_passthrough(tree):
     tree("e", "VLLM_USE_V2_MODEL_RUNNER=0\nSERVE_MAX_NUM_SEQS=2\n")
     v = load("e")
