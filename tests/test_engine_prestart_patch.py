@@ -100,6 +100,7 @@ def test_vllm_026_manager_hands_its_engine_to_the_prestarted_process(tmp_path):
                                       executor_class=Executor, log_stats=False)
         p = m.processes[0]
         ready = connection.wait([p.sentinel], timeout=120)
+        p.join(30)  # the sentinel closes as the process exits, a moment before it can be reaped
         print(json.dumps({"pre_pid": pre_pid, "pid": p.pid, "ended": bool(ready), "exitcode": p.exitcode,
                           "name": p.name, "finished": m.finished_procs()}))
         m.shutdown()
@@ -195,6 +196,14 @@ def test_a_manager_the_prestarted_process_cannot_serve_releases_it():
             reader.recv_bytes()
     finally:
         EP._pre = saved
+
+
+def test_a_handle_not_yet_started_answers_as_a_process_not_yet_started():
+    """vLLM's manager reads exit codes in a `finally` after its start loop, even when a start raised."""
+    h = EP.Handle(multiprocessing.get_context("fork"), print, "EngineCore", {})
+    assert h.exitcode is None and h.name == "EngineCore"
+    with pytest.raises(AttributeError, match="not started yet"):
+        h.sentinel
 
 
 def test_why_not_names_each_case_the_prestarted_engine_cannot_be():

@@ -245,7 +245,11 @@ class Handle:
 
     def __getattr__(self, attr):
         proc = self.__dict__.get("_proc")
-        if proc is None:
+        if proc is None:  # not started (or its start failed): what multiprocessing's Process answers then
+            if attr == "exitcode":
+                return None
+            if attr == "name":
+                return self.__dict__.get("_name")
             raise AttributeError(f"{attr}: the engine process is not started yet")
         return getattr(proc, attr)
 
