@@ -58,7 +58,7 @@
 #   bash .ci/gpu-session.sh v2h        issue 29: V2 runner and int8 lm_head against FP8 -dvg, then the headline on the fastest (~22 min)
 #   bash .ci/gpu-session.sh start8 [N]  issue 32: -quick6 with and without ENGINE_TOKENIZER_EARLY=1, N rounds (~10 min)
 #   bash .ci/gpu-session.sh start9 [N]  issue 32: -quick6 as committed, + ENGINE_PRESTART=1, + that and ENGINE_TOKENIZER_EARLY=1 (~13 min)
-#   bash .ci/gpu-session.sh start10 [N]  issue 32: -quick6 with and without humming's background builds, then a py-spy start (~14 min)
+#   bash .ci/gpu-session.sh start10 [N]  issue 32: -quick6 as committed, + GC_EARLY_FREEZE=1, + humming's builds off; a py-spy start (~16 min)
 #   bash .ci/gpu-session.sh v2step KEY=VALUE  issue 29: v2cut's step comparison alone, no BF16 server (~11 min)
 #   bash .ci/gpu-session.sh v2cut KEY=VALUE   issue 29: one switch on fp8-v2, against it as committed and BF16 (~18 min)
 #   bash .ci/gpu-session.sh v2h2       issue 29: v2h's winner again at 8 GiB of KV: against FP8 -dvg and BF16, its step, the pessimistic rates (~21 min)
@@ -957,16 +957,19 @@ print(m["ratio"])' "$(ls -t results/${VAR[$s]}/*-comparison.json | head -1)")
       bash "$0" down o c
     done
     bash "$0" down a ;;
-  start10)  # [N] issue 32: N rounds (default 4) of two warm starts of -quick6, baked alone first: as committed, and with
-    # HUMMING_DISABLE_PARALLEL_BUILD=1 (humming-kernels spawns no background builds at import: in every start of session
-    # 20261129T0100Z two such processes imported torch while the engine initialized its device). Then, where py-spy is
-    # installed (/tmp/prof, from .gpu/whl-prof), one profiled start as committed: what the first captured size's 3-4 s
-    # and the API process's 10-14 s of imports hold. ~14 min on an H200.
+  start10)  # [N] issue 32: N rounds (default 4) of three warm starts of -quick6, baked alone first: as committed; with
+    # GC_EARLY_FREEZE=1 (no automatic collections over the imports, the heap frozen before vLLM's full gc.collect()
+    # calls: ~5 s of engine samples in the H100 start profile of 2026-11-24); with that and
+    # HUMMING_DISABLE_PARALLEL_BUILD=1 (humming-kernels spawns no background builds at import: in every start of
+    # session 20261129T0100Z two such processes imported torch while the engine initialized its device). Then, where
+    # py-spy is installed (/tmp/prof, from .gpu/whl-prof), one profiled start as committed: what the first captured
+    # size's 3-4 s and the API process's 10-14 s of imports hold. ~16 min on an H200.
     Q=qwen3.5-4b-bf16-tuned-dvg-quick6; W="--set WEIGHTS=dummy --max-concurrency 8"
     step python3 -m scripts.bake --variant $Q $W || exit 1
     for i in $(seq 1 "${2:-4}"); do
       step python3 -m scripts.bake --variant $Q $W --verify
-      step python3 -m scripts.bake --variant $Q $W --set HUMMING_DISABLE_PARALLEL_BUILD=1 --verify
+      step python3 -m scripts.bake --variant $Q $W --set GC_EARLY_FREEZE=1 --verify
+      step python3 -m scripts.bake --variant $Q $W --set GC_EARLY_FREEZE=1 --set HUMMING_DISABLE_PARALLEL_BUILD=1 --verify
     done
     [ -x /tmp/prof/bin/py-spy ] && bash "$0" startprof $Q ;;
   v2step)  # KEY=VALUE: v2cut's first comparison alone: qwen3.5-4b-fp8-v2 as committed (o) against it with KEY=VALUE (c)

@@ -40,7 +40,7 @@ CHECKPOINTS = (
 # detail only since 10:00 that day: the records of session 20261127T0815Z have it in their raw events alone.
 DETAIL = ("model config", "draft config", "HF config", "model class inspection", "tokenizer", "renderer",
           "multimodal check", "multimodal processor",
-          "engine client", "torch.compile",
+          "engine client", "torch.compile", "gc full",
           "profile run", "CUDA graph capture", "kernel warm-up")
 
 
@@ -161,6 +161,13 @@ def reduce(trace_dir: Path, t0: float, ready: float | None, first_token: float |
             for e in sorted(events, key=lambda e: e["t"]) if e.get("ph") == "I" and e.get("ev") == "CUDA initialized"]
     if cuda:
         detail["cuda_init"] = cuda
+    gcs = defaultdict(lambda: [0, 0.0])
+    for iv in ivs:
+        if iv["label"] == "gc full":
+            gcs[role.get(iv["pid"], "other")][0] += 1
+            gcs[role.get(iv["pid"], "other")][1] += iv["t1"] - iv["t0"]
+    if gcs:  # full garbage collections by process role (GC_EARLY_FREEZE makes them cheap)
+        detail["gc_full_by_role"] = {r: {"calls": c, "s": round(s, 3)} for r, (c, s) in sorted(gcs.items())}
     ready = {e["pid"]: e for e in instants if e.get("ev") == "engine prestart ready"}
     if ready:  # ENGINE_PRESTART: when the process started with the server had warmed up, and when it took the engine
         detail["engine_prestart"] = [{"role": role.get(pid, "other"), "start_s": rel(procs[pid]["t"]) if procs.get(pid, {}).get("t") else None,

@@ -42,7 +42,8 @@ MEMORY_KEYS = ("SERVE_GPU_MEMORY_UTILIZATION", "SERVE_KV_CACHE_MEMORY_BYTES")
 START_KEYS = ("VLLM_WORKER_MULTIPROC_METHOD", "VLLM_ENABLE_STARTUP_PLAN", "STANDBY", "API_TEXT_ONLY",
               "API_TOKENIZER_POOL_LATE", "API_LEAN_IMPORTS", "STARTUP_PLAN_KEY",
               "API_TOKENIZER_CACHE", "API_TOKENIZER_PREFETCH", "STARTUP_PROFILE_RUN", "API_ENGINE_FIRST",
-              "ENGINE_TOKENIZER_EARLY", "ENGINE_PRESTART", "HUMMING_DISABLE_PARALLEL_BUILD")
+              "ENGINE_TOKENIZER_EARLY", "ENGINE_PRESTART", "HUMMING_DISABLE_PARALLEL_BUILD",
+              "GC_EARLY_FREEZE")
 # FLEET_*: how many servers run behind which router policy, restarted how often, not how one of them runs.
 CONDITION_KEYS = ("HOST", "PORT", "READY_TIMEOUT_S", "WEIGHTS", "SPEC_ACCEPTANCE", "DUMMY_TOKENIZER", "GATES",
                   "DATA_DIR", "FLEET_REPLICAS", "FLEET_POLICY", "FLEET_MAX_RESTARTS", "FLEET_CACHE_THRESHOLD",
@@ -336,6 +337,8 @@ class Variant:
             env["KIT_ENGINE_FIRST"] = "1"
         if self["ENGINE_TOKENIZER_EARLY"]:  # as above (scripts/patches/engine_tokenizer.py): the engine process
             env["KIT_ENGINE_TOKENIZER_EARLY"] = "1"
+        if self["GC_EARLY_FREEZE"]:  # as above (scripts/patches/gc_freeze.py): every process of the server
+            env["KIT_GC_EARLY_FREEZE"] = "1"
         if self["ENGINE_PRESTART"]:  # as above (scripts/patches/engine_prestart.py): read by scripts/kit/vllm_main.py
             env["KIT_ENGINE_PRESTART"] = "1"
         if self["STARTUP_PLAN_KEY"] == "first":  # as above (scripts/patches/startup_plan_key.py): the engine's workers

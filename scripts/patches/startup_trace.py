@@ -7,7 +7,8 @@ the engine core, its workers; spawned or forked), appends one JSON line per even
 - the start and end of the imports in IMPORTS (the import statement that first loads the module);
 - the start and end of each call of the vLLM functions in TARGETS, found by module and qualified name
   once the module is imported. `_dummy_run` also gives its token count: per-size CUDA-graph capture;
-- the first CUDA initialization (torch.cuda._lazy_init), with the frames that asked for it.
+- the first CUDA initialization (torch.cuda._lazy_init), with the frames that asked for it;
+- every full garbage collection (generation 2, from gc.callbacks), as a "gc full" interval.
 A name this vLLM lacks is written as a `missing` event, so a renamed function shows up in the record
 instead of a silently shorter phase. The reduction is scripts/kit/startup.py. Cost: a time.time() and a
 short write per event (a few hundred per start); the hooks change no argument and no result.
@@ -220,6 +221,18 @@ class _ImportTimer:
         return spec
 
 
+def _on_gc(phase: str, info: dict) -> None:
+    """gc.callbacks: a full collection (generation 2) as a "gc full" interval of this process."""
+    if info.get("generation") != 2:
+        return
+    if phase == "start":
+        _state["gc"] = time.time()
+    elif _state.get("gc"):
+        t0, _state["gc"] = _state["gc"], None
+        _emit({"ph": "B", "t": t0, "ev": "gc full", "fn": "gc.collect"})
+        _emit({"ph": "E", "t": time.time(), "ev": "gc full", "fn": "gc.collect"})
+
+
 def install() -> None:
     if not os.path.isdir(os.environ.get("KIT_STARTUP_TRACE", "")):
         raise FileNotFoundError(f"KIT_STARTUP_TRACE={os.environ.get('KIT_STARTUP_TRACE')!r} is not a directory")
@@ -230,4 +243,6 @@ def install() -> None:
     for mod, qual, label, *release in TARGETS:
         after_import(mod, functools.partial(_patch, qual=qual, label=label, release=(release or [None])[0]))
     after_import("torch.cuda", _hook_cuda_init)
+    import gc
+    gc.callbacks.append(_on_gc)
     _emit({"ph": "I", "t": time.time(), "ev": "trace installed"})
