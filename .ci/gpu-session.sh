@@ -60,6 +60,7 @@
 #   bash .ci/gpu-session.sh start9 [N]  issue 32: -quick6 as committed, + ENGINE_PRESTART=1, + that and ENGINE_TOKENIZER_EARLY=1 (~13 min)
 #   bash .ci/gpu-session.sh startlegs N LEG...  issue 32: -quick6 baked, then N rounds of a start per LEG (K=V,K=V or -)
 #   bash .ci/gpu-session.sh start10 [N]  issue 32: -quick6 as committed, + GC_EARLY_FREEZE=1, + humming's builds off; a py-spy start (~16 min)
+#   bash .ci/gpu-session.sh start11 [N]  issue 32: start10's legs and all three with ENGINE_PRESTART=1; a py-spy start (~19 min)
 #   bash .ci/gpu-session.sh v2step KEY=VALUE  issue 29: v2cut's step comparison alone, no BF16 server (~11 min)
 #   bash .ci/gpu-session.sh v2cut KEY=VALUE   issue 29: one switch on fp8-v2, against it as committed and BF16 (~18 min)
 #   bash .ci/gpu-session.sh v2h2       issue 29: v2h's winner again at 8 GiB of KV: against FP8 -dvg and BF16, its step, the pessimistic rates (~21 min)
@@ -978,6 +979,13 @@ print(m["ratio"])' "$(ls -t results/${VAR[$s]}/*-comparison.json | head -1)")
     # hold. ~16 min on an H200.
     bash "$0" startlegs "${2:-4}" - GC_EARLY_FREEZE=1 GC_EARLY_FREEZE=1,HUMMING_DISABLE_PARALLEL_BUILD=1 || exit 1
     [ -x /tmp/prof/bin/py-spy ] && bash "$0" startprof qwen3.5-4b-bf16-tuned-dvg-quick6 ;;
+  start11)  # [N] issue 32: start10's three legs and a fourth, all three keys with ENGINE_PRESTART=1 (in session
+    # 20261129T0100Z the pre-started engine's imports slowed the API process's by ~1.3 s, while humming-kernels' two
+    # background builds also imported torch; with those builds off the side-by-side imports may pay). Then the py-spy
+    # start as in start10. ~19 min on an H200.
+    bash "$0" startlegs "${2:-4}" - GC_EARLY_FREEZE=1 GC_EARLY_FREEZE=1,HUMMING_DISABLE_PARALLEL_BUILD=1 \
+      GC_EARLY_FREEZE=1,HUMMING_DISABLE_PARALLEL_BUILD=1,ENGINE_PRESTART=1 || exit 1
+    [ -x /tmp/prof/bin/py-spy ] && bash "$0" startprof qwen3.5-4b-bf16-tuned-dvg-quick6 ;;
   v2step)  # KEY=VALUE: v2cut's first comparison alone: qwen3.5-4b-fp8-v2 as committed (o) against it with KEY=VALUE (c)
     # at acceptance 0, c=1 (the step), two servers at 12 GiB of KV and no BF16 server. ~11 min from cold caches.
     cut=$2; kv12=12884901888; V2=qwen3.5-4b-fp8-v2; S="SERVE_MAX_NUM_SEQS=256"; Z=0,0,0,0
@@ -1312,5 +1320,5 @@ print(m["ratio"])' "$(ls -t results/${VAR[$s]}/*-comparison.json | head -1)")
     echo "still running: $(running | tr '\n' ' ')" ;;
   *) echo "usage: $0 spine | smoke VARIANT... | catalog SECONDS VARIANT [--set K=V ...] | parallel SECONDS KV_BYTES SPEC..." \
           "| shim VARIANT NAME | quantize SECONDS VARIANT KV_BYTES | gates VARIANT KV_BYTES | tune BASE SECONDS | sweep FLAGS.. | wheels DIR TARGET | levers | levers2 | levers3 | levers4 | levers5 | levers6" \
-          "| startprof VARIANT | startcuts VARIANT | start5 [N] | start6 [N] | start7 [N] | start8 [N] | start9 [N] | start10 [N] | startlegs N LEG.. | v2step KEY=VALUE | kernels | gemm3 | kfit | v2 | cut KEY=VALUE.. | headline [KEY=VALUE..] | stop NAME | chain MODE ARGS.. ++ MODE ARGS.. | detach NAME MODE ARGS.. | collect SECONDS" >&2; exit 2 ;;
+          "| startprof VARIANT | startcuts VARIANT | start5 [N] | start6 [N] | start7 [N] | start8 [N] | start9 [N] | start10 [N] | start11 [N] | startlegs N LEG.. | v2step KEY=VALUE | kernels | gemm3 | kfit | v2 | cut KEY=VALUE.. | headline [KEY=VALUE..] | stop NAME | chain MODE ARGS.. ++ MODE ARGS.. | detach NAME MODE ARGS.. | collect SECONDS" >&2; exit 2 ;;
 esac
