@@ -61,6 +61,7 @@
 #   bash .ci/gpu-session.sh startlegs N LEG...  issue 32: -quick6 baked, then N rounds of a start per LEG (K=V,K=V or -)
 #   bash .ci/gpu-session.sh start10 [N]  issue 32: -quick6 as committed, + GC_EARLY_FREEZE=1, + humming's builds off; a py-spy start (~16 min)
 #   bash .ci/gpu-session.sh start11 [N]  issue 32: start10's legs and all three with ENGINE_PRESTART=1; a py-spy start (~19 min)
+#   bash .ci/gpu-session.sh start12 [N]  issue 32: -quick6 as committed against it with LAZY_IMPORTS=1; a py-spy start (~14 min)
 #   bash .ci/gpu-session.sh v2step KEY=VALUE  issue 29: v2cut's step comparison alone, no BF16 server (~11 min)
 #   bash .ci/gpu-session.sh v2cut KEY=VALUE   issue 29: one switch on fp8-v2, against it as committed and BF16 (~18 min)
 #   bash .ci/gpu-session.sh v2h2       issue 29: v2h's winner again at 8 GiB of KV: against FP8 -dvg and BF16, its step, the pessimistic rates (~21 min)
@@ -986,6 +987,14 @@ print(m["ratio"])' "$(ls -t results/${VAR[$s]}/*-comparison.json | head -1)")
     bash "$0" startlegs "${2:-4}" - GC_EARLY_FREEZE=1 GC_EARLY_FREEZE=1,HUMMING_DISABLE_PARALLEL_BUILD=1 \
       GC_EARLY_FREEZE=1,HUMMING_DISABLE_PARALLEL_BUILD=1,ENGINE_PRESTART=1 || exit 1
     [ -x /tmp/prof/bin/py-spy ] && bash "$0" startprof qwen3.5-4b-bf16-tuned-dvg-quick6 ;;
+  start12)  # [N] issue 32: -quick6 as committed (GC_EARLY_FREEZE, HUMMING_DISABLE_PARALLEL_BUILD and ENGINE_PRESTART
+    # set since session 20261129T0410Z; the API's freeze now after the hand-over) against it with LAZY_IMPORTS=1
+    # (scipy.signal and pandas bound lazily: 1.75 s of the API's import samples in that session's py-spy start), N
+    # rounds (default 6), then a py-spy start with LAZY_IMPORTS=1 where py-spy is installed. ~14 min on an H200.
+    # Bring every result back in one call's $OUT: a call returns at most 8 files (session 20261129T0410Z lost the
+    # records of a loop run after its job because the loop wrote 13).
+    bash "$0" startlegs "${2:-6}" - LAZY_IMPORTS=1 || exit 1
+    [ -x /tmp/prof/bin/py-spy ] && bash "$0" startprof qwen3.5-4b-bf16-tuned-dvg-quick6 --set LAZY_IMPORTS=1 ;;
   v2step)  # KEY=VALUE: v2cut's first comparison alone: qwen3.5-4b-fp8-v2 as committed (o) against it with KEY=VALUE (c)
     # at acceptance 0, c=1 (the step), two servers at 12 GiB of KV and no BF16 server. ~11 min from cold caches.
     cut=$2; kv12=12884901888; V2=qwen3.5-4b-fp8-v2; S="SERVE_MAX_NUM_SEQS=256"; Z=0,0,0,0
@@ -1300,7 +1309,9 @@ print(m["ratio"])' "$(ls -t results/${VAR[$s]}/*-comparison.json | head -1)")
   collect)  # SECONDS: wait for the detached jobs up to SECONDS, then bring back what they wrote. Call it again at once:
     # a detached job does not keep the machine, a call in flight does. With none for 30 s the machine goes back, job and
     # all (2026-11-27 19:05: a kfit job 10 min in was lost while the next call was being written). Edit here in a call
-    # made beside a `collect`, never between two.
+    # made beside a `collect`, never between two. A call brings back at most 8 files from $OUT, hence the tarballs; a
+    # loop run in a call of its own after the job must tar its output the same way (2026-11-29 04:34: a loop left 13
+    # files, its records' tarball among those that stayed behind, and the machine was gone before another call).
     end=$((SECONDS + $2)); cd /tmp/kit || exit
     running() { for p in jobs/*.pid; do [ -e "${p%.pid}.rc" ] || { echo "${p%.pid}"; }; done; }
     while [ -n "$(running)" ] && [ $SECONDS -lt $end ]; do sleep 5; done
@@ -1320,5 +1331,5 @@ print(m["ratio"])' "$(ls -t results/${VAR[$s]}/*-comparison.json | head -1)")
     echo "still running: $(running | tr '\n' ' ')" ;;
   *) echo "usage: $0 spine | smoke VARIANT... | catalog SECONDS VARIANT [--set K=V ...] | parallel SECONDS KV_BYTES SPEC..." \
           "| shim VARIANT NAME | quantize SECONDS VARIANT KV_BYTES | gates VARIANT KV_BYTES | tune BASE SECONDS | sweep FLAGS.. | wheels DIR TARGET | levers | levers2 | levers3 | levers4 | levers5 | levers6" \
-          "| startprof VARIANT | startcuts VARIANT | start5 [N] | start6 [N] | start7 [N] | start8 [N] | start9 [N] | start10 [N] | start11 [N] | startlegs N LEG.. | v2step KEY=VALUE | kernels | gemm3 | kfit | v2 | cut KEY=VALUE.. | headline [KEY=VALUE..] | stop NAME | chain MODE ARGS.. ++ MODE ARGS.. | detach NAME MODE ARGS.. | collect SECONDS" >&2; exit 2 ;;
+          "| startprof VARIANT | startcuts VARIANT | start5 [N] | start6 [N] | start7 [N] | start8 [N] | start9 [N] | start10 [N] | start11 [N] | start12 [N] | startlegs N LEG.. | v2step KEY=VALUE | kernels | gemm3 | kfit | v2 | cut KEY=VALUE.. | headline [KEY=VALUE..] | stop NAME | chain MODE ARGS.. ++ MODE ARGS.. | detach NAME MODE ARGS.. | collect SECONDS" >&2; exit 2 ;;
 esac

@@ -269,3 +269,56 @@ def test_a_tiny_server_with_the_key_runs_its_engine_in_the_process_started_with_
     launch = next(r for r in tr["path"] if r["phase"] == "API: tokenizer, engine launch")
     (pre,) = tr["detail"]["engine_prestart"]
     assert pre["role"] == "engine" and launch["end_s"] == pre["handed_s"]
+
+
+@pytest.mark.parametrize("prestarted", [True, False])
+def test_the_api_process_freezes_its_heap_after_the_hand_over_where_an_engine_was_prestarted(tmp_path, prestarted):
+    """GC_EARLY_FREEZE with ENGINE_PRESTART: the API process's collection and freeze wait until the engine process
+    has it (nothing is forked from the API's heap then), so they no longer sit before the engine can begin. Without
+    a pre-started engine the freeze comes first, as vLLM's own fork should inherit the frozen heap."""
+    rec = tmp_path / "engine.json"
+    out = run_script(STANDIN + """
+    from scripts.patches import gc_freeze as G
+    if sys.argv[2] == "1":
+        ep.prestart(warm=lambda got: None)
+    seen = {}
+
+    class AsyncLLM:  # stands in for vLLM's: its __init__ starts the engine through vLLM's manager
+        def __init__(self):
+            seen["frozen_in_init"] = G.frozen_here()
+            h = ep._Context(multiprocessing.get_context("fork")).Process(target=target, name="EngineCore",
+                                                                           kwargs={"n": 1})
+            h.start()
+            seen["frozen_after_start"] = G.frozen_here()
+            h.join(60)
+            seen["engine_pid"], seen["api_pid"] = h.pid, os.getpid()
+
+    G._on_async_llm(type("mod", (), {"AsyncLLM": AsyncLLM, "__name__": "vllm.v1.engine.async_llm"}))
+    AsyncLLM()
+    print(json.dumps(seen))
+    """, str(rec), "1" if prestarted else "0")
+    got = last_json(out)
+    assert json.loads(rec.read_text())["pid"] == got["engine_pid"] != got["api_pid"]
+    assert got["frozen_in_init"] is (not prestarted)
+    assert got["frozen_after_start"] is True
+    lines = out.stderr.splitlines()
+    froze = [i for i, line in enumerate(lines) if "GC_EARLY_FREEZE: froze" in line]
+    assert len(froze) == 1
+    if prestarted:
+        assert "after the engine's hand-over" in lines[froze[0]]
+        handed = next(i for i, line in enumerate(lines) if "engine handed to the process" in line)
+        assert handed < froze[0]
+
+
+def test_a_released_prestart_runs_the_after_start_hooks_before_vllm_starts_its_own():
+    reader, writer = multiprocessing.Pipe(duplex=False)
+    ran = []
+    saved, EP._pre = EP._pre, (None, writer)
+    try:
+        EP.after_start(lambda: ran.append("hook"))
+        assert EP.pending()
+        EP.release("data parallel size 2")
+        assert ran == ["hook"] and not EP.pending() and EP._after_start == []
+    finally:
+        EP._pre = saved
+        reader.close()

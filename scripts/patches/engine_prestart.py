@@ -63,6 +63,7 @@ MODULES = ("vllm.v1.engine.core", "vllm.v1.executor.uniproc_executor", "vllm.v1.
 
 # In the API process: (the pre-started Process, the parent's end of its pipe), until handed over or released.
 _pre: tuple | None = None
+_after_start: list = []  # after_start()'s hooks, run once when the engine process is started
 _scope = threading.local()
 
 
@@ -184,14 +185,36 @@ def prestart(warm=None) -> None:
     atexit.register(release, None)
 
 
+def pending() -> bool:
+    """True while this process holds a pre-started engine process that has not been handed the engine yet."""
+    return _pre is not None
+
+
+def after_start(fn) -> None:
+    """Run `fn()` once the engine process is started: handed over, or vLLM's own where it could not be (then before
+    vLLM forks it). gc_freeze's API-process freeze waits for this, so it runs while the API waits for the engine."""
+    _after_start.append(fn)
+
+
+def _run_after_start() -> None:
+    while _after_start:
+        fn = _after_start.pop(0)
+        try:
+            fn()
+        except Exception as e:  # noqa: BLE001 - a hook's failure must not stop the engine's start
+            _say(f"after-start hook {getattr(fn, '__name__', fn)} failed: {type(e).__name__}: {e}")
+
+
 def release(why: str | None) -> None:
-    """Let the pre-started process go (it reads EOF and exits); `why`, if given, is said."""
+    """Let the pre-started process go (it reads EOF and exits); `why`, if given, is said, and the after-start hooks
+    run now, before vLLM starts its own engine process."""
     global _pre
     pre, _pre = _pre, None
     if pre is None:
         return
     if why:
         _say(f"not used ({why}); vLLM starts the engine itself")
+        _run_after_start()
     pre[1].close()
 
 
@@ -238,9 +261,11 @@ class Handle:
                 else:
                     self._proc = proc
                     _say(f"engine handed to the process started with the server (pid {proc.pid})")
+                    _run_after_start()
                     return
         self._proc = self._ctx.Process(target=self._target, name=self._name, kwargs=self._kwargs)
         self._proc.start()
+        _run_after_start()
 
     def __getattr__(self, attr):
         proc = self.__dict__.get("_proc")
