@@ -248,10 +248,17 @@ def test_the_variant_check_refuses_the_key_where_it_cannot_act():
 @pytest.mark.e2e
 @pytest.mark.slow  # a server of its own (~35-60 s)
 def test_a_tiny_server_with_the_key_runs_its_engine_in_the_process_started_with_it(tmp_path):
-    out, text, events = traced_tiny_request(tmp_path, ["ENGINE_PRESTART=1", "API_ENGINE_FIRST=1"], {})
+    """With the start keys qwen3.5-4b-bf16-tuned-dvg-quick6 sets beside it (and LAZY_IMPORTS), so their interplay
+    runs too: the API process freezes its heap only after the hand-over."""
+    keys = ["ENGINE_PRESTART=1", "API_ENGINE_FIRST=1", "GC_EARLY_FREEZE=1", "LAZY_IMPORTS=1"]
+    out, text, events = traced_tiny_request(tmp_path, keys, {})
     assert out["choices"][0]["text"]
     assert "kit: ENGINE_PRESTART: engine handed to the process started with the server" in text
     assert "could not hand over" not in text and "not used" not in text
+    lines = text.splitlines()
+    handed = next(i for i, line in enumerate(lines) if "engine handed to the process" in line)
+    froze = next(i for i, line in enumerate(lines) if "froze" in line and "API process" in line)
+    assert handed < froze and "after the engine's hand-over" in lines[froze]
     procs = {pid: evs[0] for pid, evs in events.items() if evs and evs[0].get("ph") == "P"}
     api = next(pid for pid, evs in events.items() if any(e.get("ev") == "config" for e in evs))
     engines = [pid for pid, evs in events.items() if any(e.get("ev") == "engine core" for e in evs)]
