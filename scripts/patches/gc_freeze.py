@@ -102,10 +102,11 @@ def frozen_here() -> bool:
     return os.getpid() in _frozen_in
 
 
-def wrap_before(real, where: str):
+def wrap_before(real, freeze):
+    """`real`, with `freeze()` (freeze_now for a process, or freeze_api_process) called first."""
     @functools.wraps(real)
     def wrapper(*args, **kwargs):
-        freeze_now(where)
+        freeze()
         return real(*args, **kwargs)
     setattr(wrapper, _MARK, True)
     return wrapper
@@ -151,19 +152,10 @@ def freeze_api_process() -> None:
     freeze_now("API process")
 
 
-def _wrap_async_llm_init(real):
-    @functools.wraps(real)
-    def __init__(*args, **kwargs):
-        freeze_api_process()
-        return real(*args, **kwargs)
-    setattr(__init__, _MARK, True)
-    return __init__
-
-
-def _patch_method(cls, name: str, where: str) -> None:
+def _patch_method(cls, name: str, freeze) -> None:
     real = cls.__dict__.get(name)
     if real is not None and not getattr(real, _MARK, False):
-        setattr(cls, name, wrap_before(real, where))
+        setattr(cls, name, wrap_before(real, freeze))
 
 
 def _on_async_llm(mod) -> None:
@@ -171,9 +163,7 @@ def _on_async_llm(mod) -> None:
     if cls is None:
         _say(f"{mod.__name__}.AsyncLLM is not in this vLLM: the API process is not frozen early")
         return
-    real = cls.__dict__.get("__init__")
-    if real is not None and not getattr(real, _MARK, False):
-        cls.__init__ = _wrap_async_llm_init(real)
+    _patch_method(cls, "__init__", freeze_api_process)
 
 
 def _on_worker(cls_name: str):
@@ -182,7 +172,7 @@ def _on_worker(cls_name: str):
         if cls is None or "init_device" not in cls.__dict__:
             _say(f"{mod.__name__}.{cls_name}.init_device is not in this vLLM: its process is not frozen early")
             return
-        _patch_method(cls, "init_device", "worker's process")
+        _patch_method(cls, "init_device", functools.partial(freeze_now, "worker's process"))
     return on
 
 
