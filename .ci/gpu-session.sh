@@ -62,6 +62,8 @@
 #   bash .ci/gpu-session.sh start10 [N]  issue 32: -quick6 as committed, + GC_EARLY_FREEZE=1, + humming's builds off; a py-spy start (~16 min)
 #   bash .ci/gpu-session.sh start11 [N]  issue 32: start10's legs and all three with ENGINE_PRESTART=1; a py-spy start (~19 min)
 #   bash .ci/gpu-session.sh start12 [N]  issue 32: -quick6 as committed against it with LAZY_IMPORTS=1; a py-spy start (~14 min)
+#   bash .ci/gpu-session.sh start13 [N]  issue 32: as committed, LAZY_IMPORTS=1, and that with METADATA_CACHE=1; a py-spy start (~17 min)
+#   bash .ci/gpu-session.sh more N LEG...  startlegs' rounds on the same machine's baked cache, for leftover device time
 #   bash .ci/gpu-session.sh v2step KEY=VALUE  issue 29: v2cut's step comparison alone, no BF16 server (~11 min)
 #   bash .ci/gpu-session.sh v2cut KEY=VALUE   issue 29: one switch on fp8-v2, against it as committed and BF16 (~18 min)
 #   bash .ci/gpu-session.sh v2h2       issue 29: v2h's winner again at 8 GiB of KV: against FP8 -dvg and BF16, its step, the pessimistic rates (~21 min)
@@ -971,6 +973,28 @@ print(m["ratio"])' "$(ls -t results/${VAR[$s]}/*-comparison.json | head -1)")
         step python3 -m scripts.bake --variant $Q $W "${sets[@]}" --verify
       done
     done ;;
+  more)  # N LEG...: startlegs' rounds without its bake, for the device time a job leaves: run it as `detach more2 more N
+    # LEG...` in the call right after the last collect, then collect again. It refuses a machine without the payload
+    # or the baked cache (a fresh machine: the lease's own went back idle) and stops at the first failed start.
+    # Session 20261129T0735Z's leftover call was a loop written by hand while the machine went back: on the fresh one
+    # it failed 2120 times in 400 s of device time.
+    Q=qwen3.5-4b-bf16-tuned-dvg-quick6; W="--set WEIGHTS=dummy --max-concurrency 8"; n=$2; shift 2
+    [ -d /tmp/site/vllm ] || { echo "more: no payload in /tmp/site (a fresh machine?): nothing run" >&2; exit 2; }
+    ls results/$Q/*-bake.json > /dev/null 2>&1 || { echo "more: $Q not baked on this machine: nothing run" >&2; exit 2; }
+    for i in $(seq 1 "$n"); do
+      for leg in "$@"; do
+        sets=(); [ "$leg" = - ] || for kv in ${leg//,/ }; do sets+=(--set "$kv"); done
+        step python3 -m scripts.bake --variant $Q $W "${sets[@]}" --verify || exit 1
+      done
+    done ;;
+  start13)  # [N] issue 32: -quick6 as committed against LAZY_IMPORTS=1 (deferred modules now answer their metadata
+    # without running: session 20261129T0735Z's profile had scipy.signal run by inspect.getmodule's scan) and against
+    # that with METADATA_CACHE=1 (packages_distributions from a file: 1.05 s and 1.20 s of the API's and the
+    # pre-started engine's samples there), N rounds (default 6), then a py-spy start with both. The pre-started engine
+    # now also imports the model runner and compile backends before its hand-over (all legs). ~17 min on an H200.
+    bash "$0" startlegs "${2:-6}" - LAZY_IMPORTS=1 LAZY_IMPORTS=1,METADATA_CACHE=1 || exit 1
+    [ -x /tmp/prof/bin/py-spy ] && bash "$0" startprof qwen3.5-4b-bf16-tuned-dvg-quick6 --set LAZY_IMPORTS=1 \
+      --set METADATA_CACHE=1 ;;
   start10)  # [N] issue 32: startlegs with N rounds (default 4) of: as committed; GC_EARLY_FREEZE=1 (no automatic
     # collections over the imports, the heap frozen before vLLM's full gc.collect() calls: ~5 s of engine samples in
     # the H100 start profile of 2026-11-24); that and HUMMING_DISABLE_PARALLEL_BUILD=1 (humming-kernels spawns no

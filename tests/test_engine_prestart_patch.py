@@ -248,13 +248,16 @@ def test_the_variant_check_refuses_the_key_where_it_cannot_act():
 @pytest.mark.e2e
 @pytest.mark.slow  # a server of its own (~35-60 s)
 def test_a_tiny_server_with_the_key_runs_its_engine_in_the_process_started_with_it(tmp_path):
-    """With the start keys qwen3.5-4b-bf16-tuned-dvg-quick6 sets beside it (and LAZY_IMPORTS), so their interplay
-    runs too: the API process freezes its heap only after the hand-over."""
-    keys = ["ENGINE_PRESTART=1", "API_ENGINE_FIRST=1", "GC_EARLY_FREEZE=1", "LAZY_IMPORTS=1"]
+    """With the start keys qwen3.5-4b-bf16-tuned-dvg-quick6 sets beside it (and LAZY_IMPORTS, METADATA_CACHE), so
+    their interplay runs too: the API process freezes its heap only after the hand-over; every module the
+    pre-started process warms (the model runner and compile backends after the model's) imports there."""
+    keys = ["ENGINE_PRESTART=1", "API_ENGINE_FIRST=1", "GC_EARLY_FREEZE=1", "LAZY_IMPORTS=1", "METADATA_CACHE=1"]
     out, text, events = traced_tiny_request(tmp_path, keys, {})
     assert out["choices"][0]["text"]
     assert "kit: ENGINE_PRESTART: engine handed to the process started with the server" in text
     assert "could not hand over" not in text and "not used" not in text
+    assert "left for vLLM to import" not in text
+    assert list((load("tiny").cache_root / "kit-metadata").glob("packages-*.json"))
     lines = text.splitlines()
     handed = next(i for i, line in enumerate(lines) if "engine handed to the process" in line)
     froze = next(i for i, line in enumerate(lines) if "froze" in line and "API process" in line)

@@ -43,7 +43,7 @@ START_KEYS = ("VLLM_WORKER_MULTIPROC_METHOD", "VLLM_ENABLE_STARTUP_PLAN", "STAND
               "API_TOKENIZER_POOL_LATE", "API_LEAN_IMPORTS", "STARTUP_PLAN_KEY",
               "API_TOKENIZER_CACHE", "API_TOKENIZER_PREFETCH", "STARTUP_PROFILE_RUN", "API_ENGINE_FIRST",
               "ENGINE_TOKENIZER_EARLY", "ENGINE_PRESTART", "HUMMING_DISABLE_PARALLEL_BUILD",
-              "GC_EARLY_FREEZE", "LAZY_IMPORTS")
+              "GC_EARLY_FREEZE", "LAZY_IMPORTS", "METADATA_CACHE")
 # FLEET_*: how many servers run behind which router policy, restarted how often, not how one of them runs.
 CONDITION_KEYS = ("HOST", "PORT", "READY_TIMEOUT_S", "WEIGHTS", "SPEC_ACCEPTANCE", "DUMMY_TOKENIZER", "GATES",
                   "DATA_DIR", "FLEET_REPLICAS", "FLEET_POLICY", "FLEET_MAX_RESTARTS", "FLEET_CACHE_THRESHOLD",
@@ -341,6 +341,8 @@ class Variant:
             env["KIT_GC_EARLY_FREEZE"] = "1"
         if self["LAZY_IMPORTS"]:  # as above (scripts/patches/lazy_imports.py): every process of the server
             env["KIT_LAZY_IMPORTS"] = "1"
+        if self["METADATA_CACHE"]:  # as above (scripts/patches/metadata_cache.py): every process, beside the compile cache
+            env["KIT_METADATA_CACHE"] = str(self.cache_root / "kit-metadata")
         if self["ENGINE_PRESTART"]:  # as above (scripts/patches/engine_prestart.py): read by scripts/kit/vllm_main.py
             env["KIT_ENGINE_PRESTART"] = "1"
         if self["STARTUP_PLAN_KEY"] == "first":  # as above (scripts/patches/startup_plan_key.py): the engine's workers

@@ -18,12 +18,20 @@ behaviour.
 What it does not do: `from scipy.signal import x` needs x, so it loads the module at once (vLLM's own `from
 opentelemetry ... import ...` lines, 0.35 s in that profile, stay as they are). transformers imports scipy.optimize
 itself (its object-detection losses), which scipy.signal used to bring: that part of scipy's time stays.
+
+A deferred module answers its own metadata (__file__, __name__, __spec__, ...) without running. The first H200
+measure (session 20261129T0735Z, py-spy start results/profiles/20261129T075238Z-...-startprof.speedscope.json.gz)
+found scipy.signal run anyway, 0.80 s of samples: vllm/ir/ops/layernorm.py registers a fake kernel with
+torch.library, which asks inspect.getmodule for the caller's source, and getmodule reads `__file__` (and, through
+isinstance, `__class__`) of every module in sys.modules. importlib's own lazy module runs its code on any attribute
+read, those included.
 """
 from __future__ import annotations
 
 import importlib.abc
 import importlib.util
 import sys
+import types
 
 ENV = "KIT_LAZY_IMPORTS"
 # module -> who imports it at the top of a module and why a text-only server on a CUDA host never calls it
@@ -52,14 +60,41 @@ class LazyFinder(importlib.abc.MetaPathFinder):
         else:
             return None
         if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-            spec.loader = importlib.util.LazyLoader(spec.loader)
+            spec.loader = _MetadataFirst(spec.loader)
         return spec
+
+
+# What the import system sets on a module before its code runs (importlib's _init_module_attrs): read from the
+# deferred module's own dict, so a scan of sys.modules (inspect.getmodule) does not run it.
+METADATA = frozenset(("__name__", "__file__", "__spec__", "__loader__", "__package__", "__path__", "__cached__"))
+
+
+class _Deferred(types.ModuleType):
+    """A lazily loaded module that has not run yet: metadata comes from its dict; any other attribute hands the
+    module to importlib's own lazy module class, which runs it and answers."""
+
+    def __getattribute__(self, attr):
+        if attr == "__class__":  # isinstance(m, type) reads it (inspect.isclass, in getmodule's scan)
+            return type(self)
+        if attr in METADATA:
+            d = object.__getattribute__(self, "__dict__")
+            if attr in d:
+                return d[attr]
+            raise AttributeError(attr)  # a plain module without __path__ (not a package) has none either
+        object.__setattr__(self, "__class__", importlib.util._LazyModule)
+        return getattr(self, attr)
+
+
+class _MetadataFirst(importlib.util.LazyLoader):
+    def exec_module(self, module):
+        super().exec_module(module)  # sets module.__class__ to importlib's _LazyModule
+        module.__class__ = _Deferred
 
 
 def is_deferred(name: str) -> bool:
     """True if `name` was imported lazily and nothing has read it yet (type() reads no attribute)."""
     mod = sys.modules.get(name)
-    return mod is not None and type(mod).__name__ == "_LazyModule"
+    return mod is not None and type(mod).__name__ in ("_LazyModule", "_Deferred")
 
 
 def install(names=None) -> None:
