@@ -1,6 +1,7 @@
 """The kit's W8A16 Triton kernel (scripts/patches/w8a16_kernel.py), FP8 and INT8 weights, on CPU, under Triton's interpreter, against a
 float64 reference: decode shapes (M 1..8), per-channel and per-tensor scales, block sizes from the autotuner's list,
-K and N past a whole block, rows further apart than K, INT8 as the lm_head copy holds it; float16 and float32 activations here (the interpreter has no bfloat16), bfloat16 on the
+K and N past a whole block, rows further apart than K, K split 2-8 ways (more splits than blocks too) and called twice
+(the counts a split leaves behind), INT8 as the lm_head copy holds it; float16 and float32 activations here (the interpreter has no bfloat16), bfloat16 on the
 GPU, where `make gemm` checks every shape against the same reference before timing it."""
 from __future__ import annotations
 
@@ -20,9 +21,11 @@ for m, n, k, dt, per_tensor, strided, config, seed, w8 in json.loads(sys.argv[1]
     s = torch.rand(1 if per_tensor else n, 1) * 0.1 + 0.01
     x = torch.randn(m, k).to(dt)
     y = w8a16_matmul(x, w, s, config=config)
+    again = w8a16_matmul(x, w, s, config=config)  # a split's counts were put back to 0: the same sums again
     ref = reference(x, w, s)
     print(json.dumps({"err": ((y.double() - ref).norm() / ref.norm()).item(), "shape": list(y.shape),
-                      "dtype": str(y.dtype), "finite": bool(torch.isfinite(y).all())}))
+                      "dtype": str(y.dtype), "finite": bool(torch.isfinite(y).all()),
+                      "again": bool(torch.equal(y, again))}))
 '''
 CASES = [  # m, n, k, activations, one scale a tensor, strided rows, blocks, seed, weights; tolerance
     ((1, 16, 512, "float32", False, False, None, 1, "fp8"), 1e-6),
@@ -31,6 +34,10 @@ CASES = [  # m, n, k, activations, one scale a tensor, strided rows, blocks, see
     ((3, 80, 384, "float16", False, True, {"BLOCK_N": 64, "BLOCK_K": 128}, 4, "fp8"), 1e-3),   # N past a block
     ((5, 96, 1000, "float32", False, True, {"BLOCK_N": 32, "BLOCK_K": 256}, 5, "int8"), 1e-6),  # the lm_head copy's
     ((1, 48, 256, "float16", True, False, None, 6, "int8"), 1e-3),
+    # K split: each program of a column block takes every SPLIT_K-th block of K, the last one in adds them up
+    ((5, 80, 1000, "float32", False, True, {"BLOCK_N": 16, "BLOCK_K": 128, "SPLIT_K": 4}, 7, "fp8"), 1e-6),
+    ((1, 96, 512, "float16", True, False, {"BLOCK_N": 32, "BLOCK_K": 128, "SPLIT_K": 8}, 8, "fp8"), 1e-3),  # 4 blocks, 8 splits
+    ((8, 48, 768, "float32", False, False, {"BLOCK_N": 16, "BLOCK_K": 256, "SPLIT_K": 2}, 9, "int8"), 1e-6),
 ]
 
 
@@ -46,7 +53,7 @@ def test_matches_the_float64_reference():
     for (case, tol), out in zip(CASES, outs):
         m, n, _, dt = case[:4]
         assert out["shape"] == [m, n] and out["dtype"] == f"torch.{dt}" and out["finite"], (case, out)
-        assert out["err"] < tol, (case, out)
+        assert out["err"] < tol and out["again"], (case, out)
 
 
 def test_refuses_what_it_does_not_cover():
@@ -61,3 +68,5 @@ def test_refuses_what_it_does_not_cover():
         fp8_matmul(torch.zeros(1, 8), w.t(), torch.ones(256))
     with pytest.raises(ValueError, match="one per output channel"):
         fp8_matmul(torch.zeros(1, 256), w, torch.ones(4))
+    with pytest.raises(ValueError, match="SPLIT_K one of"):
+        fp8_matmul(torch.zeros(1, 256), w, torch.ones(8), config={"BLOCK_N": 16, "BLOCK_K": 128, "SPLIT_K": 3})

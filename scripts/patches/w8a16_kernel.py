@@ -16,9 +16,23 @@ channel, or one value per tensor.
     from scripts.patches.w8a16_kernel import w8a16_matmul, reference
     y = w8a16_matmul(x, weight, weight_scale)   # x [M, K] 16-bit, y [M, N]
 
-The program layout, the autotuned block sizes and the launch are the W4A16 kernel's (w4a16_kernel.py). Tested
-on CPU under Triton's interpreter against `reference` (tests/test_w8a16_kernel.py); timed per shape on the GPU by
-`make gemm` (kernel fp8_kit).
+A program owns BLOCK_N output columns and every SPLIT_K-th block of K. With the columns alone (SPLIT_K = 1, the
+first design), N = 2560 at BLOCK_N 16 is 160 programs, about one per SM of an H100 or H200, each streaming its
+rows' whole K: on an H200 that design reached 28.1% of its byte floor over a Qwen3.5 step at M=1
+(results/qwen3.5-4b-bf16/20261128T093522Z-gemm.json), behind CUTLASS's 42.4%. Splitting K puts 2-8 times as many
+programs in flight. The partial sums meet inside the same kernel: each program of a column block writes its float32
+partial to a workspace and counts itself in with an atomic add (acquire-release); the one that counts last adds the
+partials up, applies the scale, writes the output and puts the count back to 0. One kernel a GEMM, as before, and
+no memset (a split-K kernel that adds into a zeroed buffer needs a memset before it and a cast after it, and at
+these sizes each extra kernel costs microseconds against a GEMM of 3-30). The workspace and counts are kept per
+device and N, and the layers of one shape share them: that needs their GEMMs to run one after the other, as a model
+forward's kernels do on its one stream (vLLM 0.26's dense and hybrid models). Keyed by stream instead, a CUDA graph's
+capture (torch.cuda.graph captures on a stream of its own) would find none and make them inside the capture.
+
+Block sizes, split included, are chosen on the GPU by Triton's autotuner per (N, K) among CONFIGS, on the first
+call of each shape (a server's warm-up, or `make gemm`'s), never inside a CUDA graph capture. On CPU (Triton's
+interpreter, the tests) a config is passed in. Tested there against `reference` (tests/test_w8a16_kernel.py); timed
+per shape on the GPU by `make gemm` (kernel fp8_kit).
 
 A server runs it with FP8_GEMM=kit (scripts/patches/fp8_gemm.py).
 """
@@ -28,40 +42,76 @@ import torch
 import triton
 import triton.language as tl
 
-from .w4a16_kernel import BLOCK_M, CONFIGS, launch
+from .w4a16_kernel import BLOCK_M
+
+SPLITS = (1, 2, 4, 8)
+CONFIGS = [triton.Config({"BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": sk}, num_warps=4, num_stages=3)
+           for bn in (16, 32, 64) for bk in (128, 256, 512) for sk in SPLITS if bn * bk <= 16384]
+# The buffers a split needs, per (device, N): float32 partials [max split, BLOCK_M, N] and int32 counts, one per column
+# block at the smallest BLOCK_N. Made at a shape's first call (eager: fp8_gemm.py and lm_head_w8.py autotune each
+# shape when the weights load), so a CUDA graph captured later replays on the same addresses.
+_BUFFERS: dict = {}
 
 
 @triton.jit(do_not_specialize=["M"])  # one compiled kernel for every M (Triton would specialize M == 1)
-def _w8_body(x_ptr, w_ptr, s_ptr, out_ptr, M, N, K, stride_xm, stride_wn, stride_om,
-              PER_TENSOR: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BM: tl.constexpr):
+def _w8_body(x_ptr, w_ptr, s_ptr, out_ptr, ws_ptr, cnt_ptr, M, N, K, stride_xm, stride_wn, stride_om,
+             PER_TENSOR: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
+             BM: tl.constexpr):
     pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
     offs_m = tl.arange(0, BM)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
     mask_m = offs_m < M
     mask_n = offs_n < N
     acc = tl.zeros((BM, BLOCK_N), dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
+    for k0 in range(pid_k * BLOCK_K, K, BLOCK_K * SPLIT_K):
         ks = k0 + offs_k
         mask_k = ks < K
         w = tl.load(w_ptr + offs_n[:, None] * stride_wn + ks[None, :], mask=mask_n[:, None] & mask_k[None, :], other=0.0)
         x = tl.load(x_ptr + offs_m[:, None] * stride_xm + ks[None, :], mask=mask_m[:, None] & mask_k[None, :], other=0.0)
         acc += tl.dot(x, tl.trans(w.to(x.dtype)))
+    mask = mask_m[:, None] & mask_n[None, :]
+    if SPLIT_K > 1:
+        cell = offs_m[:, None] * N + offs_n[None, :]
+        tl.store(ws_ptr + pid_k * BM * N + cell, acc, mask=mask)
+        # acq_rel: this program's partial is visible to the one that counts last, which sees every other's
+        if tl.atomic_add(cnt_ptr + pid_n, 1) == SPLIT_K - 1:
+            acc = tl.zeros((BM, BLOCK_N), dtype=tl.float32)
+            for j in tl.static_range(SPLIT_K):
+                acc += tl.load(ws_ptr + j * BM * N + cell, mask=mask, other=0.0, cache_modifier=".cg")
+            tl.atomic_xchg(cnt_ptr + pid_n, 0)  # ready for the next call (a CUDA graph replays these addresses)
+            _w8_store(acc, s_ptr, out_ptr, offs_m, offs_n, mask_n, mask, stride_om, PER_TENSOR)
+    else:
+        _w8_store(acc, s_ptr, out_ptr, offs_m, offs_n, mask_n, mask, stride_om, PER_TENSOR)
+
+
+@triton.jit
+def _w8_store(acc, s_ptr, out_ptr, offs_m, offs_n, mask_n, mask, stride_om, PER_TENSOR: tl.constexpr):
     if PER_TENSOR:
         acc = acc * tl.load(s_ptr)
     else:
         acc = acc * tl.load(s_ptr + offs_n, mask=mask_n, other=0.0)[None, :]
-    ptrs = out_ptr + offs_m[:, None] * stride_om + offs_n[None, :]
-    tl.store(ptrs, acc.to(out_ptr.dtype.element_ty), mask=mask_m[:, None] & mask_n[None, :])
+    tl.store(out_ptr + offs_m[:, None] * stride_om + offs_n[None, :], acc.to(out_ptr.dtype.element_ty), mask=mask)
 
 
 _w8_tuned = triton.autotune(configs=CONFIGS, key=["N", "K"])(_w8_body)
 W8_DTYPES = (torch.float8_e4m3fn, torch.int8)
 
 
+def _buffers(x: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    key = (x.device, n)
+    if key not in _BUFFERS:
+        _BUFFERS[key] = (torch.empty(max(SPLITS), BLOCK_M, n, dtype=torch.float32, device=x.device),
+                         torch.zeros(triton.cdiv(n, 16), dtype=torch.int32, device=x.device))
+    return _BUFFERS[key]
+
+
 def w8a16_matmul(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor,
                  config: dict | None = None) -> torch.Tensor:
-    """y = x @ (W * scale).T for x [M, K] (M <= 16), W [N, K] FP8 (e4m3) or INT8, scale per channel or per tensor."""
+    """y = x @ (W * scale).T for x [M, K] (M <= 16), W [N, K] FP8 (e4m3) or INT8, scale per channel or per tensor.
+    config: block sizes (BLOCK_N, BLOCK_K, SPLIT_K) for Triton's CPU interpreter or a pinned choice; on a GPU
+    without it, the autotuner picks."""
     m, k = x.shape
     n = weight.shape[0]
     if m > BLOCK_M:
@@ -72,10 +122,22 @@ def w8a16_matmul(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tens
     scale = weight_scale.reshape(-1).float()
     if scale.numel() not in (1, n):
         raise ValueError(f"weight_scale: one value or one per output channel ({n}), got {tuple(weight_scale.shape)}")
+    cfg = dict(config or {})
+    if cfg.get("SPLIT_K", 1) not in SPLITS or cfg.get("BLOCK_N", 16) % 16:
+        raise ValueError(f"config: SPLIT_K one of {SPLITS}, BLOCK_N a multiple of 16, got {config}")
     x = x.contiguous()
     out = torch.empty(m, n, dtype=x.dtype, device=x.device)
-    launch(_w8_tuned, _w8_body, n, (x, weight, scale, out, m, n, k, x.stride(0), weight.stride(0), out.stride(0)),
-           config, PER_TENSOR=scale.numel() == 1)
+    ws, cnt = _buffers(x, n)
+    args = (x, weight, scale, out, ws, cnt, m, n, k, x.stride(0), weight.stride(0), out.stride(0))
+    if config is None and x.is_cuda:
+        _w8_tuned[lambda meta: (triton.cdiv(n, meta["BLOCK_N"]), meta["SPLIT_K"])](
+            *args, PER_TENSOR=scale.numel() == 1, BM=BLOCK_M)
+        return out
+    cfg = {"BLOCK_N": 16, "BLOCK_K": 128, "SPLIT_K": 1, **cfg}
+    extra = {key: cfg[key] for key in ("num_warps", "num_stages") if key in cfg}
+    _w8_body[(triton.cdiv(n, cfg["BLOCK_N"]), cfg["SPLIT_K"])](
+        *args, PER_TENSOR=scale.numel() == 1, BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], SPLIT_K=cfg["SPLIT_K"],
+        BM=BLOCK_M, **extra)
     return out
 
 
