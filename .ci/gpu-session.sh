@@ -64,7 +64,7 @@
 #   bash .ci/gpu-session.sh start12 [N]  issue 32: -quick6 as committed against it with LAZY_IMPORTS=1; a py-spy start (~14 min)
 #   bash .ci/gpu-session.sh start13 [N]  issue 32: as committed, LAZY_IMPORTS=1, and that with METADATA_CACHE=1; a py-spy start (~17 min)
 #   bash .ci/gpu-session.sh more N LEG...  startlegs' rounds on the same machine's baked cache, for leftover device time
-#   bash .ci/gpu-session.sh gemm4      issue 29: the kit's split-K FP8 kernel against CUTLASS, Marlin, BF16 per shape (~2 min)
+#   bash .ci/gpu-session.sh gemm4      issue 29: the kit's split-K FP8 and W4A16 kernels against CUTLASS, Marlin, BF16 per shape (~3 min)
 #   bash .ci/gpu-session.sh v2step KEY=VALUE  issue 29: v2cut's step comparison alone, no BF16 server (~11 min)
 #   bash .ci/gpu-session.sh v2cut KEY=VALUE   issue 29: one switch on fp8-v2, against it as committed and BF16 (~18 min)
 #   bash .ci/gpu-session.sh v2h2       issue 29: v2h's winner again at 8 GiB of KV: against FP8 -dvg and BF16, its step, the pessimistic rates (~21 min)
@@ -738,9 +738,11 @@ for c in (1, 8, 8, 3, 8):
   gemm4)  # issue 29 item 2, after 20261128T0932Z (H200: the kit's FP8 kernel at 28.1% of its byte floor over a step at
     # M=1, CUTLASS 42.4%, BF16 70.3%): the kit's FP8 kernel with K split 1-8 ways inside one kernel (partials summed by
     # the program of each column block that counts in last) against CUTLASS, FP8 Marlin and BF16, `make gemm` of
-    # Qwen3.5 alone on the GPU. ~2 min; its 32 configs autotune on each shape's first call. Where it beats CUTLASS,
-    # the same switch end to end next: `v2step FP8_GEMM=kit` (the step at acceptance 0, ~11 min).
-    step python3 -m scripts.gemm --variant qwen3.5-4b-bf16 --set WEIGHTS=dummy --kernels bf16,fp8,fp8_marlin,fp8_kit ;;
+    # Qwen3.5 alone on the GPU; with it the third W4A16 kernel, whose split now sums the same way (one kernel where it
+    # was memset, GEMM and cast), against Marlin. ~3 min; the configs autotune on each shape's first call. Where the
+    # FP8 kernel beats CUTLASS, the same switch end to end next: `v2step FP8_GEMM=kit` (the step at acceptance 0).
+    step python3 -m scripts.gemm --variant qwen3.5-4b-bf16 --set WEIGHTS=dummy \
+      --kernels bf16,fp8,fp8_marlin,fp8_kit,w4a16_g32,w4a16_g32_kit_il ;;
   kernels)  # issue 29 item 2, after 20261126T1550Z (CUTLASS FP8 and Marlin W4A16 at half their byte floor or less):
     # every other kernel vLLM 0.26 can serve the kit's FP8 and W4A16 linears with on an H100 (SERVE_LINEAR_BACKEND,
     # found in its kernel lists 2026-11-27) and the kit's two Triton kernels, `make gemm` of Qwen3.5 alone on the GPU

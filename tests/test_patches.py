@@ -58,9 +58,9 @@ def test_every_row_names_a_module_with_install_its_tests_and_a_key_the_schema_kn
 
 
 def test_every_module_of_the_package_is_a_row_or_a_shared_helper():
-    """The helpers: the import hook, and the run-time branch the GEMM patches share."""
+    """The helpers: the import hook, the run-time branch the GEMM patches share, and the kernels' in-kernel split-K."""
     rows = {f"{p.module}.py" for p in PATCHES}
-    assert {f.name for f in PKG.glob("*.py")} - rows == {"__init__.py", "on_import.py", "decode_gemm.py"}
+    assert {f.name for f in PKG.glob("*.py")} - rows == {"__init__.py", "on_import.py", "decode_gemm.py", "split_k.py"}
 
 
 def test_the_table_imports_nothing():

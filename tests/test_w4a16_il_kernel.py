@@ -1,6 +1,7 @@
 """The kit's third W4A16 kernel (scripts/patches/w4a16_il_kernel.py: weights repacked so a slice is a group) on CPU,
 under Triton's interpreter, against the float64 dequant-matmul of the second kernel's module: decode shapes, group
-sizes 32 and 128, a split of K (atomic adds into a float32 buffer, then a cast), N past a block. The interpreter has no
+sizes 32 and 128, a split of K (partials summed inside the kernel, split_k.py; each case called twice, so the counts a
+split leaves behind are tested too), N past a block. The interpreter has no
 bfloat16, so float16 and float32 here; `make gemm` checks bfloat16 on the GPU against the same reference."""
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ assert (((wil[:, 32 * b + c].to(torch.int64) & 0xFFFFFFFF) >> (4 * j)) & 0xF).su
 s = (torch.rand(n, k // g) * 0.1 + 0.01).to(dt)
 x = torch.randn(m, k).to(dt)
 y = w4a16_il_matmul(x, wil, s, g, config=config)
+assert torch.equal(y, w4a16_il_matmul(x, wil, s, g, config=config)), "a second call gave other sums"
 ref = reference(x, wp, s, g)
 ''' + REPORT
 
@@ -35,11 +37,12 @@ def test_matches_the_float64_reference(m, n, k, g, dt, config, seed, tol):
     assert out["err"] < tol, out
 
 
-def test_configs_are_distinct_and_zero_the_buffer_only_when_split():
+def test_configs_are_distinct_and_split_as_the_shared_buffers_allow():
+    from scripts.patches.split_k import MIN_BLOCK_N, SPLITS
     from scripts.patches.w4a16_il_kernel import CONFIGS
     keys = [(c.kwargs["BLOCK_N"], c.kwargs["SPLIT_K"], c.num_warps, c.num_stages) for c in CONFIGS]
     assert len(keys) == len(set(keys))
-    assert all((c.pre_hook is not None) == (c.kwargs["SPLIT_K"] > 1) for c in CONFIGS)
+    assert all(c.kwargs["SPLIT_K"] in SPLITS and c.kwargs["BLOCK_N"] % MIN_BLOCK_N == 0 for c in CONFIGS)
 
 
 def test_refuses_what_it_does_not_cover():

@@ -11,9 +11,10 @@ weights; no profile has shown it yet.
 This one repacks the weights once, at load, so that within each block of 256 inputs nibble j of word c is the weight
 at k = k0 + 32j + c. Then slice j of a block is 32 consecutive inputs: x_j = x[:, k0 + 32j : k0 + 32j + 32] is one
 coalesced read, and at group 32 the slice is exactly one group, so its scale multiplies the dot's [M, BLOCK_N] result,
-not each weight. A program owns BLOCK_N output columns and 1/SPLIT_K of the blocks; with SPLIT_K > 1 the partial sums
-meet in a float32 buffer by atomic adds and a second kernel casts it (for N = 2560, whose column blocks alone leave
-an H100's or H200's 132 SMs idle).
+not each weight. A program owns BLOCK_N output columns and 1/SPLIT_K of the blocks (for N = 2560, whose column blocks
+alone leave an H100's or H200's 132 SMs idle); with SPLIT_K > 1 the partial sums meet inside the same kernel
+(split_k.py). Until 2026-11-29 they met in a zeroed float32 buffer by atomic adds and a second kernel cast it: three
+kernels a GEMM where split, as timed in the record below.
 
 On an H200 (results/qwen3.5-4b-bf16/20261128T123802Z-gemm.json) this design took 2.74 ms a step at M=1 and 2.81 at
 M=8 (17.8% of its floor): flat in M, 2.3-3.1 times the second design's speed, still behind Marlin (2.15 ms) and BF16
@@ -35,23 +36,18 @@ import torch
 import triton
 import triton.language as tl
 
+from .split_k import buffers, gather
 from .w4a16_kernel import BLOCK_M, pack, unpack
 
 IL = 256  # inputs a block: 8 slices of 32, one int32 word per slice column
 
-
-def _zero_ws(nargs) -> None:
-    nargs["ws_ptr"].zero_()
-
-
 # Column blocks x split of K; 4 warps. BLOCK_N 16 keeps 160 programs on N = 2560 before any split.
-CONFIGS = [triton.Config({"BLOCK_N": bn, "SPLIT_K": sk}, num_warps=w, num_stages=s,
-                         pre_hook=_zero_ws if sk > 1 else None)
+CONFIGS = [triton.Config({"BLOCK_N": bn, "SPLIT_K": sk}, num_warps=w, num_stages=s)
            for bn in (16, 32, 64, 128) for sk in (1, 2, 4) for w in (4,) for s in (2, 4)]
 
 
 @triton.jit(do_not_specialize=["M"])
-def _w4a16_il_body(x_ptr, w_ptr, s_ptr, out_ptr, ws_ptr, M, N, K, stride_xm, stride_wn, stride_sn, stride_om,
+def _w4a16_il_body(x_ptr, w_ptr, s_ptr, out_ptr, ws_ptr, cnt_ptr, M, N, K, stride_xm, stride_wn, stride_sn, stride_om,
                    GROUP: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_K: tl.constexpr, BM: tl.constexpr):
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -70,18 +66,13 @@ def _w4a16_il_body(x_ptr, w_ptr, s_ptr, out_ptr, ws_ptr, M, N, K, stride_xm, str
             s = tl.load(s_ptr + offs_n * stride_sn + (k0 + 32 * j) // GROUP, mask=mask_n, other=0.0).to(tl.float32)
             acc += tl.dot(x, tl.trans(q)) * s[None, :]
     mask = mask_m[:, None] & mask_n[None, :]
+    out = out_ptr + offs_m[:, None] * stride_om + offs_n[None, :]
     if SPLIT_K == 1:
-        tl.store(out_ptr + offs_m[:, None] * stride_om + offs_n[None, :], acc.to(out_ptr.dtype.element_ty), mask=mask)
+        tl.store(out, acc.to(out_ptr.dtype.element_ty), mask=mask)
     else:
-        tl.atomic_add(ws_ptr + offs_m[:, None] * N + offs_n[None, :], acc, mask=mask)
-
-
-@triton.jit
-def _cast_body(ws_ptr, out_ptr, M, N, stride_om, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < M * N
-    v = tl.load(ws_ptr + offs, mask=mask, other=0.0)
-    tl.store(out_ptr + (offs // N) * stride_om + offs % N, v.to(out_ptr.dtype.element_ty), mask=mask)
+        acc, last = gather(acc, ws_ptr, cnt_ptr, pid_n, pid_k, offs_m, offs_n, mask, N, BM, BLOCK_N, SPLIT_K)
+        if last:
+            tl.store(out, acc.to(out_ptr.dtype.element_ty), mask=mask)
 
 
 _il_tuned = triton.autotune(configs=CONFIGS, key=["N", "K"])(_w4a16_il_body)
@@ -129,19 +120,14 @@ def w4a16_il_matmul(x: torch.Tensor, weight_il: torch.Tensor, weight_scale: torc
                          f"the group of 32)")
     x = x.contiguous()
     out = torch.empty(m, n, dtype=x.dtype, device=x.device)
-    ws = torch.empty(m, n, dtype=torch.float32, device=x.device)
-    args = (x, weight_il, weight_scale, out, ws, m, n, k, x.stride(0), weight_il.stride(0), weight_scale.stride(0),
-            out.stride(0))
+    ws, cnt = buffers(x, n, BLOCK_M)
+    args = (x, weight_il, weight_scale, out, ws, cnt, m, n, k, x.stride(0), weight_il.stride(0),
+            weight_scale.stride(0), out.stride(0))
     if config is None and x.is_cuda:
         _il_tuned[lambda meta: (triton.cdiv(n, meta["BLOCK_N"]), meta["SPLIT_K"])](*args, GROUP=group_size, BM=BLOCK_M)
-        chosen = _il_tuned.best_config.kwargs
-    else:
-        chosen = config or {"BLOCK_N": 16, "SPLIT_K": 1}
-        if best_split(chosen) > 1:
-            ws.zero_()
-        extra = {key: chosen[key] for key in ("num_warps", "num_stages") if key in chosen}
-        _w4a16_il_body[(triton.cdiv(n, chosen["BLOCK_N"]), best_split(chosen))](
-            *args, GROUP=group_size, BLOCK_N=chosen["BLOCK_N"], SPLIT_K=best_split(chosen), BM=BLOCK_M, **extra)
-    if best_split(chosen) > 1:
-        _cast_body[(triton.cdiv(m * n, 1024),)](ws, out, m, n, out.stride(0), BLOCK=1024)
+        return out
+    chosen = config or {"BLOCK_N": 16, "SPLIT_K": 1}
+    extra = {key: chosen[key] for key in ("num_warps", "num_stages") if key in chosen}
+    _w4a16_il_body[(triton.cdiv(n, chosen["BLOCK_N"]), best_split(chosen))](
+        *args, GROUP=group_size, BLOCK_N=chosen["BLOCK_N"], SPLIT_K=best_split(chosen), BM=BLOCK_M, **extra)
     return out

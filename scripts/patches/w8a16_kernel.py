@@ -16,18 +16,11 @@ channel, or one value per tensor.
     from scripts.patches.w8a16_kernel import w8a16_matmul, reference
     y = w8a16_matmul(x, weight, weight_scale)   # x [M, K] 16-bit, y [M, N]
 
-A program owns BLOCK_N output columns and every SPLIT_K-th block of K. With the columns alone (SPLIT_K = 1, the
-first design), N = 2560 at BLOCK_N 16 is 160 programs, about one per SM of an H100 or H200, each streaming its
-rows' whole K: on an H200 that design reached 28.1% of its byte floor over a Qwen3.5 step at M=1
-(results/qwen3.5-4b-bf16/20261128T093522Z-gemm.json), behind CUTLASS's 42.4%. Splitting K puts 2-8 times as many
-programs in flight. The partial sums meet inside the same kernel: each program of a column block writes its float32
-partial to a workspace and counts itself in with an atomic add (acquire-release); the one that counts last adds the
-partials up, applies the scale, writes the output and puts the count back to 0. One kernel a GEMM, as before, and
-no memset (a split-K kernel that adds into a zeroed buffer needs a memset before it and a cast after it, and at
-these sizes each extra kernel costs microseconds against a GEMM of 3-30). The workspace and counts are kept per
-device and N, and the layers of one shape share them: that needs their GEMMs to run one after the other, as a model
-forward's kernels do on its one stream (vLLM 0.26's dense and hybrid models). Keyed by stream instead, a CUDA graph's
-capture (torch.cuda.graph captures on a stream of its own) would find none and make them inside the capture.
+A program owns BLOCK_N output columns and every SPLIT_K-th block of K (split_k.py: the partial sums meet inside the
+same kernel). With the columns alone (SPLIT_K = 1, the first design), N = 2560 at BLOCK_N 16 is 160 programs, about
+one per SM of an H100 or H200, each streaming its rows' whole K: on an H200 that design reached 28.1% of its byte
+floor over a Qwen3.5 step at M=1 (results/qwen3.5-4b-bf16/20261128T093522Z-gemm.json), behind CUTLASS's 42.4%.
+Splitting K puts 2-8 times as many programs in flight.
 
 Block sizes, split included, are chosen on the GPU by Triton's autotuner per (N, K) among CONFIGS, on the first
 call of each shape (a server's warm-up, or `make gemm`'s), never inside a CUDA graph capture. On CPU (Triton's
@@ -42,15 +35,11 @@ import torch
 import triton
 import triton.language as tl
 
+from .split_k import SPLITS, buffers, gather
 from .w4a16_kernel import BLOCK_M
 
-SPLITS = (1, 2, 4, 8)
 CONFIGS = [triton.Config({"BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": sk}, num_warps=4, num_stages=3)
            for bn in (16, 32, 64) for bk in (128, 256, 512) for sk in SPLITS if bn * bk <= 16384]
-# The buffers a split needs, per (device, N): float32 partials [max split, BLOCK_M, N] and int32 counts, one per column
-# block at the smallest BLOCK_N. Made at a shape's first call (eager: fp8_gemm.py and lm_head_w8.py autotune each
-# shape when the weights load), so a CUDA graph captured later replays on the same addresses.
-_BUFFERS: dict = {}
 
 
 @triton.jit(do_not_specialize=["M"])  # one compiled kernel for every M (Triton would specialize M == 1)
@@ -73,14 +62,8 @@ def _w8_body(x_ptr, w_ptr, s_ptr, out_ptr, ws_ptr, cnt_ptr, M, N, K, stride_xm, 
         acc += tl.dot(x, tl.trans(w.to(x.dtype)))
     mask = mask_m[:, None] & mask_n[None, :]
     if SPLIT_K > 1:
-        cell = offs_m[:, None] * N + offs_n[None, :]
-        tl.store(ws_ptr + pid_k * BM * N + cell, acc, mask=mask)
-        # acq_rel: this program's partial is visible to the one that counts last, which sees every other's
-        if tl.atomic_add(cnt_ptr + pid_n, 1) == SPLIT_K - 1:
-            acc = tl.zeros((BM, BLOCK_N), dtype=tl.float32)
-            for j in tl.static_range(SPLIT_K):
-                acc += tl.load(ws_ptr + j * BM * N + cell, mask=mask, other=0.0, cache_modifier=".cg")
-            tl.atomic_xchg(cnt_ptr + pid_n, 0)  # ready for the next call (a CUDA graph replays these addresses)
+        acc, last = gather(acc, ws_ptr, cnt_ptr, pid_n, pid_k, offs_m, offs_n, mask, N, BM, BLOCK_N, SPLIT_K)
+        if last:
             _w8_store(acc, s_ptr, out_ptr, offs_m, offs_n, mask_n, mask, stride_om, PER_TENSOR)
     else:
         _w8_store(acc, s_ptr, out_ptr, offs_m, offs_n, mask_n, mask, stride_om, PER_TENSOR)
@@ -97,14 +80,6 @@ def _w8_store(acc, s_ptr, out_ptr, offs_m, offs_n, mask_n, mask, stride_om, PER_
 
 _w8_tuned = triton.autotune(configs=CONFIGS, key=["N", "K"])(_w8_body)
 W8_DTYPES = (torch.float8_e4m3fn, torch.int8)
-
-
-def _buffers(x: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
-    key = (x.device, n)
-    if key not in _BUFFERS:
-        _BUFFERS[key] = (torch.empty(max(SPLITS), BLOCK_M, n, dtype=torch.float32, device=x.device),
-                         torch.zeros(triton.cdiv(n, 16), dtype=torch.int32, device=x.device))
-    return _BUFFERS[key]
 
 
 def w8a16_matmul(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor,
@@ -127,7 +102,7 @@ def w8a16_matmul(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tens
         raise ValueError(f"config: SPLIT_K one of {SPLITS}, BLOCK_N a multiple of 16, got {config}")
     x = x.contiguous()
     out = torch.empty(m, n, dtype=x.dtype, device=x.device)
-    ws, cnt = _buffers(x, n)
+    ws, cnt = buffers(x, n, BLOCK_M)
     args = (x, weight, scale, out, ws, cnt, m, n, k, x.stride(0), weight.stride(0), out.stride(0))
     if config is None and x.is_cuda:
         _w8_tuned[lambda meta: (triton.cdiv(n, meta["BLOCK_N"]), meta["SPLIT_K"])](
