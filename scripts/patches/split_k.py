@@ -6,10 +6,12 @@ Why inside the kernel: the usual split-K adds into a zeroed float32 buffer and c
 microseconds before its bytes count (the 64-row in_proj_ba took 5.4 us in BF16 on an H200,
 results/qwen3.5-4b-bf16/20261128T123802Z-gemm.json), so the two extra kernels ate much of what the split gained.
 
-How: each program stores its float32 partial in a workspace [SPLIT_K, BM, N] and adds 1 to its column block's count
-with an atomic add, which orders memory both ways (acquire-release): the program that reads SPLIT_K - 1 back has
-every other partial visible, adds them (loads that bypass L1), puts the count back to 0 for the next call, and is
-the only one to write the output.
+How: each program stores its float32 partial in a workspace [SPLIT_K, BM, N], waits at a barrier for all its warps'
+stores, and adds 1 to its column block's count with an atomic add, which orders memory both ways
+(acquire-release): the program that reads SPLIT_K - 1 back has every other partial visible, adds them (loads that
+bypass L1), puts the count back to 0 for the next call, and is the only one to write the output. Triton's
+interpreter runs programs one at a time, so the CPU tests check the sums and the reset, not the ordering; `make
+gemm` checks every shape against a float64 reference on the GPU before it times it.
 
 The workspace and counts are kept per device and N and shared by the layers of one shape: that needs their GEMMs to
 run one after the other, as a model forward's kernels do on its one stream (vLLM 0.26's dense and hybrid models).
@@ -43,6 +45,9 @@ def gather(acc, ws_ptr, cnt_ptr, pid_n, pid_k, offs_m, offs_n, mask, N, BM: tl.c
     """(the column block's whole sum, whether this program counted in last); the sum is only whole in that one."""
     cell = offs_m[:, None] * N + offs_n[None, :]
     tl.store(ws_ptr + pid_k * BM * N + cell, acc, mask=mask)
+    # Every warp's share of the partial stored before one thread counts in: the atomic's release covers only what
+    # precedes it, and the other warps' stores precede it only past a barrier.
+    tl.debug_barrier()
     last = tl.atomic_add(cnt_ptr + pid_n, 1) == SPLIT_K - 1  # acq_rel: the partial above is out before the count
     total = tl.zeros((BM, BLOCK_N), dtype=tl.float32)
     if last:
