@@ -15,3 +15,14 @@ SCRIPTS = sorted(p for p in (ROOT / ".ci").iterdir() if p.suffix == ".sh" or p.n
 def test_ci_script_parses(script):
     r = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
     assert r.returncode == 0, f"{script.relative_to(ROOT)}: {r.stderr.strip()}"
+
+
+def test_more_refuses_a_machine_without_the_payload_and_runs_nothing(tmp_path):
+    """Session 20261129T0735Z: a leftover loop sent to a machine that had gone back ran on a fresh one and failed 2120
+    times in 400 s of device time. `more` checks first and stops."""
+    if pathlib.Path("/tmp/site/vllm").exists():
+        pytest.skip("this machine has a payload in /tmp/site")
+    r = subprocess.run(["bash", str(ROOT / ".ci" / "gpu-session.sh"), "more", "3", "-", "LAZY_IMPORTS=1"], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin", "KIT_GIT_COMMIT": ""})
+    assert r.returncode == 2 and "no payload in /tmp/site" in r.stderr
+    assert "===" not in r.stdout  # no step ran
