@@ -112,6 +112,11 @@ def test_a_scan_of_sys_modules_reads_a_deferred_modules_metadata_without_running
     assert lazy_imports.is_deferred("kit_lazy_probe") and not hasattr(sys, "kit_lazy_probe_ran")
     assert kit_lazy_probe.VALUE == 7 and sys.kit_lazy_probe_ran  # a real read runs it, once
     assert type(kit_lazy_probe).__name__ == "module"
+    # A second thread that entered the deferred class's lookup before the first one's read loaded the module: its
+    # read must not make the loaded module lazy again (nor run it again).
+    sys.kit_lazy_probe_ran = False
+    assert lazy_imports._Deferred.__getattribute__(kit_lazy_probe, "VALUE") == 7
+    assert type(kit_lazy_probe).__name__ == "module" and sys.kit_lazy_probe_ran is False
     monkeypatch.delitem(sys.modules, "kit_lazy_probe")
     monkeypatch.delattr(sys, "kit_lazy_probe_ran")
 

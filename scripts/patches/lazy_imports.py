@@ -31,6 +31,7 @@ from __future__ import annotations
 import importlib.abc
 import importlib.util
 import sys
+import threading
 import types
 
 ENV = "KIT_LAZY_IMPORTS"
@@ -69,6 +70,9 @@ class LazyFinder(importlib.abc.MetaPathFinder):
 METADATA = frozenset(("__name__", "__file__", "__spec__", "__loader__", "__package__", "__path__", "__cached__"))
 
 
+_HANDING = threading.Lock()
+
+
 class _Deferred(types.ModuleType):
     """A lazily loaded module that has not run yet: metadata comes from its dict; any other attribute hands the
     module to importlib's own lazy module class, which runs it and answers."""
@@ -81,7 +85,9 @@ class _Deferred(types.ModuleType):
             if attr in d:
                 return d[attr]
             raise AttributeError(attr)  # a plain module without __path__ (not a package) has none either
-        object.__setattr__(self, "__class__", importlib.util._LazyModule)
+        with _HANDING:  # once: a second thread here after the load must not make the loaded module lazy again
+            if type(self) is _Deferred:
+                object.__setattr__(self, "__class__", importlib.util._LazyModule)
         return getattr(self, attr)
 
 
