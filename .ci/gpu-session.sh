@@ -97,6 +97,9 @@
 #       experiments/ in $OUT/r.tgz and the jobs' logs in $OUT/logs.tgz (a later call collects again)
 #       Call it again at once when it returns: 2026-11-28 20:51 the next call came after the 30 s idle limit, the
 #       machine went back mid-job, and the job's last comparison was lost (results/gpu-sessions/20261128T2033Z).
+#       Back here: `python3 .ci/gpu_import.py SESSION /work/.device/N...` takes the new records, the ledger's new
+#       lines (only if the repo's ledger is the start of the device's), the logs and the py-spy profiles, and
+#       refuses a record the repo holds with other bytes.
 # Session notes (moved from the README; each session's own account is results/gpu-sessions/<UTC>/README.md):
 # - Prepare with `bash .ci/gpu-prepare.sh` here, then e.g.
 #     KIT_GIT_COMMIT=<commit> bash .ci/gpu-session.sh catalog 540 qwen3-4b-awq

@@ -1,0 +1,132 @@
+"""Bring a GPU session's results into the repo, here, after its calls: python3 .ci/gpu_import.py SESSION DIR [DIR...]
+
+SESSION is the session's folder name under results/gpu-sessions/ (its UTC start, e.g. 20261129T0735Z). Each DIR is
+a folder a device call's files came back in (/work/.device/N/), holding gpu-session.sh collect's r.tgz (results/ and
+experiments/), logs.tgz (jobs/) and srvlogs.tgz (results/*/logs/), or a leftover call's own tarball. Later DIRs
+win: collect's tarballs hold everything so far.
+
+What it does, and refuses:
+- records (results/<variant>/*.json) the repo lacks are copied; one the repo holds must be byte-identical there,
+  else it stops before writing anything (a committed record keeps its first bytes: never replace one);
+- the ledger's new lines are appended only if the repo's ledger is, byte for byte, the start of the device's (a
+  device that ran from another tree, or an import run twice, would otherwise rewrite history or add lines twice);
+  each appended line's sha256 must match its record;
+- server logs and traces go gzipped into results/gpu-sessions/SESSION/logs/<variant>/, job logs into logs/, and
+  py-spy start profiles (jobs/startprof-<variant>-HHMMSS.json) into results/profiles/ as
+  <date>T<HHMMSS>Z-<variant>-startprof.speedscope.json.gz; files already there are left as they are;
+- experiments/ and derived files the device regenerated (measurements.json, mtp_k_sweep.json, docs/) are not taken:
+  `make report` rebuilds them here from the records.
+Then write the session's README, `make report`, `make check-schemas`, and commit.
+"""
+from __future__ import annotations
+
+import gzip
+import hashlib
+import re
+import shutil
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RECORD = re.compile(r"^results/[^/]+/\d{8}T\d{6}Z-[\w.-]+\.json$")
+PROFILE = re.compile(r"^startprof-(?P<variant>.+)-(?P<hms>\d{6})\.json$")
+
+
+class ImportRefused(Exception):
+    pass
+
+
+def stage(dirs: list[Path], into: Path) -> None:
+    for d in dirs:
+        tars = sorted(d.glob("*.tgz")) + sorted(d.glob("*.tar.gz"))
+        if not tars:
+            raise ImportRefused(f"{d}: no .tgz to import")
+        for t in tars:
+            with tarfile.open(t) as tf:
+                tf.extractall(into, filter="data")
+
+
+def sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def plan(staged: Path, root: Path, session: str) -> dict:
+    """What would be written, after every check; raises ImportRefused before anything is."""
+    records = []
+    for f in sorted(staged.glob("results/*/*.json")):
+        rel = f.relative_to(staged).as_posix()
+        if not RECORD.match(rel):
+            continue
+        mine = root / rel
+        if mine.exists():
+            if mine.read_bytes() != f.read_bytes():
+                raise ImportRefused(f"{rel}: the repo's record differs from the device's; records are never replaced")
+        else:
+            records.append(rel)
+    ledger, theirs = root / "results/ledger.tsv", staged / "results/ledger.tsv"
+    new_lines: list[str] = []
+    if theirs.exists():
+        have, got = ledger.read_bytes() if ledger.exists() else b"", theirs.read_bytes()
+        if not got.startswith(have):
+            raise ImportRefused("results/ledger.tsv: the repo's ledger is not the start of the device's (another tree, "
+                                "or imported already and committed since?)")
+        new_lines = [line for line in got[len(have):].decode().splitlines() if line]
+        for line in new_lines:
+            digest, _, rel = line.partition("  ")
+            src = staged / rel
+            if not src.exists() or sha(src) != digest:
+                raise ImportRefused(f"ledger line for {rel}: no record with that sha256 came back")
+    logs = []
+    sess = root / "results/gpu-sessions" / session / "logs"
+    for f in sorted(staged.glob("results/*/logs/*")):
+        logs.append((f, sess / f.parent.parent.name / (f.name + ".gz")))
+    for f in sorted(staged.glob("jobs/*.log")):
+        logs.append((f, sess / (f.name + ".gz")))
+    day = session[:8]
+    for f in sorted(staged.glob("jobs/startprof-*.json")):
+        m = PROFILE.match(f.name)
+        if m:
+            name = f"{day}T{m['hms']}Z-{m['variant']}-startprof.speedscope.json.gz"
+            logs.append((f, root / "results/profiles" / name))
+    return {"records": records, "ledger": new_lines, "logs": [(s, d) for s, d in logs if not d.exists()]}
+
+
+def apply(p: dict, staged: Path, root: Path) -> None:
+    for rel in p["records"]:
+        dst = root / rel
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(staged / rel, dst)
+    if p["ledger"]:
+        with open(root / "results/ledger.tsv", "a") as f:
+            f.write("".join(line + "\n" for line in p["ledger"]))
+    for src, dst in p["logs"]:
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        with open(src, "rb") as i, gzip.open(dst, "wb") as o:
+            shutil.copyfileobj(i, o)
+
+
+def main(argv: list[str], root: Path = ROOT) -> int:
+    if len(argv) < 2 or not re.fullmatch(r"\d{8}T\d{4}Z", argv[0]):
+        print(__doc__.splitlines()[0], file=sys.stderr)
+        print("SESSION: the session's UTC start as YYYYMMDDTHHMMZ, then one or more folders", file=sys.stderr)
+        return 2
+    session, dirs = argv[0], [Path(d) for d in argv[1:]]
+    with tempfile.TemporaryDirectory() as tmp:
+        staged = Path(tmp)
+        try:
+            stage(dirs, staged)
+            p = plan(staged, root, session)
+        except (ImportRefused, OSError, tarfile.TarError) as e:
+            print(f"gpu_import: {e}; nothing written", file=sys.stderr)
+            return 1
+        apply(p, staged, root)
+    print(f"{len(p['records'])} record(s), {len(p['ledger'])} ledger line(s), {len(p['logs'])} log/profile file(s)")
+    for rel in p["records"]:
+        print("  " + rel)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

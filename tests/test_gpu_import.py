@@ -1,0 +1,100 @@
+""".ci/gpu_import.py: a GPU session's tarballs into the repo, append-only.
+
+Stood in: the device's tarballs (a GPU session cannot run here), built here in gpu-session.sh collect's layout
+(r.tgz: results/; logs.tgz: jobs/; srvlogs.tgz: results/*/logs/). Real: the import, on a repo tree of its own.
+"""
+from __future__ import annotations
+
+import gzip
+import hashlib
+import importlib.util
+import io
+import tarfile
+from pathlib import Path
+
+from scripts.kit.paths import ROOT
+
+_spec = importlib.util.spec_from_file_location("gpu_import", ROOT / ".ci" / "gpu_import.py")
+gpu_import = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(gpu_import)
+
+V = "qwen3.5-4b-bf16-tuned-dvg-quick6"
+OLD, NEW = f"results/{V}/20261129T074222Z-bake.json", f"results/{V}/20261129T074300Z-startup.json"
+
+
+def line(rel: str, data: bytes) -> str:
+    return f"{hashlib.sha256(data).hexdigest()}  {rel}\n"
+
+
+def tgz(path: Path, files: dict[str, bytes]) -> None:
+    with tarfile.open(path, "w:gz") as tf:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+
+
+def setup(tmp_path: Path, device_ledger: str | None = None, new_bytes: bytes = b'{"new": 1}\n'):
+    repo, dev = tmp_path / "repo", tmp_path / "device"
+    (repo / f"results/{V}").mkdir(parents=True)
+    dev.mkdir()
+    old = b'{"old": 1}\n'
+    (repo / OLD).write_bytes(old)
+    (repo / "results/ledger.tsv").write_text(line(OLD, old))
+    ledger = device_ledger if device_ledger is not None else line(OLD, old) + line(NEW, new_bytes)
+    tgz(dev / "r.tgz", {OLD: old, NEW: new_bytes, "results/ledger.tsv": ledger.encode(),
+                        f"experiments/{V}/measurements.json": b"{}", "results/mtp_k_sweep.json": b"{}"})
+    tgz(dev / "logs.tgz", {"jobs/main.log": b"job\n", f"jobs/startprof-{V}-075238.json": b'{"profiles": []}'})
+    tgz(dev / "srvlogs.tgz", {f"results/{V}/logs/verify-20261129T074236.log": b"server\n"})
+    return repo, dev
+
+
+def test_new_records_ledger_lines_and_logs_come_in_once(tmp_path, capsys):
+    repo, dev = setup(tmp_path)
+    ledger_before = (repo / "results/ledger.tsv").read_text()
+    assert gpu_import.main(["20261129T0735Z", str(dev)], root=repo) == 0
+    assert (repo / NEW).read_bytes() == b'{"new": 1}\n'
+    assert (repo / "results/ledger.tsv").read_text() == ledger_before + line(NEW, b'{"new": 1}\n')
+    sess = repo / "results/gpu-sessions/20261129T0735Z/logs"
+    assert gzip.decompress((sess / V / "verify-20261129T074236.log.gz").read_bytes()) == b"server\n"
+    assert gzip.decompress((sess / "main.log.gz").read_bytes()) == b"job\n"
+    assert (repo / f"results/profiles/20261129T075238Z-{V}-startprof.speedscope.json.gz").exists()
+    assert not (repo / "experiments").exists() and not (repo / "results/mtp_k_sweep.json").exists()
+    assert "1 record(s), 1 ledger line(s), 3 log/profile file(s)" in capsys.readouterr().out
+    # The same tarballs again (run twice, or a later collect of the same session): nothing more.
+    snapshot = {p: p.read_bytes() for p in repo.rglob("*") if p.is_file()}
+    assert gpu_import.main(["20261129T0735Z", str(dev)], root=repo) == 0
+    assert {p: p.read_bytes() for p in repo.rglob("*") if p.is_file()} == snapshot
+
+
+def _refused(repo: Path, dev: Path, capsys, why: str) -> None:
+    snapshot = {p: p.read_bytes() for p in repo.rglob("*") if p.is_file()}
+    assert gpu_import.main(["20261129T0735Z", str(dev)], root=repo) == 1
+    err = capsys.readouterr().err
+    assert why in err and "nothing written" in err
+    assert {p: p.read_bytes() for p in repo.rglob("*") if p.is_file()} == snapshot
+
+
+def test_a_record_the_repo_holds_with_other_bytes_stops_the_import(tmp_path, capsys):
+    repo, dev = setup(tmp_path)
+    (repo / OLD).write_bytes(b'{"old": 2}\n')
+    _refused(repo, dev, capsys, "records are never replaced")
+
+
+def test_a_ledger_the_repos_is_not_the_start_of_stops_the_import(tmp_path, capsys):
+    repo, dev = setup(tmp_path, device_ledger=line(NEW, b'{"new": 1}\n'))
+    _refused(repo, dev, capsys, "is not the start of the device's")
+
+
+def test_a_ledger_line_without_its_record_stops_the_import(tmp_path, capsys):
+    repo, dev = setup(tmp_path, new_bytes=b'{"new": 1}\n')
+    tgz(dev / "r.tgz", {OLD: b'{"old": 1}\n', NEW: b'{"new": "other"}\n',
+                        "results/ledger.tsv": (line(OLD, b'{"old": 1}\n') + line(NEW, b'{"new": 1}\n')).encode()})
+    _refused(repo, dev, capsys, "no record with that sha256")
+
+
+def test_a_bad_session_name_or_no_folder_is_a_usage_error(tmp_path, capsys):
+    assert gpu_import.main(["2026-11-29", str(tmp_path)], root=tmp_path) == 2
+    assert gpu_import.main(["20261129T0735Z"], root=tmp_path) == 2
+    assert gpu_import.main(["20261129T0735Z", str(tmp_path)], root=tmp_path) == 1  # no tarball there
+    assert "no .tgz to import" in capsys.readouterr().err
