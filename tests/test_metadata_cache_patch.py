@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import os
 from pathlib import Path
 
 from scripts.kit.variant import load
@@ -74,6 +75,19 @@ def test_an_unreadable_or_unwritable_cache_is_passed_over_with_the_real_answer(t
     bad.write_text("{truncated")
     assert fn() == expected
     assert json.loads(bad.read_text()) == expected  # replaced by a whole one
+
+
+def test_only_the_newest_mappings_stay(tmp_path):
+    real = importlib.metadata.packages_distributions
+    real = getattr(real, "__wrapped__", real)
+    for i in range(metadata_cache.KEEP + 3):  # older mappings, as keys that moved would leave
+        old = tmp_path / f"packages-old{i:02d}.json"
+        old.write_text("{}")
+        os.utime(old, ns=(i * 10**9, i * 10**9))
+    metadata_cache.cached(real, tmp_path)()  # a miss: writes the current key's file, then prunes
+    left = {p.name for p in tmp_path.glob("packages-*.json")}
+    assert len(left) == metadata_cache.KEEP and f"packages-{metadata_cache.key()}.json" in left
+    assert "packages-old00.json" not in left and f"packages-old{metadata_cache.KEEP + 2:02d}.json" in left
 
 
 def test_the_key_puts_the_file_in_the_variants_cache_root():

@@ -13,7 +13,8 @@ What changes: when importlib.metadata is first imported, its packages_distributi
 modification time and inode: installing or removing a distribution adds or removes a *.dist-info (or .egg-info)
 directory in one of them, which changes that directory's mtime, so the next call misses and maps afresh. What the
 key does not see: a distribution's top_level.txt or RECORD edited in place, without an install. A file that cannot
-be read or written is passed over: the real function answers.
+be read or written is passed over: the real function answers. A miss that writes a file keeps the newest KEEP
+files in <dir> and removes the rest.
 
 The file is the kit's product in the variant's cache root (weights/cache/<variant>/kit-metadata/), beside the
 compile cache.
@@ -30,6 +31,7 @@ from pathlib import Path
 ENV = "KIT_METADATA_CACHE"
 TARGET = "importlib.metadata"
 _MARK = "_kit_metadata_cache"
+KEEP = 8  # mappings kept in <dir>, newest first
 
 
 def key(path=None) -> str:
@@ -57,11 +59,19 @@ def cached(real, where: Path):
         try:
             from scripts.kit.paths import atomic_write
             atomic_write(f, json.dumps(got, sort_keys=True))
+            _prune(where)
         except OSError as e:
             print(f"kit: {ENV}: {f} not written ({e}); the mapping is made again next time", file=sys.stderr)
         return got
     setattr(packages_distributions, _MARK, True)
     return packages_distributions
+
+
+def _prune(where: Path, keep: int = KEEP) -> None:
+    """The newest `keep` files stay: a key that moves (a folder on the path touched) would otherwise add one a start."""
+    files = sorted(where.glob("packages-*.json"), key=lambda p: p.stat().st_mtime_ns, reverse=True)
+    for old in files[keep:]:
+        old.unlink(missing_ok=True)
 
 
 def _patch(mod) -> None:
