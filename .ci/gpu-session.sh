@@ -1003,7 +1003,8 @@ print(m["ratio"])' "$(ls -t results/${VAR[$s]}/*-comparison.json | head -1)")
     # without running: session 20261129T0735Z's profile had scipy.signal run by inspect.getmodule's scan) and against
     # that with METADATA_CACHE=1 (packages_distributions from a file: 1.05 s and 1.20 s of the API's and the
     # pre-started engine's samples there), N rounds (default 6), then a py-spy start with both. The pre-started engine
-    # now also imports the model runner and compile backends before its hand-over (all legs). ~17 min on an H200; with
+    # now also imports the model runner and compile backends, and freezes its heap, before its hand-over (all legs:
+    # the freeze was 0.45 s of the engine's samples after it in session 20261129T0735Z). ~17 min on an H200; with
     # 4 rounds ~13, so `chain start13 4 ++ gemm4` fits one session after the carry.
     bash "$0" startlegs "${2:-6}" - LAZY_IMPORTS=1 LAZY_IMPORTS=1,METADATA_CACHE=1 || exit 1
     [ -x /tmp/prof/bin/py-spy ] && bash "$0" startprof qwen3.5-4b-bf16-tuned-dvg-quick6 --set LAZY_IMPORTS=1 \

@@ -262,6 +262,8 @@ def test_a_tiny_server_with_the_key_runs_its_engine_in_the_process_started_with_
     handed = next(i for i, line in enumerate(lines) if "engine handed to the process" in line)
     froze = next(i for i, line in enumerate(lines) if "froze" in line and "API process" in line)
     assert handed < froze and "after the engine's hand-over" in lines[froze]
+    engine_freezes = [line for line in lines if "GC_EARLY_FREEZE: froze" in line and "API process" not in line]
+    assert len(engine_freezes) == 1, engine_freezes  # before the hand-over if it waited for one, else at device init
     procs = {pid: evs[0] for pid, evs in events.items() if evs and evs[0].get("ph") == "P"}
     api = next(pid for pid, evs in events.items() if any(e.get("ev") == "config" for e in evs))
     engines = [pid for pid, evs in events.items() if any(e.get("ev") == "engine core" for e in evs)]
@@ -289,6 +291,7 @@ def test_the_api_process_freezes_its_heap_after_the_hand_over_where_an_engine_wa
     rec = tmp_path / "engine.json"
     out = run_script(STANDIN + """
     from scripts.patches import gc_freeze as G
+    os.environ[G.ENV] = "1"  # the switch, read in the pre-started process (the API's own freeze is wired below)
     if sys.argv[2] == "1":
         ep.prestart(warm=lambda got: None)
     seen = {}
@@ -312,12 +315,38 @@ def test_the_api_process_freezes_its_heap_after_the_hand_over_where_an_engine_wa
     assert got["frozen_in_init"] is (not prestarted)
     assert got["frozen_after_start"] is True
     lines = out.stderr.splitlines()
-    froze = [i for i, line in enumerate(lines) if "GC_EARLY_FREEZE: froze" in line]
+    froze = [i for i, line in enumerate(lines) if "GC_EARLY_FREEZE: froze" in line and f"pid {got['api_pid']}" in line]
     assert len(froze) == 1
+    early = [line for line in lines if "GC_EARLY_FREEZE: froze" in line and f"pid {got['engine_pid']}" in line]
     if prestarted:
         assert "after the engine's hand-over" in lines[froze[0]]
         handed = next(i for i, line in enumerate(lines) if "engine handed to the process" in line)
         assert handed < froze[0]
+        # Where the pre-started process waited before the hand-over came, it froze its own heap then, once (here the
+        # hand-over follows at once, so it may have come first: then the worker freezes, as without the key).
+        assert len(early) <= 1 and all("engine process, before its hand-over" in line for line in early)
+    else:
+        assert early == []  # a process vLLM forks itself: its worker freezes at device init, as before
+
+
+@pytest.mark.parametrize("switch,handed,froze", [("1", False, True), ("1", True, False), ("", False, False)])
+def test_the_prestarted_process_freezes_while_it_waits_only_with_the_switch_and_no_hand_over_yet(switch, handed, froze):
+    """GC_EARLY_FREEZE's freeze of the engine process moves before the hand-over (0.45 s of the engine's samples after
+    it, in session 20261129T0735Z's H200 profile); once a process, so the worker's own at device init is skipped."""
+    out = run_script("""
+    import json, os, sys, threading
+    from scripts.patches import engine_prestart as ep, gc_freeze as G
+    if sys.argv[1]:
+        os.environ[G.ENV] = sys.argv[1]
+    got = threading.Event()
+    if sys.argv[2] == "1":
+        got.set()
+    ep._freeze_early(got)
+    print(json.dumps({"frozen": G.frozen_here(), "worker_froze_again": G.freeze_now("worker's process")}))
+    """, switch, "1" if handed else "0")
+    got = last_json(out)
+    assert got["frozen"] is froze and got["worker_froze_again"] is (not froze)
+    assert ("engine process, before its hand-over" in out.stderr) is froze
 
 
 def test_a_released_prestart_runs_the_after_start_hooks_before_vllm_starts_its_own():
