@@ -1324,8 +1324,24 @@ print(m["ratio"])' "$(ls -t results/${VAR[$s]}/*-comparison.json | head -1)")
     for x in "$@" ++; do
       if [ "$x" = ++ ]; then [ ${#cmd[@]} -gt 0 ] && step bash "$0" "${cmd[@]}"; cmd=(); else cmd+=("$x"); fi
     done ;;
-  detach)
-    name=$2; shift 2
+  detach)  # NAME MODE ARGS..: checked before anything detaches. Session 20261129T1104Z sent `detach chain start13 4 ++
+    # gemm4` (NAME left out): the job ran start13 alone, `++ gemm4` ignored; then `detach gemm4` detached no mode at all.
+    name=$2; shift 2; bad=""
+    modes=$(sed -nE 's/^  ([a-z0-9|]+)\).*/\1/p' "$0" | tr '|' '\n')
+    if [ $# -eq 0 ]; then bad="no MODE after NAME '$name'"
+    elif [ "$1" = chain ]; then  # the first word of each of chain's segments
+      first=1
+      for x in "${@:2}"; do
+        if [ "$x" = ++ ]; then first=1
+        elif [ $first = 1 ]; then first=0; grep -qxF -- "$x" <<< "$modes" || bad="'$x' is not a mode"; fi
+      done
+    elif ! grep -qxF -- "$1" <<< "$modes"; then bad="'$1' is not a mode"
+    elif printf '%s\n' "$@" | grep -qxF -- ++; then bad="'++' joins modes only under chain"
+    fi
+    if [ -n "$bad" ]; then
+      echo "detach: $bad: nothing detached (detach NAME MODE ARGS.., or detach NAME chain MODE ARGS.. ++ MODE ARGS..)" >&2
+      exit 2
+    fi
     if [ ! -d /tmp/kit ]; then  # .gpu (the payload) stays behind; weights/ and the tree come along
       mkdir -p /tmp/kit.part && tar -C . --exclude=./.gpu -cf - . | tar -C /tmp/kit.part -xf - && touch /tmp/kit.part/.t0 \
         && mv /tmp/kit.part /tmp/kit || exit

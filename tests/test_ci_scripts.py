@@ -26,3 +26,18 @@ def test_more_refuses_a_machine_without_the_payload_and_runs_nothing(tmp_path):
                        capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin", "KIT_GIT_COMMIT": ""})
     assert r.returncode == 2 and "no payload in /tmp/site" in r.stderr
     assert "===" not in r.stdout  # no step ran
+
+
+@pytest.mark.parametrize("args, says", [
+    (["chain", "start13", "4", "++", "gemm4"], "'++' joins modes only under chain"),  # NAME left out
+    (["gemm4"], "no MODE after NAME 'gemm4'"),
+    (["g", "gemm5"], "'gemm5' is not a mode"),
+    (["c", "chain", "start13", "4", "++", "gemm5"], "'gemm5' is not a mode"),
+])
+def test_detach_refuses_a_command_it_would_misread_and_detaches_nothing(tmp_path, args, says):
+    """Session 20261129T1104Z: `detach chain start13 4 ++ gemm4` ran start13 alone as a job named chain, and
+    `detach gemm4` detached a job with no mode; both said `detached`."""
+    r = subprocess.run(["bash", str(ROOT / ".ci" / "gpu-session.sh"), "detach", *args], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin", "KIT_GIT_COMMIT": ""})
+    assert r.returncode == 2 and says in r.stderr, r.stderr
+    assert "detached" not in r.stdout and not any(tmp_path.iterdir())
