@@ -16,9 +16,9 @@ import pytest
 from scripts import bake
 from scripts.kit import cachekey, weights
 from scripts.kit.paths import EXPERIMENTS, ROOT
-from scripts.kit.procs import free_port
 from scripts.kit.record import records
 from scripts.kit.variant import Variant, load
+from scripts.kit.procs import spare_ports
 
 
 @pytest.mark.e2e
@@ -31,7 +31,7 @@ def test_bake_then_verify_then_export_on_real_tiny_server(tree, tmp_path, monkey
         pytest.fail("tiny weights missing: run `make install` (it fetches them)")
     monkeypatch.setattr(Variant, "cache_root", property(lambda self: tmp_path / "cache" / self.name))
     monkeypatch.setattr(bake, "RESULTS", tree.res)
-    port = free_port()
+    port = spare_ports()[0]  # three starts on it, one after another
     args = ["--variant", "tinybake", "--set", f"PORT={port}", "--max-concurrency", "4"]
 
     # --settle: a second real start on the new cache (the default only for compiling variants; tiny is eager).

@@ -12,11 +12,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
-import subprocess
-import sys
-import textwrap
 import time
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -26,21 +22,9 @@ from scripts.kit.errors import KitError
 from scripts.kit.variant import load
 from scripts.patches import engine_prestart as EP
 from tests.conftest import traced_tiny_request
+from tests.fresh_vllm import run_fresh_python
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def run_script(code: str, *args: str, timeout: float = 180) -> subprocess.CompletedProcess:
-    """`code` in a fresh interpreter at the repo root (no patch switch set: the script calls what it tests)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KIT_")}
-    env["PYTHONPATH"] = str(ROOT)
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=timeout)
-
-
-def last_json(out: subprocess.CompletedProcess) -> dict:
-    assert out.returncode == 0, out.stderr[-3000:]
-    return json.loads(out.stdout.strip().splitlines()[-1])
+# The scripts below run in a fresh interpreter (run_fresh_python) with no patch switch set: each calls what it tests.
 
 
 def gone(pid: int, within: float = 30) -> bool:
@@ -66,7 +50,7 @@ def test_vllm_026_manager_hands_its_engine_to_the_prestarted_process(tmp_path):
             pytest.fail(f"{vllm026.ENV} is set, but {src} does not exist")
         pytest.skip(f"{vllm026.SKIP}: no {src}")
     rec = tmp_path / "engine.json"
-    out = run_script("""
+    got, proc = run_fresh_python("""
         import ast, json, multiprocessing, os, sys, types
         from multiprocessing import connection
         from scripts.patches import engine_prestart as ep
@@ -104,11 +88,10 @@ def test_vllm_026_manager_hands_its_engine_to_the_prestarted_process(tmp_path):
         print(json.dumps({"pre_pid": pre_pid, "pid": p.pid, "ended": bool(ready), "exitcode": p.exitcode,
                           "name": p.name, "finished": m.finished_procs()}))
         m.shutdown()
-        """, str(rec), str(src))
-    got = last_json(out)
+        """, str(rec), str(src), timeout=180)
     assert got["pid"] == got["pre_pid"] and got["ended"] and got["exitcode"] == 0
     assert got["name"] == "EngineCore" and got["finished"] == {"EngineCore": 0}
-    assert "engine handed to the process started with the server" in out.stderr
+    assert "engine handed to the process started with the server" in proc.stderr
     r = json.loads(rec.read_text())
     assert r["pid"] == got["pre_pid"] and r["name"] == "EngineCore" and r["args"] == 0
     assert r["keys"] == ["dp_rank", "executor_class", "handshake_address", "local_client", "local_dp_rank",
@@ -132,25 +115,24 @@ STANDIN = """
 
 def test_arguments_that_do_not_pickle_leave_the_engine_to_vllms_own_process(tmp_path):
     rec = tmp_path / "engine.json"
-    out = run_script(STANDIN + """
+    got, r = run_fresh_python(STANDIN + """
     ep.prestart(warm=lambda got: None)
     pre = ep._pre[0]
     ctx = ep._Context(multiprocessing.get_context("fork"))
     h = ctx.Process(target=target, name="EngineCore", kwargs={"fn": lambda: 0})
     h.start(); h.join(60); pre.join(60)
     print(json.dumps({"pre_pid": pre.pid, "pid": h.pid, "exitcode": h.exitcode, "pre_exitcode": pre.exitcode}))
-    """, str(rec))
-    got = last_json(out)
+    """, str(rec), timeout=180)
     assert got["pid"] != got["pre_pid"] and got["exitcode"] == 0
     assert got["pre_exitcode"] == 0  # read the end of its pipe and left
     assert json.loads(rec.read_text())["pid"] == got["pid"]
-    assert "could not hand over the engine" in out.stderr
+    assert "could not hand over the engine" in r.stderr
 
 
 def test_other_processes_and_a_second_engine_are_vllms_own(tmp_path):
     """Only the engine target, once: a second engine, or any other target, is a process of vLLM's context."""
     rec = tmp_path / "engine.json"
-    out = run_script(STANDIN + """
+    got, _ = run_fresh_python(STANDIN + """
     ep.prestart(warm=lambda got: None)
     pre = ep._pre[0]
     ctx = ep._Context(multiprocessing.get_context("fork"))
@@ -160,21 +142,19 @@ def test_other_processes_and_a_second_engine_are_vllms_own(tmp_path):
     second = ctx.Process(target=target, name="EngineCore", kwargs={"n": 2})
     print(json.dumps({"other": type(other).__name__, "first": type(first).__name__, "second": type(second).__name__,
                       "first_pid": first.pid, "pre_pid": pre.pid}))
-    """, str(rec))
-    got = last_json(out)
+    """, str(rec), timeout=180)
     assert got["other"] == "ForkProcess" and got["first"] == "Handle" and got["second"] == "ForkProcess"
     assert got["first_pid"] == got["pre_pid"]
 
 
 def test_the_prestarted_process_ends_with_an_api_process_that_never_handed_it_anything():
-    out = run_script("""
-    import time
+    got, _ = run_fresh_python("""
+    import json, time
     from scripts.patches import engine_prestart as ep
     ep.prestart(warm=lambda got: time.sleep(0.3))
-    print(ep._pre[0].pid)
+    print(json.dumps({"pid": ep._pre[0].pid}))
     """, timeout=60)
-    assert out.returncode == 0, out.stderr
-    assert gone(int(out.stdout.split()[-1]))
+    assert gone(got["pid"])
 
 
 def test_a_manager_the_prestarted_process_cannot_serve_releases_it():
@@ -299,7 +279,7 @@ def test_the_api_process_freezes_its_heap_after_the_hand_over_where_an_engine_wa
     has it (nothing is forked from the API's heap then), so they no longer sit before the engine can begin. Without
     a pre-started engine the freeze comes first, as vLLM's own fork should inherit the frozen heap."""
     rec = tmp_path / "engine.json"
-    out = run_script(STANDIN + """
+    got, r = run_fresh_python(STANDIN + """
     from scripts.patches import gc_freeze as G
     os.environ[G.ENV] = "1"  # the switch, read in the pre-started process (the API's own freeze is wired below)
     if sys.argv[2] == "1":
@@ -319,12 +299,11 @@ def test_the_api_process_freezes_its_heap_after_the_hand_over_where_an_engine_wa
     G._on_async_llm(type("mod", (), {"AsyncLLM": AsyncLLM, "__name__": "vllm.v1.engine.async_llm"}))
     AsyncLLM()
     print(json.dumps(seen))
-    """, str(rec), "1" if prestarted else "0")
-    got = last_json(out)
+    """, str(rec), "1" if prestarted else "0", timeout=180)
     assert json.loads(rec.read_text())["pid"] == got["engine_pid"] != got["api_pid"]
     assert got["frozen_in_init"] is (not prestarted)
     assert got["frozen_after_start"] is True
-    lines = out.stderr.splitlines()
+    lines = r.stderr.splitlines()
     froze = [i for i, line in enumerate(lines) if "GC_EARLY_FREEZE: froze" in line and f"pid {got['api_pid']}" in line]
     assert len(froze) == 1
     early = [line for line in lines if "GC_EARLY_FREEZE: froze" in line and f"pid {got['engine_pid']}" in line]
@@ -343,7 +322,7 @@ def test_the_api_process_freezes_its_heap_after_the_hand_over_where_an_engine_wa
 def test_the_prestarted_process_freezes_while_it_waits_only_with_the_switch_and_no_hand_over_yet(switch, handed, froze):
     """GC_EARLY_FREEZE's freeze of the engine process moves before the hand-over (0.45 s of the engine's samples after
     it, in session 20261129T0735Z's H200 profile); once a process, so the worker's own at device init is skipped."""
-    out = run_script("""
+    got, r = run_fresh_python("""
     import json, os, sys, threading
     from scripts.patches import engine_prestart as ep, gc_freeze as G
     if sys.argv[1]:
@@ -353,10 +332,9 @@ def test_the_prestarted_process_freezes_while_it_waits_only_with_the_switch_and_
         got.set()
     ep._freeze_early(got)
     print(json.dumps({"frozen": G.frozen_here(), "worker_froze_again": G.freeze_now("worker's process")}))
-    """, switch, "1" if handed else "0")
-    got = last_json(out)
+    """, switch, "1" if handed else "0", timeout=180)
     assert got["frozen"] is froze and got["worker_froze_again"] is (not froze)
-    assert ("engine process, before its hand-over" in out.stderr) is froze
+    assert ("engine process, before its hand-over" in r.stderr) is froze
 
 
 def test_a_released_prestart_runs_the_after_start_hooks_before_vllm_starts_its_own():

@@ -13,7 +13,7 @@ import pytest
 
 from scripts.kit import failover as F
 from scripts.kit.fleet import Fleet
-from scripts.kit.procs import free_port, group_members, port_free
+from scripts.kit.procs import group_members, port_free, spare_ports
 from scripts.kit.variant import load
 from tests.conftest import tiny_ready
 
@@ -34,10 +34,7 @@ def wait_for(cond, timeout_s=60):
 
 def test_a_dead_replica_is_restarted_until_its_restarts_run_out(tmp_path):
     said = []
-    ports = set()
-    while len(ports) < 4:
-        ports.add(free_port())
-    router, p0, p1, metrics = ports
+    router, p0, p1, metrics = spare_ports(4)  # a restart binds p0 again, long after the pick
     fleet = Fleet(load("tiny", ["FLEET_MAX_RESTARTS=1"]), 2, router_port=router, replica_ports=[p0, p1],
                   metrics_port=metrics, log_dir=tmp_path, say=said.append)
     for r in fleet.replicas:
@@ -70,10 +67,7 @@ def test_a_dead_replica_is_restarted_until_its_restarts_run_out(tmp_path):
 def test_a_restart_that_hangs_is_stopped_at_the_ready_timeout_and_started_again(tmp_path):
     """A restarted replica that never answers /health within READY_TIMEOUT_S is stopped (its group gone), counted
     failed, and started again by the next supervise: a hung start costs one restart, not the replica."""
-    ports = set()
-    while len(ports) < 4:
-        ports.add(free_port())
-    router, p0, p1, metrics = ports
+    router, p0, p1, metrics = spare_ports(4)  # a restart binds p0 again, long after the pick
     fleet = Fleet(load("tiny", ["FLEET_MAX_RESTARTS=2", "READY_TIMEOUT_S=2"]), 2, router_port=router,
                   replica_ports=[p0, p1], metrics_port=metrics, log_dir=tmp_path, say=lambda s: None)
     for r in fleet.replicas:
@@ -105,10 +99,7 @@ def test_a_restart_whose_process_outlives_sigkill_FAKE_stuck_is_left_and_another
     process whose stop raises as ServerProcess.stop does when SIGKILL does not end a group. The next supervise
     leaves it (fleet.left) and starts another, which serves."""
     from scripts.kit.errors import KitError
-    ports = set()
-    while len(ports) < 4:
-        ports.add(free_port())
-    router, p0, p1, metrics = ports
+    router, p0, p1, metrics = spare_ports(4)  # a restart binds p0 again, long after the pick
     said = []
     fleet = Fleet(load("tiny", ["FLEET_MAX_RESTARTS=2", "READY_TIMEOUT_S=2"]), 2, router_port=router,
                   replica_ports=[p0, p1], metrics_port=metrics, log_dir=tmp_path, say=said.append)
@@ -356,11 +347,9 @@ def test_the_load_loop_holds_the_kill_until_the_victim_is_busy(monkeypatch, busy
 
 
 def base_port() -> int:
-    """A base whose next three ports are free too (the fleet takes PORT .. PORT+3)."""
-    while True:
-        p = free_port()
-        if p < 65000 and all(port_free("127.0.0.1", p + i) for i in range(4)):
-            return p
+    """A base whose next three ports are free too (the fleet takes PORT .. PORT+3), outside the ephemeral range: the
+    restarted replica binds its port again while the other replica's engine and the router run."""
+    return spare_ports(1, span=4)[0]
 
 
 @pytest.mark.e2e

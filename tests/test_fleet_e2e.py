@@ -20,7 +20,7 @@ import requests
 from scripts.kit import fleet as fleet_mod
 from scripts.kit.fleet import Fleet
 from scripts.kit.paths import ROOT
-from scripts.kit.procs import free_port, group_members
+from scripts.kit.procs import free_port, group_members, spare_ports
 from scripts.kit.variant import load
 from tests.conftest import tiny_ready
 
@@ -40,11 +40,10 @@ def served(replica) -> float:
                if line.startswith("vllm:request_success_total"))
 
 
-def distinct_ports(n: int) -> list[int]:
-    ports = set()
-    while len(ports) < n:
-        ports.add(free_port())
-    return list(ports)
+def fleet_ports(replicas: int = 2) -> dict:
+    """Fleet's port arguments, chosen now: call it right before the fleet starts (procs.spare_ports says why)."""
+    router, *ports, metrics = spare_ports(replicas + 2)
+    return {"router_port": router, "replica_ports": ports, "metrics_port": metrics}
 
 
 # In `make test` (issue 21), not only `make test-all`: 36 s on a 2-core CI machine (2026-11-25).
@@ -53,7 +52,7 @@ def distinct_ports(n: int) -> list[int]:
 def test_two_replicas_behind_the_router_survive_a_killed_one(tmp_path):
     if not tiny_ready():
         pytest.fail("tiny weights missing: run `make install` (it fetches them)")
-    router_port, p0, p1, metrics = distinct_ports(4)
+    router_port, p0, p1, metrics = spare_ports(4)
     fleet = Fleet(load("tiny"), 2, router_port=router_port, replica_ports=[p0, p1], metrics_port=metrics,
                   log_dir=tmp_path)
     assert fleet.policy == "cache_aware"
@@ -186,18 +185,16 @@ def test_cpu_replicas_get_their_slice_for_every_process(monkeypatch, tmp_path):
     """On a CPU host each replica's server (so its API process and EngineCore too, not only the worker vLLM binds)
     is held to the CPUs its VLLM_CPU_OMP_THREADS_BIND names: procs._pin says what went wrong without."""
     monkeypatch.setattr(fleet_mod.os, "sched_getaffinity", lambda _pid: {0, 1, 2, 3})
-    f = Fleet(load("tiny"), 2, platform="cpu", router_port=free_port(), replica_ports=distinct_ports(2),
-              metrics_port=free_port(), log_dir=tmp_path)
+    f = Fleet(load("tiny"), 2, platform="cpu", **fleet_ports(), log_dir=tmp_path)
     assert [r.env["VLLM_CPU_OMP_THREADS_BIND"] for r in f.replicas] == ["0,1", "2,3"]
     assert [r.cpus for r in f.replicas] == [{0, 1}, {2, 3}]
-    pinned = Fleet(load("tiny", ["VLLM_CPU_OMP_THREADS_BIND=auto"]), 2, platform="cpu", router_port=free_port(),
-                   replica_ports=distinct_ports(2), metrics_port=free_port(), log_dir=tmp_path)
+    pinned = Fleet(load("tiny", ["VLLM_CPU_OMP_THREADS_BIND=auto"]), 2, platform="cpu", **fleet_ports(),
+                   log_dir=tmp_path)
     assert [r.cpus for r in pinned.replicas] == [None, None]  # the variant's own binding: all of ours, as before
 
 
 def test_a_replica_that_fails_to_start_is_named_and_nothing_is_left(tmp_path):
-    f = Fleet(load("tiny"), 2, router_port=free_port(), replica_ports=distinct_ports(2), metrics_port=free_port(),
-              log_dir=tmp_path)
+    f = Fleet(load("tiny"), 2, **fleet_ports(), log_dir=tmp_path)
     f.replicas[0].argv = [sys.executable, "-c", "print('no such model'); raise SystemExit(3)"]
     f.replicas[1].argv = [sys.executable, "-c", "import time; time.sleep(600)"]
     with pytest.raises(fleet_mod.KitError, match="replica 0 \\(port .*\\) failed to start; its log: .*replica0") as e:
@@ -264,12 +261,10 @@ def test_two_router_policies_compared_on_shared_prefixes(tmp_path):
     from scripts import compare
     from scripts.kit.record import records
     from scripts.kit.summaries import comparison as S
-    ports = distinct_ports(8)
-    ca = Fleet(load("tiny"), 2, router_port=ports[0], replica_ports=ports[1:3], metrics_port=ports[3], log_dir=tmp_path)
-    rr = Fleet(load("tiny", ["FLEET_POLICY=round_robin"]), 2, router_port=ports[4], replica_ports=ports[5:7],
-               metrics_port=ports[7], log_dir=tmp_path)
-    assert (ca.policy, rr.policy) == ("cache_aware", "round_robin")
-    with ca, rr:
+    # rr's ports are chosen once ca is up (`with` builds its second fleet after starting the first).
+    with Fleet(load("tiny"), 2, **fleet_ports(), log_dir=tmp_path) as ca, \
+            Fleet(load("tiny", ["FLEET_POLICY=round_robin"]), 2, **fleet_ports(), log_dir=tmp_path) as rr:
+        assert (ca.policy, rr.policy) == ("cache_aware", "round_robin")
         metrics = [a for k, f in (("a", ca), ("b", rr)) for r in f.replicas for a in (f"--metrics-url-{k}", r.url)]
         rc = compare.main(["--a", "tiny", "--b", "tiny", "--set-b", "FLEET_POLICY=round_robin", "--url-a", ca.url,
                            "--url-b", rr.url, *metrics, "--results-dir", str(tmp_path / "results"),
@@ -284,7 +279,7 @@ def test_two_router_policies_compared_on_shared_prefixes(tmp_path):
     assert row["b_change"] == {"FLEET_POLICY": "round_robin"} and not row["same_variant"]
     assert S.pair_text(row) == "`tiny` → with `FLEET_POLICY=round_robin` (A: `FLEET_POLICY=cache_aware`)"
     pay = rec["payload"]
-    assert [u.rsplit(":", 1)[1] for u in pay["sides"]["b"]["metrics_urls"]] == [str(p) for p in ports[5:7]]
+    assert [u.rsplit(":", 1)[1] for u in pay["sides"]["b"]["metrics_urls"]] == [str(p) for p in rr.replica_ports]
     hits = {r["side"]: r for r in pay["prefix_cache"]}
     assert hits["a"]["queries_tokens"] >= 5 * 9 * 336 and hits["b"]["queries_tokens"] >= 5 * 9 * 336, hits
     assert hits["a"]["hits_tokens"] > hits["b"]["hits_tokens"], hits

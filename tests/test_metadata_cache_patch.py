@@ -14,11 +14,11 @@ from pathlib import Path
 
 from scripts.kit.variant import load
 from scripts.patches import metadata_cache
-from tests.fresh_vllm import run_fresh
+from tests.fresh_vllm import run_fresh_python
 
 
 def run(code: str, cache: Path, extra_path: Path | None = None) -> dict:
-    return run_fresh(code, {metadata_cache.ENV: str(cache)}, str(extra_path) if extra_path else None)
+    return run_fresh_python(code, env={metadata_cache.ENV: str(cache)}, extra_path=extra_path)[0]
 
 
 MAP = """

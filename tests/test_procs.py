@@ -360,3 +360,16 @@ def test_a_server_given_a_cpu_slice_and_what_it_starts_stay_on_it(tmp_path):
 def test_parse_cpus_reads_one_slice_and_nothing_else(spec, cpus):
     from scripts.kit.procs import parse_cpus
     assert parse_cpus(spec) == cpus
+
+
+def test_spare_ports_are_free_blocks_outside_the_ephemeral_range():
+    """A port from the kernel's ephemeral range can be taken by any outgoing connection or port-0 bind (vLLM's
+    engines) before the server that was given it binds it; spare_ports (and free_port) choose outside it."""
+    from scripts.kit.procs import EPHEMERAL_RANGE, port_free, spare_ports
+    lo, hi = map(int, EPHEMERAL_RANGE.read_text().split())
+    bases = spare_ports(5, span=3)
+    blocks = [set(range(b, b + 3)) for b in bases]
+    assert len(set().union(*blocks)) == 15  # five blocks, none overlapping
+    for b in blocks:
+        assert all(not lo <= p <= hi and port_free("127.0.0.1", p) for p in b)
+    assert not lo <= free_port() <= hi

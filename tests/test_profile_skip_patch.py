@@ -8,8 +8,8 @@ import types
 
 import pytest
 
-from fresh_vllm import run_scenario
 from scripts.patches import profile_skip as PS
+from tests.fresh_vllm import run_fresh_python
 
 
 class Runner:
@@ -99,7 +99,8 @@ print(json.dumps(out))
 
 @pytest.mark.slow  # a fresh process importing vLLM's GPU worker module (20-30 s): `make test` stays under 10 minutes
 def test_vllms_determine_available_memory_skips_the_profile_run_with_a_plan_stand_in_worker_no_gpu(tmp_path):
-    out, r = run_scenario(SCENARIO, {PS.ENV: "1", "VLLM_ENABLE_STARTUP_PLAN": "1", "VLLM_CACHE_ROOT": str(tmp_path)})
+    env = {PS.ENV: "1", "VLLM_ENABLE_STARTUP_PLAN": "1", "VLLM_CACHE_ROOT": str(tmp_path)}
+    out, r = run_fresh_python(SCENARIO, env=env, marked=True)
     assert out["kit"] == [123 << 20, 0]  # the plan's size, no profile run
     assert out["vllm"] == [123 << 20, 1]  # as vLLM ships: the same size, after a profile run
     assert "profile run is skipped" in r.stderr and "Applying persisted startup plan" in r.stdout + r.stderr

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from fresh_vllm import run_scenario
 from scripts.patches import startup_plan_key as SK
+from tests.fresh_vllm import run_fresh_python
 
 
 class Part:
@@ -87,7 +87,8 @@ print(json.dumps(out))
 
 @pytest.mark.slow  # a fresh process importing vLLM (20-30 s): `make test` stays under its 10 minutes
 def test_vllms_startup_plan_is_found_by_the_next_start_only_under_the_key_stand_in_worker_no_gpu(tmp_path):
-    out, r = run_scenario(SCENARIO, {SK.ENV: "1", "VLLM_ENABLE_STARTUP_PLAN": "1", "VLLM_CACHE_ROOT": str(tmp_path)})
+    env = {SK.ENV: "1", "VLLM_ENABLE_STARTUP_PLAN": "1", "VLLM_CACHE_ROOT": str(tmp_path)}
+    out, r = run_fresh_python(SCENARIO, env=env, marked=True)
     assert out["vllm"] == [None, None]  # vLLM's key: saved, never found
     assert out["first"] == [None, 123 << 20]  # the kit's: the second start applies the first one's plan
     assert "cache_config changed" in r.stderr

@@ -10,9 +10,9 @@ import pytest
 from scripts import sweep
 from scripts.kit.errors import KitError
 from scripts.kit.summaries import sweep as S
-from scripts.kit.procs import free_port
 from scripts.kit.record import records
 from scripts.kit.variant import load
+from scripts.kit.procs import spare_ports
 
 
 def test_parse_over():
@@ -102,7 +102,8 @@ def test_sweep_real_tiny_one_good_point_one_failed(tmp_path):
     """--jobs 2: both points' servers start at once, each on its own port, records kept apart."""
     probe = ("--concurrency 1 --repeats 1 --input-lens 16 --class-weights 1 --output-min 4 --output-max 8 "
              "--requests 2 --prefix-tokens 0")
-    rc = sweep.main(["--variant", "tiny", "--set", f"PORT={free_port()}", "--over", "SERVE_MAX_NUM_SEQS=2,zero",
+    port = spare_ports(span=2)[0]  # PORT and PORT+1 (--jobs 2), the two servers started at once
+    rc = sweep.main(["--variant", "tiny", "--set", f"PORT={port}", "--over", "SERVE_MAX_NUM_SEQS=2,zero",
                      "--jobs", "2", "--probe-args", probe, "--results-dir", str(tmp_path),
                      "--plot", str(tmp_path / "s.png")])
     assert rc == 1  # one point failed
@@ -129,7 +130,8 @@ def test_sweep_real_tiny_one_good_point_one_failed(tmp_path):
     # "02-2" is how another run's value list would number it, and is found all the same.
     (tmp_path / "sweeps" / "tiny" / "SERVE_MAX_NUM_SEQS" / "00-2").rename(
         tmp_path / "sweeps" / "tiny" / "SERVE_MAX_NUM_SEQS" / "02-2")
-    rc = sweep.main(["--variant", "tiny", "--set", f"PORT={free_port()}", "--over", "SERVE_MAX_NUM_SEQS=2,zero",
+    rc = sweep.main(["--variant", "tiny", "--set", f"PORT={spare_ports(span=2)[0]}", "--over",
+                     "SERVE_MAX_NUM_SEQS=2,zero",
                      "--jobs", "2", "--probe-args", probe, "--results-dir", str(tmp_path),
                      "--plot", str(tmp_path / "s2.png"), "--resume"])
     assert rc == 1

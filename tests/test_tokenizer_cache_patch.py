@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from fresh_vllm import run_scenario
 from scripts.kit.variant import load as load_variant
 from scripts.patches import tokenizer_cache as TC
+from tests.fresh_vllm import run_fresh_python
 
 TINY = load_variant("tiny").weights_dir
 
@@ -87,7 +87,7 @@ print(json.dumps({"marked": type(hf.AutoTokenizer).__name__ == "CachedAutoTokeni
 
 
 def start(cache: Path) -> tuple[dict, str]:
-    out, r = run_scenario(START % str(TINY), {TC.ENV: str(cache), "HF_HUB_OFFLINE": "1"})
+    out, r = run_fresh_python(START % str(TINY), env={TC.ENV: str(cache), "HF_HUB_OFFLINE": "1"}, marked=True)
     return out, r.stderr
 
 

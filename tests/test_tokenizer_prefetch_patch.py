@@ -11,11 +11,11 @@ import textwrap
 
 import pytest
 
-from fresh_vllm import run_scenario
 from scripts.kit.errors import KitError
 from scripts.kit.variant import load as load_variant
 from scripts.patches import tokenizer_cache as TC
 from scripts.patches import tokenizer_prefetch as TP
+from tests.fresh_vllm import run_fresh_python
 
 TINY = load_variant("tiny").weights_dir
 
@@ -162,10 +162,11 @@ print(json.dumps({"marked": True, "ids": tok.encode("Hello world, 1 2 3 <|im_sta
 def test_vllms_tokenizer_load_takes_what_the_api_servers_import_hook_read_ahead(tmp_path):
     cache = tmp_path / "kit-tokenizer"
     env = {TC.ENV: str(cache), TP.ENV: "1", "HF_HUB_OFFLINE": "1"}
-    first, r1 = run_scenario(START % str(TINY), env)  # writes the pickle; nothing to read ahead yet
+    code = START % str(TINY)
+    first, r1 = run_fresh_python(code, env=env, marked=True)  # writes the pickle; nothing to read ahead yet
     assert "written to" in r1.stderr and "nothing to read ahead" in r1.stderr
-    second, r2 = run_scenario(START % str(TINY), env)  # reads it in place (no last.json yet) and notes it
+    second, r2 = run_fresh_python(code, env=env, marked=True)  # reads it in place (no last.json yet) and notes it
     assert "from " + str(cache) in r2.stderr and (cache / TC.LAST).is_file()
-    third, r3 = run_scenario(START % str(TINY), env)
+    third, r3 = run_fresh_python(code, env=env, marked=True)
     assert "tokenizer read ahead" in r3.stderr and "from " + str(cache) not in r3.stderr
     assert first == second == third and first["vocab"] > 1000

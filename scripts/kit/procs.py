@@ -11,6 +11,7 @@ ever killed by name and nothing sleeps a fixed time hoping the server is up.
 from __future__ import annotations
 
 import os
+import random
 import re
 import signal
 import socket
@@ -39,10 +40,38 @@ def port_free(host: str, port: int) -> bool:
             return False
 
 
+EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
+
+def spare_ports(n: int = 1, span: int = 1, host: str = "127.0.0.1") -> list[int]:
+    """n free ports, each with its next span-1 free too (a base: PORT.. of a fleet or a sweep's jobs), for servers
+    that bind them later.
+
+    Chosen outside the kernel's ephemeral range. A bind to port 0 gets a port from that range, and so does every
+    outgoing connection and every port vLLM's engines open; so a port picked that way can be taken before its server
+    binds it, seconds later, after its imports (CI, 2026-11-29: the second fleet of a test found a replica's port in
+    use). Outside the range only an explicit bind takes a port. Where there is no room outside it, anywhere."""
+    try:
+        lo, hi = map(int, EPHEMERAL_RANGE.read_text().split())
+    except (OSError, ValueError):
+        lo, hi = 32768, 65535  # not Linux: Linux's default start to IANA's end covers both
+    every = range(20000, 65536 - span + 1)
+    outside = [p for p in every if p + span <= lo or p > hi] or list(every)
+    out: list[int] = []
+    taken: set[int] = set()
+    for p in random.SystemRandom().sample(outside, len(outside)):  # not `random`'s seeded state: parallel runs differ
+        block = range(p, p + span)
+        if not taken.intersection(block) and all(port_free(host, q) for q in block):
+            out.append(p)
+            taken.update(block)
+            if len(out) == n:
+                return out
+    raise KitError(f"no {n} free run(s) of {span} port(s) on {host}")
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+    """A free port for a server started later (tune's candidates, compare's second side, a replica): spare_ports'."""
+    return spare_ports(1, host=host)[0]
 
 
 def _pin(pid: int, cpus: set[int] | None = None) -> None:
