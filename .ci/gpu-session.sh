@@ -65,6 +65,7 @@
 #   bash .ci/gpu-session.sh start13 [N]  issue 32: as committed, LAZY_IMPORTS=1, and that with METADATA_CACHE=1; a py-spy start (~17 min)
 #   bash .ci/gpu-session.sh more N LEG...  startlegs' rounds on the same machine's baked cache, for leftover device time
 #   bash .ci/gpu-session.sh gemm4      issue 29: the kit's split-K FP8 and W4A16 kernels against CUTLASS, Marlin, BF16 per shape (~3 min)
+#   bash .ci/gpu-session.sh start14 [N]  issue 32: Qwen3-4B's warm start, as vLLM ships it / fewer graphs / the kit's start keys (~15 min)
 #   bash .ci/gpu-session.sh v2step KEY=VALUE  issue 29: v2cut's step comparison alone, no BF16 server (~11 min)
 #   bash .ci/gpu-session.sh v2cut KEY=VALUE   issue 29: one switch on fp8-v2, against it as committed and BF16 (~18 min)
 #   bash .ci/gpu-session.sh v2h2       issue 29: v2h's winner again at 8 GiB of KV: against FP8 -dvg and BF16, its step, the pessimistic rates (~21 min)
@@ -999,6 +1000,15 @@ print(m["ratio"])' "$(ls -t results/${VAR[$s]}/*-comparison.json | head -1)")
         step python3 -m scripts.bake --variant $Q $W "${sets[@]}" --verify || exit 1
       done
     done ;;
+  start14)  # [N] issue 32 item 1 for Qwen3-4B: qwen3-4b-bf16 (as vLLM ships it), qwen3-4b-bf16-quick (32 graph sizes,
+    # fork, startup plan) and qwen3-4b-bf16-quickstart (that with the kit's start keys), each baked alone, then N
+    # rounds (default 4) of one warm start each, in that order, then a py-spy start of -quickstart. ~15 min on an H200.
+    W="--set WEIGHTS=dummy --max-concurrency 8"; vs="qwen3-4b-bf16 qwen3-4b-bf16-quick qwen3-4b-bf16-quickstart"
+    for v in $vs; do step python3 -m scripts.bake --variant $v $W || exit 1; done
+    for i in $(seq 1 "${2:-4}"); do
+      for v in $vs; do step python3 -m scripts.bake --variant $v $W --verify || exit 1; done
+    done
+    [ -x /tmp/prof/bin/py-spy ] && bash "$0" startprof qwen3-4b-bf16-quickstart ;;
   start13)  # [N] issue 32: -quick6 as committed against LAZY_IMPORTS=1 (deferred modules now answer their metadata
     # without running: session 20261129T0735Z's profile had scipy.signal run by inspect.getmodule's scan) and against
     # that with METADATA_CACHE=1 (packages_distributions from a file: 1.05 s and 1.20 s of the API's and the
@@ -1385,5 +1395,5 @@ print(m["ratio"])' "$(ls -t results/${VAR[$s]}/*-comparison.json | head -1)")
     echo "still running: $(running | tr '\n' ' ')" ;;
   *) echo "usage: $0 spine | smoke VARIANT... | catalog SECONDS VARIANT [--set K=V ...] | parallel SECONDS KV_BYTES SPEC..." \
           "| shim VARIANT NAME | quantize SECONDS VARIANT KV_BYTES | gates VARIANT KV_BYTES | tune BASE SECONDS | sweep FLAGS.. | wheels DIR TARGET | levers | levers2 | levers3 | levers4 | levers5 | levers6" \
-          "| startprof VARIANT | startcuts VARIANT | start5 [N] | start6 [N] | start7 [N] | start8 [N] | start9 [N] | start10 [N] | start11 [N] | start12 [N] | startlegs N LEG.. | v2step KEY=VALUE | kernels | gemm3 | kfit | v2 | cut KEY=VALUE.. | headline [KEY=VALUE..] | stop NAME | chain MODE ARGS.. ++ MODE ARGS.. | detach NAME MODE ARGS.. | collect SECONDS" >&2; exit 2 ;;
+          "| startprof VARIANT | startcuts VARIANT | start5 [N] | start6 [N] | start7 [N] | start8 [N] | start9 [N] | start10 [N] | start11 [N] | start12 [N] | start13 [N] | start14 [N] | startlegs N LEG.. | more N LEG.. | v2step KEY=VALUE | kernels | gemm3 | gemm4 | kfit | v2 | cut KEY=VALUE.. | headline [KEY=VALUE..] | stop NAME | chain MODE ARGS.. ++ MODE ARGS.. | detach NAME MODE ARGS.. | collect SECONDS" >&2; exit 2 ;;
 esac
