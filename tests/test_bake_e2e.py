@@ -16,9 +16,9 @@ import pytest
 from scripts import bake
 from scripts.kit import cachekey, weights
 from scripts.kit.paths import EXPERIMENTS, ROOT
+from scripts.kit.procs import spare_ports
 from scripts.kit.record import records
 from scripts.kit.variant import Variant, load
-from scripts.kit.procs import spare_ports
 
 
 @pytest.mark.e2e

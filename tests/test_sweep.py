@@ -10,9 +10,9 @@ import pytest
 from scripts import sweep
 from scripts.kit.errors import KitError
 from scripts.kit.summaries import sweep as S
+from scripts.kit.procs import spare_ports
 from scripts.kit.record import records
 from scripts.kit.variant import load
-from scripts.kit.procs import spare_ports
 
 
 def test_parse_over():
