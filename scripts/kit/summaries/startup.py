@@ -55,12 +55,25 @@ def summarize(variant, records) -> dict:
 
 
 def bar_label(name: str, traced: dict, width: int = 60) -> str:
-    """A bar's label: the variant, its start keys wrapped at `width` characters, the start's UTC minute. A variant
-    with six start keys made a one-line label wider than the figure, which squeezed the bars to a sliver
-    (docs/startup.png, 2026-11-28), so the keys wrap and each row grows with its lines."""
+    """A bar's label: the variant, its start keys wrapped at `width` characters, the start's UTC minute and GPU. A
+    variant with six start keys made a one-line label wider than the figure, which squeezed the bars to a sliver
+    (docs/startup.png, 2026-11-28), so the keys wrap and each row grows with its lines. The GPU is each bar's own:
+    the plot mixes H100 and H200 starts, and one name in the title said all were the newest's (2026-11-29)."""
     import textwrap
     keys = ", ".join(f"{k.removeprefix('VLLM_')}={v}" for k, v in traced["cuts"].items()) or "no cuts"
-    return "\n".join([name, textwrap.fill(keys, width, break_long_words=False), traced["utc"][:16]])
+    return "\n".join([name, textwrap.fill(keys, width, break_long_words=False),
+                      f"{traced['utc'][:16]}, {traced['gpu']}"])
+
+
+def row_centres(labels: list[str], line: float = 0.3) -> list[float]:
+    """Where each bar sits: every row is as tall as its label (at least one bar), so a label of eight lines no
+    longer runs into its neighbours' (docs/startup.png, 2026-11-29, the -quick6 rows)."""
+    out, top = [], 0.0
+    for lab in labels:
+        h = max(1.0, line * (lab.count("\n") + 1))
+        out.append(top + h / 2)
+        top += h
+    return out
 
 
 def plot_png(docs: dict) -> bytes | None:
@@ -77,23 +90,24 @@ def plot_png(docs: dict) -> bytes | None:
     cmap = plt.get_cmap("tab20")
     colors = {ph: cmap(i % 20) for i, ph in enumerate(phases)}
     labels = [bar_label(n, t) for n, t in rows]
+    ys = row_centres(labels)
     fig, ax = plt.subplots(figsize=(12, 2.6 + sum(0.2 + 0.17 * lab.count("\n") for lab in labels)), dpi=100)
-    for y, (name, t) in enumerate(rows):
+    for y, (name, t) in zip(ys, rows):
         left = 0.0
         for seg in t["path"]:
             ax.barh(y, seg["s"], left=left, color=colors.get(seg["phase"], "lightgray"), edgecolor="white", lw=0.5,
                     label=seg["phase"])
             left += seg["s"]
         ax.text(left + 0.3, y, f"{t['ready_s']:.1f} s to ready", va="center", fontsize=7)
-    ax.set_yticks(range(len(rows)), labels, fontsize=7)
-    ax.invert_yaxis()
+    ax.set_yticks(ys, labels, fontsize=7)
+    ax.set_ylim(ys[-1] + 1, ys[0] - 1)  # top to bottom, oldest first
     ax.set_xlabel("seconds from the kit's spawn of the server (traced from inside it, KIT_STARTUP_TRACE)")
     handles, labels = ax.get_legend_handles_labels()
     seen = dict(zip(labels, handles))
     ax.legend([seen[p] for p in phases if p in seen], [p for p in phases if p in seen], fontsize=7, ncol=4,
               loc="upper center", bbox_to_anchor=(0.5, -0.05))
     ax.grid(True, axis="x", alpha=0.3)
-    ax.set_title(f"warm start on a baked cache, phase by phase ({rows[-1][1]['gpu']})", fontsize=9)
+    ax.set_title("warm start on a baked cache, phase by phase (each bar's GPU under its label)", fontsize=9)
     return png_bytes(fig)
 
 
