@@ -1057,6 +1057,22 @@ print(m["ratio"])' "$(ls -t results/${VAR[$s]}/*-comparison.json | head -1)")
     bash "$0" ready 5 8102 8104 && bash "$0" cmp 8102 8104 $V2 $V2 $mem --set "$S" --set SPEC_ACCEPTANCE=$Z \
       --set-a PORT=8102 --set-b PORT=8104 --set-b "$cut" --concurrency 1 --requests 8
     bash "$0" down o c ;;
+  v2prof)  # KEY=VALUE [N]: the GPU's own time a step, qwen3.5-4b-fp8-v2 as committed against it with KEY=VALUE, N rounds
+    # (default 1) of one `make profile` each, alternating, at acceptance 0, alone on the GPU. For a cut of GPU work
+    # smaller than TPOT resolves: session 20261129T1442Z's v2step moved 26-49% between passes of each side, more than
+    # the 96 norms' 0.41 ms. Compare the records' phases[].kinds[].ms_per_step side by side. ~4 min a profile once
+    # the compile cache is warm. E.g. GDN_SPEC_PACKED=on (the copy kind: 0.22 ms a step on an H200).
+    cut=$2; V2=qwen3.5-4b-fp8-v2; Z=0,0,0,0
+    step python3 -m scripts.kit draft-vocab --variant $V2 --set WEIGHTS=dummy
+    for i in $(seq 1 "${3:-1}"); do
+      for side in o c; do
+        sets=(--set SPEC_ACCEPTANCE=$Z); [ $side = c ] && sets+=(--set "$cut")
+        step python3 -m scripts.profile --variant $V2 --set WEIGHTS=dummy --set PORT=8114 --set SERVE_MAX_NUM_SEQS=256 \
+          --set SERVE_KV_CACHE_MEMORY_BYTES=12884901888 --set SERVE_GPU_MEMORY_UTILIZATION=0.2 "${sets[@]}" \
+          > "$LOGS/v2prof-$side-$i.log" 2>&1
+        grep -h "kit: \|record:" "$LOGS/v2prof-$side-$i.log" | sed 's/pid=[0-9]*//' | sort | uniq -c
+      done
+    done ;;
   cut)  # KEY=VALUE [KEY=VALUE...]: issue 29 items 2-3, one change measured alone: Qwen3.5 FP8 -dvg ($V if set, e.g.
     # V=qwen3.5-4b-awq-dvg for W4A16_GEMM=kit) with the first KEY=VALUE (e.g. LM_HEAD_W8=int8, GDN_QKV_SPLIT=two_copies)
     # against the same without it, both sides given the rest (e.g. `kernels`' best FP8 kernel): c=1,8 at the

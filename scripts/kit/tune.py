@@ -204,6 +204,9 @@ def levers(cfg: dict, platform: str, weights_ok, arch: dict | None = None,
         if method:  # all-spec-decode steps come from a drafter (scripts/patches/gdn_spec_slice.py)
             out.append(Lever("gdn_spec_slice", ({"GDN_SPEC_SLICE": "on"}, {"GDN_SPEC_SLICE": "off"}),
                              "GDN spec-decode metadata sliced (kit patch) or gathered with a CPU mask (vLLM 0.26)"))
+        if method:  # all-spec steps are a drafter's verify (scripts/patches/gdn_spec_packed.py)
+            out.append(Lever("gdn_spec_packed", ({"GDN_SPEC_PACKED": "on"}, {"GDN_SPEC_PACKED": "off"}),
+                             "GDN verify on the packed conv output, no copies (kit kernel) or vLLM's split and copies"))
         if method:  # multi-token steps are a drafter's verify (scripts/patches/gdn_qkv_split.py)
             out.append(Lever("gdn_qkv_split", ({"GDN_QKV_SPLIT": "two_copies"}, {"GDN_QKV_SPLIT": "vllm"}),
                              "GDN q/k/v split for the verify in two copies (kit patch) or four (vLLM)"))

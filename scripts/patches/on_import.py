@@ -81,3 +81,12 @@ def vllm_release() -> str | None:
         return ".".join(v.split(".")[:2])
     except Exception:
         return None
+
+
+def install_switched(env: str, target: str, patch_class, what: str, attr: str) -> bool:
+    """A class patch's install(): hook `target` with patch_classes if $env is "1" (False, nothing hooked, if not)."""
+    import os
+    if os.environ.get(env) != "1":
+        return False
+    patch_classes(target, patch_class, what, attr)
+    return True

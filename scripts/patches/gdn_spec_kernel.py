@@ -1,0 +1,148 @@
+"""The kit's Gated DeltaNet verify kernel for a step of speculative decoding (issue 29 item 3): the gated delta-rule
+recurrence over each sequence's 1 + K tokens, reading q, k and v straight from the layer's packed conv output and
+writing straight into the layer's output buffer.
+
+Why: in vLLM 0.26 a Qwen3.5 GDN layer's verify step (MTP K=4: 5 tokens a sequence) splits the packed conv output
+[T, q + k + v] into three contiguous tensors (four eager copy kernels: three strided reshapes and a concatenation),
+runs the recurrence into a new tensor, and copies that into the output buffer (a fifth). Five copy kernels a layer,
+24 GDN layers: ~120 of the step's kernels. The H200 profile of the FP8 V2 step
+(results/qwen3.5-4b-fp8-v2/20261128T210452Z-profile.json) has 0.22 ms of copy kernels a step, and the step is ~4.0
+ms of GPU work. vLLM 0.32 removed them with a CUDA kernel that reads the packed tensor
+(`fused_gdn_decode_post_conv_mtp`, vllm-project/vllm#51674); 0.26's wheel lacks it. This is that idea in Triton,
+for the recurrence only (the gated RMSNorm after it stays vLLM's).
+
+The arithmetic is vLLM's `fused_sigmoid_gating_delta_rule_update` for spec decoding (its FLA-derived Triton kernel),
+token by token in float32: g = -exp(A_log) * softplus(a + dt_bias), beta = sigmoid(b), q and k L2-normalized and q
+scaled, h = h * exp(g); v' = beta * (v - h k); h += v' k^T; o = h q. The state a sequence starts from is the slot
+its last accepted token wrote (state_indices[n, num_accepted[n] - 1]); after each token t the state goes to slot
+state_indices[n, t] (slot 0, vLLM's null block, is not written). A sequence whose starting slot is 0 or less (a
+padded row of a CUDA graph) is skipped, its output rows left as they were, as vLLM's kernel skips it.
+
+Layout (vLLM's): x [T, 2*H*K + HV*V] (q heads, then k heads, then v heads, a row a token; rows may be strided);
+a, b [T, HV]; A_log, dt_bias [HV]; state [slots, HV, V, K]; state_indices [N, L] int; num_accepted [N] int;
+cu_seqlens [N + 1] int; out [T, HV, V] (rows may be strided).
+
+    from scripts.patches.gdn_spec_kernel import gdn_spec_packed, reference
+    gdn_spec_packed(x, a, b, A_log, dt_bias, state, state_indices, num_accepted, cu_seqlens, out,
+                    num_k_heads=H, head_k_dim=K, head_v_dim=V)
+
+Tested on CPU under Triton's interpreter (tests/test_gdn_spec_kernel.py) against vLLM's own kernel source, run the
+same way on q, k and v split out as vLLM splits them, and against `reference`. A server runs it with
+GDN_SPEC_PACKED=on (scripts/patches/gdn_spec_packed.py).
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit(do_not_specialize=["N"])
+def _gdn_spec_packed_kernel(x_ptr, a_ptr, b_ptr, alog_ptr, dtb_ptr, h_ptr, idx_ptr, nacc_ptr, cu_ptr, o_ptr, N, scale,
+                            stride_x, stride_a, stride_b, stride_h, stride_idx, stride_o,
+                            H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
+                            BK: tl.constexpr, BV: tl.constexpr):
+    i_v = tl.program_id(0)
+    i_nh = tl.program_id(1)
+    i_n = i_nh // HV
+    i_hv = i_nh % HV
+    i_h = i_hv // (HV // H)  # the q/k head this v head reads (grouped heads)
+    bos = tl.load(cu_ptr + i_n).to(tl.int64)
+    eos = tl.load(cu_ptr + i_n + 1).to(tl.int64)
+    first = tl.load(nacc_ptr + i_n).to(tl.int64) - 1
+    slot0 = tl.load(idx_ptr + i_n * stride_idx + first).to(tl.int64)
+    if (eos > bos) & (slot0 > 0):
+        ks = tl.arange(0, BK)
+        vs = i_v * BV + tl.arange(0, BV)
+        mk = ks < K
+        mv = vs < V
+        mh = mv[:, None] & mk[None, :]
+        hoff = i_hv * V * K + vs[:, None] * K + ks[None, :]
+        h = tl.load(h_ptr + slot0 * stride_h + hoff, mask=mh, other=0.0).to(tl.float32)
+        neg_a = -tl.exp(tl.load(alog_ptr + i_hv).to(tl.float32))
+        dtb = tl.load(dtb_ptr + i_hv).to(tl.float32)
+        for t in range(0, eos - bos):
+            row = bos + t
+            xr = x_ptr + row * stride_x
+            q = tl.load(xr + i_h * K + ks, mask=mk, other=0.0).to(tl.float32)
+            k = tl.load(xr + (H + i_h) * K + ks, mask=mk, other=0.0).to(tl.float32)
+            v = tl.load(xr + 2 * H * K + i_hv * V + vs, mask=mv, other=0.0).to(tl.float32)
+            z = tl.load(a_ptr + row * stride_a + i_hv).to(tl.float32) + dtb
+            softplus = tl.where(z <= 20.0, tl.log(1.0 + tl.exp(z)), z)
+            beta = tl.sigmoid(tl.load(b_ptr + row * stride_b + i_hv).to(tl.float32))
+            q = q * tl.rsqrt(tl.sum(q * q) + 1e-6) * scale
+            k = k * tl.rsqrt(tl.sum(k * k) + 1e-6)
+            h = h * tl.exp(neg_a * softplus)
+            v = (v - tl.sum(h * k[None, :], 1)) * beta
+            h = h + v[:, None] * k[None, :]
+            o = tl.sum(h * q[None, :], 1)
+            tl.store(o_ptr + row * stride_o + i_hv * V + vs, o.to(o_ptr.dtype.element_ty), mask=mv)
+            slot = tl.load(idx_ptr + i_n * stride_idx + t).to(tl.int64)
+            if slot > 0:
+                tl.store(h_ptr + slot * stride_h + hoff, h.to(h_ptr.dtype.element_ty), mask=mh)
+
+
+def gdn_spec_packed(x: torch.Tensor, a: torch.Tensor, b: torch.Tensor, A_log: torch.Tensor, dt_bias: torch.Tensor,
+                    state: torch.Tensor, state_indices: torch.Tensor, num_accepted: torch.Tensor,
+                    cu_seqlens: torch.Tensor, out: torch.Tensor, *, num_k_heads: int, head_k_dim: int,
+                    head_v_dim: int, scale: float | None = None, num_seqs: int | None = None) -> torch.Tensor:
+    """The verify step's recurrence for num_seqs sequences (default: len(cu_seqlens) - 1), in place: `out` rows
+    bos..eos-1 of each live sequence, and the state slots its tokens name. Returns `out`."""
+    H, K, V = num_k_heads, head_k_dim, head_v_dim
+    HV = state.shape[1]
+    n = len(cu_seqlens) - 1 if num_seqs is None else num_seqs
+    width = 2 * H * K + HV * V
+    if x.dim() != 2 or x.shape[1] != width or x.stride(1) != 1:
+        raise ValueError(f"gdn_spec_packed: x must be [T, {width}] with unit column stride, got {list(x.shape)} "
+                         f"strides {x.stride()}")
+    if tuple(state.shape[1:]) != (HV, V, K) or state.stride(1) != V * K or state.stride(2) != K or state.stride(3) != 1:
+        raise ValueError(f"gdn_spec_packed: state must be [slots, {HV}, {V}, {K}], each slot contiguous, got "
+                         f"{list(state.shape)} strides {state.stride()}")
+    if HV % H:
+        raise ValueError(f"gdn_spec_packed: {HV} v heads do not group over {H} q/k heads")
+    if tuple(out.shape[1:]) != (HV, V) or out.stride(2) != 1 or out.stride(1) != V:
+        raise ValueError(f"gdn_spec_packed: out must be [T, {HV}, {V}] with contiguous rows, got {list(out.shape)} "
+                         f"strides {out.stride()}")
+    if a.stride(1) != 1 or b.stride(1) != 1:
+        raise ValueError("gdn_spec_packed: a and b need unit column stride")
+    BK = triton.next_power_of_2(K)
+    BV = min(triton.next_power_of_2(V), 32)
+    if n > 0:
+        _gdn_spec_packed_kernel[(triton.cdiv(V, BV), n * HV)](
+            x, a, b, A_log, dt_bias, state, state_indices, num_accepted, cu_seqlens, out, n,
+            float(K ** -0.5 if scale is None else scale), x.stride(0), a.stride(0), b.stride(0), state.stride(0),
+            state_indices.stride(0), out.stride(0), H=H, HV=HV, K=K, V=V, BK=BK, BV=BV, num_warps=4, num_stages=3)
+    return out
+
+
+def reference(x, a, b, A_log, dt_bias, state, state_indices, num_accepted, cu_seqlens, out, *, num_k_heads,
+              head_k_dim, head_v_dim, scale=None, num_seqs=None):
+    """The same in float64 PyTorch, a token at a time: what the tests hold both kernels to."""
+    H, K, V = num_k_heads, head_k_dim, head_v_dim
+    HV = state.shape[1]
+    g = HV // H
+    n = len(cu_seqlens) - 1 if num_seqs is None else num_seqs
+    scale = K ** -0.5 if scale is None else scale
+    for i in range(n):
+        bos, eos = int(cu_seqlens[i]), int(cu_seqlens[i + 1])
+        slot0 = int(state_indices[i, int(num_accepted[i]) - 1])
+        if eos <= bos or slot0 <= 0:
+            continue
+        h = state[slot0].double().clone()  # [HV, V, K]
+        for t in range(eos - bos):
+            row = x[bos + t].double()
+            q = row[:H * K].view(H, K).repeat_interleave(g, 0)
+            k = row[H * K:2 * H * K].view(H, K).repeat_interleave(g, 0)
+            v = row[2 * H * K:].view(HV, V)
+            q = q / torch.sqrt((q * q).sum(-1, keepdim=True) + 1e-6) * scale
+            k = k / torch.sqrt((k * k).sum(-1, keepdim=True) + 1e-6)
+            decay = torch.exp(-torch.exp(A_log.double()) * torch.nn.functional.softplus(a[bos + t].double() + dt_bias.double()))
+            beta = torch.sigmoid(b[bos + t].double())
+            h = h * decay[:, None, None]
+            vv = (v - (h * k[:, None, :]).sum(-1)) * beta[:, None]
+            h = h + vv[:, :, None] * k[:, None, :]
+            out[bos + t] = (h * q[:, None, :]).sum(-1).to(out.dtype).view(out[bos + t].shape)
+            slot = int(state_indices[i, t])
+            if slot > 0:
+                state[slot] = h.to(state.dtype)
+    return out

