@@ -980,7 +980,8 @@ print(m["ratio"])' "$(ls -t results/${VAR[$s]}/*-comparison.json | head -1)")
     # committed. start7-start9 are this loop written out, as they ran.
     # A cache this machine baked already is used as it is: in session 20261129T1104Z a second startlegs on the same
     # machine baked cold again, 233 s of device time. (Committed bake records travel with the tree; the cache does not.)
-    Q=qwen3.5-4b-bf16-tuned-dvg-quick6; W="--set WEIGHTS=dummy --max-concurrency 8"; n=$2; shift 2
+    # $LEGS_VARIANT names another variant (start15).
+    Q=${LEGS_VARIANT:-qwen3.5-4b-bf16-tuned-dvg-quick6}; W="--set WEIGHTS=dummy --max-concurrency 8"; n=$2; shift 2
     if [ -f weights/cache/$Q/kit-cache-manifest.json ]; then echo "startlegs: $Q baked on this machine: no second bake"
     else step python3 -m scripts.bake --variant $Q $W || exit 1; fi
     for i in $(seq 1 "$n"); do
@@ -1003,6 +1004,13 @@ print(m["ratio"])' "$(ls -t results/${VAR[$s]}/*-comparison.json | head -1)")
         step python3 -m scripts.bake --variant $Q $W "${sets[@]}" --verify || exit 1
       done
     done ;;
+  start15)  # [N] issue 32 for Qwen3-4B, after start14 (20261129T1442Z: -quickstart ready in 19.99 and 21.20 s, 2.3-2.6 s
+    # of it after the engine was ready, mostly vLLM's chat warm-up loading the tokenizer again from JSON to detect the
+    # template's content format): qwen3-4b-bf16-quickstart as committed (SERVE_CHAT_TEMPLATE_CONTENT_FORMAT=string, no
+    # detection) against it with auto (vLLM's default), baked once (the flag is outside every compile key), N rounds
+    # (default 6), then a py-spy start as committed. ~9 min on an H200.
+    LEGS_VARIANT=qwen3-4b-bf16-quickstart bash "$0" startlegs "${2:-6}" - SERVE_CHAT_TEMPLATE_CONTENT_FORMAT=auto || exit 1
+    [ -x /tmp/prof/bin/py-spy ] && bash "$0" startprof qwen3-4b-bf16-quickstart ;;
   start14)  # [N] issue 32 item 1 for Qwen3-4B: qwen3-4b-bf16 (as vLLM ships it), qwen3-4b-bf16-quick (32 graph sizes,
     # fork, startup plan) and qwen3-4b-bf16-quickstart (that with the kit's start keys), each baked alone, then N
     # rounds (default 4) of one warm start each, in that order, then a py-spy start of -quickstart. ~15 min on an H200.

@@ -69,6 +69,14 @@ def test_flashinfer_autotune_switch_is_outside_the_key_as_in_vllms():
         assert cachekey.key_flags(base[:3] + [flag] + base[3:]) == ["--max-num-seqs", "8"]
 
 
+def test_chat_template_content_format_is_outside_the_key():
+    """An API-server flag (vLLM's FrontendArgs), not in VllmConfig: a start that sets it hits a cache baked
+    without it (qwen3-4b-bf16-quickstart sets it; its legs compare it against auto on one bake)."""
+    base = ["py", "-m", "mod", "--max-num-seqs", "8"]
+    for v in ("string", "auto"):
+        assert cachekey.key_flags(base[:3] + ["--chat-template-content-format", v] + base[3:]) == ["--max-num-seqs", "8"]
+
+
 def test_presented_gpu_applies_the_shim_only_on_same_compute_capability(variant, monkeypatch):
     assert key(variant, monkeypatch, {"KIT_DEVICE_NAME": H100_PCIE})["gpu"]["name"] == H100_PCIE
     assert key(variant, monkeypatch, {"KIT_DEVICE_NAME": "NVIDIA A10G"})["gpu"]["name"] == H100_SXM

@@ -48,9 +48,11 @@ UNHASHED_ENV = frozenset({
 # Flags that say where the server listens and under which name (not in any compile key), and
 # --model, compared on its own as model_path. FlashInfer's autotune at warm-up: vLLM 0.26 keeps
 # enable_flashinfer_autotune out of KernelConfig.compute_hash (vllm/config/kernel.py), so a cache baked with it
-# on serves a start with it off.
+# on serves a start with it off. --chat-template-content-format is the API server's own (FrontendArgs in
+# vllm/entrypoints/openai/cli_args.py), not in VllmConfig, so not in any compile key.
 UNHASHED_FLAGS = {"--host": 1, "--port": 1, "--served-model-name": 1, "--model": 1,
-                  "--enable-flashinfer-autotune": 0, "--no-enable-flashinfer-autotune": 0}
+                  "--enable-flashinfer-autotune": 0, "--no-enable-flashinfer-autotune": 0,
+                  "--chat-template-content-format": 1}
 # Path components of compile artifacts (Inductor/AOT tree, Triton, FlashInfer JIT); a warm start
 # that adds a file under one of these compiled something.
 COMPILE_DIRS = ("torch_compile_cache", "torch_aot_compile", "inductor_cache", "triton", "triton_cache", "flashinfer")
