@@ -75,6 +75,7 @@ dim = 2 * H * K + HV * V
 torch.manual_seed(0)
 layer = Layer()
 layer.prefix, layer.tp_size, layer.num_k_heads, layer.head_k_dim, layer.head_v_dim = "gdn.0", 1, H, K, V
+layer.num_v_heads = HV
 layer.key_dim, layer.value_dim, layer.activation = H * K, HV * V, "silu"
 layer.conv1d = types.SimpleNamespace(weight=torch.randn(dim, 1, W) * 0.5, bias=torch.randn(dim) * 0.1)
 layer.A_log, layer.dt_bias = torch.rand(HV) * 2 - 1, torch.rand(HV) - 0.5
@@ -128,6 +129,8 @@ ran.clear(); ctx.attn_metadata = None  # the profile run: no metadata
 layer._forward_core(x, b, a, o_kit); out["no metadata"] = ran == ["vllm"]
 ran.clear(); ctx.attn_metadata = {"gdn.0": md}
 layer._forward_core(torch.randn(T, 2 * dim)[:, ::2], b, a, o_kit); out["strided input"] = ran == ["vllm"]
+ran.clear(); kv = layer.kv_cache; layer.kv_cache = (kv[0], kv[1].transpose(2, 3).contiguous().transpose(2, 3))
+layer._forward_core(x, b, a, o_kit); out["state not in vLLM's layout"] = ran == ["vllm"]; layer.kv_cache = kv
 
 # a class with vLLM's own fused MTP path is left as it is
 class Upstream:
@@ -156,9 +159,11 @@ def test_an_all_spec_step_matches_vllms_conv_split_kernel_and_copy(result):
     assert kit["state_shape"] == [16, 2 * 2 * 32 + 4 * 32, 7]  # vLLM's (..., dim, width - 1 + drafts) view
     assert got["padding_kept"], got  # rows past num_actual_tokens are not the layer's to write
     assert "kit: GDN packed spec step ran (first call: 15 tokens)" in log
+    assert "kit: GDN packed spec step NOT taken (SSM state [16, 4, 32, 32] strides" in log  # said, not raised
 
 
-@pytest.mark.parametrize("step", ["prefill", "plain decode", "no speculation", "no metadata", "strided input"])
+@pytest.mark.parametrize("step", ["prefill", "plain decode", "no speculation", "no metadata", "strided input",
+                                  "state not in vLLM's layout"])
 def test_every_other_step_takes_vllms_path(result, step):
     assert result[0][step], result[0]
 

@@ -27,12 +27,23 @@ ENV = "KIT_GDN_SPEC_PACKED"
 TARGET = "vllm.model_executor.layers.mamba.gdn.qwen_gdn_linear_attn"
 _MARK = "_kit_gdn_spec_packed"
 _SEEN: list[int] = []  # the first patched step's token count, once a process
+_REFUSED: list[str] = []  # layouts the kernel does not take, each said once
 
 
 def all_spec(md) -> bool:
     """A step in which every request verifies drafts: the one the patch takes."""
     return (getattr(md, "spec_sequence_masks", None) is not None and md.num_prefills == 0 and md.num_decodes == 0
             and md.spec_state_indices_tensor is not None)
+
+
+def layout_ok(layer) -> str | None:
+    """None when the kit's kernel can take this layer's state pool as vLLM's kernel does (each slot a contiguous
+    [HV, V, K]), else why not: the step then stays vLLM's rather than stopping the server."""
+    st = layer.kv_cache[1]
+    hv, v, k = layer.num_v_heads // layer.tp_size, layer.head_v_dim, layer.head_k_dim
+    if st.dim() != 4 or tuple(st.shape[1:]) != (hv, v, k) or st.stride()[1:] != (v * k, k, 1):
+        return f"SSM state {list(st.shape)} strides {st.stride()}, not slots of contiguous [{hv}, {v}, {k}]"
+    return None
 
 
 def spec_step(layer, md, mixed_qkv, b, a, core_attn_out, *, conv_update, dim_first: bool) -> None:
@@ -68,6 +79,12 @@ def patch_class(cls) -> bool:
         raw = mod.get_forward_context().attn_metadata
         md = raw.get(self.prefix) if isinstance(raw, dict) else None
         if md is None or not all_spec(md) or not (mixed_qkv.is_cuda or interpret) or mixed_qkv.stride(-1) != 1:
+            return orig(self, mixed_qkv, b, a, core_attn_out)
+        why = layout_ok(self)
+        if why:
+            if why not in _REFUSED:  # once a reason a process
+                _REFUSED.append(why)
+                print(f"kit: GDN packed spec step NOT taken ({why}): vLLM's path", file=sys.stderr, flush=True)
             return orig(self, mixed_qkv, b, a, core_attn_out)
         if not _SEEN:  # once a process: the server log then shows the patched step ran, not only that it was installed
             _SEEN.append(md.num_actual_tokens)
