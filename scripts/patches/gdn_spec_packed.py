@@ -15,8 +15,9 @@ vLLM 0.32 does the same with a CUDA kernel that also fuses the gated RMSNorm (`f
 vllm-project/vllm#51674); on a class that has it (`_can_use_fused_gdn_mtp_decode`) the patch steps aside.
 
 Read at every interpreter's start (sitecustomize.py): torch and vLLM are imported only in the hook. Tested
-(tests/test_gdn_spec_packed_patch.py): routing on each kind of step, the patched step against vLLM's own conv,
-split and kernel on CPU under Triton's interpreter, and 0.26's `_forward_core` read for the calls it replaces.
+(tests/test_gdn_spec_packed_patch.py): routing on each kind of step, the patched step against vLLM's own split,
+kernel and copy on CPU under Triton's interpreter (one stand-in conv on both sides: vLLM's does not run there),
+and 0.26's `_forward_core` read for the calls it replaces.
 """
 from __future__ import annotations
 
