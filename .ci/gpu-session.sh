@@ -1080,7 +1080,15 @@ print(m["ratio"])' "$(ls -t results/${VAR[$s]}/*-comparison.json | head -1)")
           > "$LOGS/v2prof-$side-$i.log" 2>&1
         grep -h "kit: \|record:" "$LOGS/v2prof-$side-$i.log" | sed 's/pid=[0-9]*//' | sort | uniq -c
       done
-    done ;;
+    done
+    # the GPU's time a step by phase and kind, newest first (c, o, c, o ...), for the collect output
+    python3 -c 'import json, sys
+for f in sys.argv[1:]:
+    p = json.load(open(f))["payload"]
+    print(f, "step_ms", p.get("step_ms"))
+    for ph in p["phases"][:2]:
+        print("  ", ph["phase"], ph["ms_per_step"], [(k.get("kind"), k["ms_per_step"]) for k in ph.get("kinds", [])[:8]])
+' $(ls -t results/$V2/*-profile.json | head -$((2 * ${3:-1}))) ;;
   cut)  # KEY=VALUE [KEY=VALUE...]: issue 29 items 2-3, one change measured alone: Qwen3.5 FP8 -dvg ($V if set, e.g.
     # V=qwen3.5-4b-awq-dvg for W4A16_GEMM=kit) with the first KEY=VALUE (e.g. LM_HEAD_W8=int8, GDN_QKV_SPLIT=two_copies)
     # against the same without it, both sides given the rest (e.g. `kernels`' best FP8 kernel): c=1,8 at the
