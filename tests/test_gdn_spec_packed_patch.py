@@ -199,3 +199,6 @@ def test_vllm_026_forward_core_makes_the_calls_the_patch_stands_in_for():
                  "elif spec_sequence_masks is not None: core_attn_out[:num_actual_tokens] = core_attn_out_spec.squeeze(0)"):
         assert want in flat, want
     assert "_can_use_fused_gdn_mtp_decode" not in src  # 0.26 has no fused MTP path of its own
+    head = re.sub(r"\s+", " ", src[:src.index("\nclass ")])  # the module globals the patched method reads
+    for name in ("get_forward_context", "is_conv_state_dim_first", "causal_conv1d_update"):
+        assert re.search(rf"from vllm\.[\w.]+ import \(?[^)]*\b{name}\b", head), name
