@@ -7,7 +7,8 @@
 #:                       never reads, and of several SET= make keeps only the last.
 #:   the port            SET=PORT=8001 (default 8000). compare: A takes it, B keeps its own PORT or takes
 #:                       the next free port above A's (printed); SET_B=PORT=N chooses B's.
-#:   A= B=               compare: the reference and the candidate variant (both required)
+#:   A= B=               compare: the reference and the candidate variant (both required); profile-compare: two
+#:                       profile records (results/VARIANT/*-profile.json)
 #:   SET_A= SET_B=       compare: overrides for A only / B only, as SET (SET applies to both)
 #:   PROBE="--flag ..."  eval-latency, compare, failover: the probe's workload flags (`python -m scripts.probe --help`),
 #:                       e.g. PROBE="--concurrency 1 --requests 4 --warmup-waves 1" for a short run
@@ -32,7 +33,7 @@ QPY := $(if $(wildcard .venv-quant/bin/python),.venv-quant/bin/python,python3)
 V := --variant $(VARIANT) $(foreach s,$(SET),--set $(s))
 # Image targets: ENGINE=docker|podman (default: the one on PATH), TARGET=gpu|cpu (default: this host's), IMAGE=tag.
 IMG := $(if $(ENGINE),--engine $(ENGINE)) $(if $(DRY_RUN),--dry-run)
-.PHONY: help install wheelhouse download serve standby serve-fleet failover eval-latency profile gemm compare variance sweep eval-quality eval-quality-full quantize bake verify-cache build-base build build-import verify-image k8s tune check-schemas test test-all vllm026-src golden report new
+.PHONY: help install wheelhouse download serve standby serve-fleet failover eval-latency profile profile-compare gemm compare variance sweep eval-quality eval-quality-full quantize bake verify-cache build-base build build-import verify-image k8s tune check-schemas test test-all vllm026-src golden report new
 
 help: ## list targets, then the variables they read
 	@awk '/^[a-z0-9-]+:.*## /{split($$0, t, /:.*## /); printf "  make %-18s %s\n", t[1], t[2]} /^#:/{v = v substr($$0, 4) "\n"} END{printf "\n%s", v}' $(MAKEFILE_LIST)
@@ -52,6 +53,8 @@ eval-latency: ## latency probe of VARIANT (URL= to probe a running server; PROBE
 	$(PY) -m scripts.probe $(V) $(if $(URL),--url $(URL)) $(if $(BASELINE),--baseline $(BASELINE)) $(PROBE)
 profile: ## one decode step by phase (target, draft, sampler, bookkeeping, gaps) from vLLM's torch profiler: record, results/profiles/ trace, experiments/VARIANT/profile.png
 	$(PY) -m scripts.profile $(V)
+profile-compare: ## two profile records side by side, A=RECORD B=RECORD: ms a step by phase and kind of kernel, B - A, the config keys that differ
+	$(PY) -m scripts.profile --compare $(or $(A),$(error profile-compare: set A=RECORD, a profile record (results/VARIANT/*-profile.json))) $(or $(B),$(error profile-compare: set B=RECORD, a profile record (results/VARIANT/*-profile.json)))
 gemm: ## each linear layer of VARIANT's architecture timed per kernel and batch size against its byte floor: record (CUDA GPU) [KERNELS=bf16,fp8,w4a16_g32,...] [M=1,2,4,5,8] [DRY_RUN=1]
 	$(PY) -m scripts.gemm $(V) $(if $(KERNELS),--kernels $(KERNELS)) $(if $(M),--m $(M)) $(if $(DRY_RUN),--dry-run)
 failover: ## a replica of a REPLICAS=N fleet of VARIANT SIGKILLed under load and restarted: what failed, when the router noticed, TTFT before/down/after: record [POLICY=] [PROBE="--concurrency 8 --kill-after-s 30 ..."]

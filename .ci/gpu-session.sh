@@ -1068,8 +1068,9 @@ print(m["ratio"])' "$(ls -t results/${VAR[$s]}/*-comparison.json | head -1)")
   v2prof)  # KEY=VALUE [N]: the GPU's own time a step, qwen3.5-4b-fp8-v2 as committed against it with KEY=VALUE, N rounds
     # (default 1) of one `make profile` each, alternating, at acceptance 0, alone on the GPU. For a cut of GPU work
     # smaller than TPOT resolves: session 20261129T1442Z's v2step moved 26-49% between passes of each side, more than
-    # the 96 norms' 0.41 ms. Compare the records' phases[].kinds[].ms_per_step side by side. ~4 min a profile once
-    # the compile cache is warm. E.g. GDN_SPEC_PACKED=on (the copy kind: 0.22 ms a step on an H200).
+    # the 96 norms' 0.41 ms. Each round ends with its two records side by side (make profile-compare; its config
+    # line shows which pair it took). ~4 min a profile once the compile cache is warm. E.g. GDN_SPEC_PACKED=on (the
+    # copy kind: 0.22 ms a step on an H200).
     cut=$2; V2=qwen3.5-4b-fp8-v2; Z=0,0,0,0
     step python3 -m scripts.kit draft-vocab --variant $V2 --set WEIGHTS=dummy
     for i in $(seq 1 "${3:-1}"); do
@@ -1080,15 +1081,9 @@ print(m["ratio"])' "$(ls -t results/${VAR[$s]}/*-comparison.json | head -1)")
           > "$LOGS/v2prof-$side-$i.log" 2>&1
         grep -h "kit: \|record:" "$LOGS/v2prof-$side-$i.log" | sed 's/pid=[0-9]*//' | sort | uniq -c
       done
-    done
-    # the GPU's time a step by phase and kind, newest first (c, o, c, o ...), for the collect output
-    python3 -c 'import json, sys
-for f in sys.argv[1:]:
-    p = json.load(open(f))["payload"]
-    print(f, "step_ms", p.get("step_ms"))
-    for ph in p["phases"][:2]:
-        print("  ", ph["phase"], ph["ms_per_step"], [(k.get("kind"), k["ms_per_step"]) for k in ph.get("kinds", [])[:8]])
-' $(ls -t results/$V2/*-profile.json | head -$((2 * ${3:-1}))) ;;
+      # this round's two records, o (older) against c, side by side in the job log
+      step python3 -m scripts.profile --compare $(ls -t results/$V2/*-profile.json | head -2 | tac)
+    done ;;
   cut)  # KEY=VALUE [KEY=VALUE...]: issue 29 items 2-3, one change measured alone: Qwen3.5 FP8 -dvg ($V if set, e.g.
     # V=qwen3.5-4b-awq-dvg for W4A16_GEMM=kit) with the first KEY=VALUE (e.g. LM_HEAD_W8=int8, GDN_QKV_SPLIT=two_copies)
     # against the same without it, both sides given the rest (e.g. `kernels`' best FP8 kernel): c=1,8 at the

@@ -212,6 +212,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", nargs="*", type=Path, metavar="RECORD",
                    help="only draw: the PNG of these profile records (none given: the variant's newest); serves nothing")
     p.add_argument("-o", "--output", type=Path, help="PNG to write (default: experiments/<variant>/profile.png)")
+    p.add_argument("--compare", nargs=2, type=Path, metavar=("A", "B"),
+                   help="only print two profile records side by side (ms a step by phase and by kind, B - A, the "
+                        "config keys that differ); serves nothing, writes nothing")
     p.add_argument("--reduce", type=Path, metavar="TRACE",
                    help="only reduce a kept trace (results/profiles/*.trace.json.gz) with today's rules and print "
                         "its table; serves nothing, writes nothing")
@@ -222,6 +225,8 @@ def main(argv=None) -> int:
     a = parser().parse_args(argv)
     if a.reduce is not None:
         return reduce_only(a.reduce)
+    if a.compare is not None:
+        return compare_only(a.compare)
     if a.plot is not None:
         return plot_only(a)
     for flag in ("prompt_tokens", "decode_tokens", "requests"):
@@ -329,6 +334,19 @@ def reduce_only(trace: Path) -> int:
         raise KitError(f"{trace}: no decode step annotation (execute_context_0(0)_generation_...) in the trace")
     print(P.table_text(red["phases"], red["steps"], red["timeline"], red["step_ms"], red["gaps_by_host"],
                        red["gaps_by_frame"]))
+    return 0
+
+
+def compare_only(paths: list[Path]) -> int:
+    recs = []
+    for p in paths:
+        if not p.is_file():
+            raise KitError(f"--compare {p}: no such file")
+        r = load_record(p)
+        if r.get("kind") != "profile":
+            raise KitError(f"--compare {p}: a {r.get('kind')} record, not a profile record")
+        recs.append((rel(p), r))
+    print(P.compare_text(*recs))
     return 0
 
 

@@ -466,3 +466,48 @@ def unsplit(phases: list[dict]) -> bool:
     'other'. The V2 runner does that under --no-stack (no scopes, and no Python stack for the rules to read)."""
     ms = {r["phase"]: r["ms_per_step"] or 0 for r in phases}
     return ms.get("other", 0) > 0 and not any(ms.get(ph, 0) for ph in ("target forward", "draft", "bookkeeping"))
+
+
+def compare_text(a: tuple[str, dict], b: tuple[str, dict]) -> str:
+    """Two profile records side by side: ms a step by phase, and by kind of kernel for the target forward and the
+    drafts, with B - A. Says which config keys differ, and when the two did not run in one boot of one machine
+    (each GPU lease is a fresh boot): such a difference is side by side, not a measured effect."""
+    from .variant import _defaults, _schema
+    (pa, ra), (pb, rb) = a, b
+    dflt = _defaults(_schema())  # a key added to the schema after a record ran has its default there
+    ca, cb = ({**dflt, **r.get("config", {})} for r in (ra, rb))
+    diff = sorted(k for k in set(ca) | set(cb) if ca.get(k) != cb.get(k))
+    rows = [f"A: {pa}", f"B: {pb}",
+            "config: " + (", ".join(f"{k} {ca.get(k)!r} -> {cb.get(k)!r}" for k in diff) or "the same")]
+    da, db = (r["provenance"].get("device", {}).get("name") for r in (ra, rb))
+    ua, ub = (r["provenance"].get("utc", "")[:16] for r in (ra, rb))
+    boots = [r["provenance"].get("host", {}).get("boot_id") for r in (ra, rb)]
+    if da != db or None in boots or boots[0] != boots[1]:  # a GPU lease is a fresh boot: one boot, one session
+        rows.append(f"caveat: A ran on {da} at {ua}, B on {db} at {ub}, not in one boot of one machine: B - A is side "
+                    "by side, not a measured effect")
+
+    def ms(phases, name, kind=None):
+        ph = next((p for p in phases if p["phase"] == name), None)
+        if ph is None:
+            return None
+        if kind is None:
+            return ph["ms_per_step"]
+        return next((k["ms_per_step"] for k in ph.get("kinds") or [] if k["kind"] == kind), None)
+
+    def cell(x):
+        return "-" if x is None else f"{x:.4f}"
+
+    pa_, pb_ = ra["payload"]["phases"], rb["payload"]["phases"]
+    rows.append(f"{'ms a step':<34} {'A':>9} {'B':>9} {'B - A':>9}")
+    names = [p["phase"] for p in pa_] + [p["phase"] for p in pb_ if p["phase"] not in {q["phase"] for q in pa_}]
+    lines = [("step (all)", ra["payload"].get("step_ms"), rb["payload"].get("step_ms"))]
+    for name in names:
+        lines.append((name, ms(pa_, name), ms(pb_, name)))
+        if name in KIND_PHASES:
+            kinds = [k["kind"] for p in (pa_, pb_) for ph in p if ph["phase"] == name for k in ph.get("kinds") or []]
+            for kind in dict.fromkeys(kinds):
+                lines.append((f"  {name}: {kind}", ms(pa_, name, kind), ms(pb_, name, kind)))
+    for label, x, y in lines:
+        d = "-" if x is None or y is None else f"{y - x:+.4f}"
+        rows.append(f"{label:<34} {cell(x):>9} {cell(y):>9} {d:>9}")
+    return "\n".join(rows)

@@ -1,0 +1,52 @@
+"""`make profile-compare A=RECORD B=RECORD` (scripts/profile.py --compare) on committed profile records: every
+figure printed is the records' own, B - A is their difference, the config keys that differ are named (a key added
+to the schema after a record ran counts as its default), two records from different GPU leases get the caveat,
+and bad input gets one clear line and a non-zero exit."""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+from scripts.kit.paths import ROOT
+
+REC = "results/qwen3.5-4b-fp8-v2/{}-profile.json"
+A, B = REC.format("20261128T171722Z"), REC.format("20261128T210452Z")  # GDN_METADATA_REUSE off, then on
+
+
+def run(*args):
+    return subprocess.run([sys.executable, "-m", "scripts.profile", "--compare", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_compare_prints_the_records_figures_and_their_differences():
+    r = run(A, B)
+    assert r.returncode == 0, r.stderr
+    rows = {m.group(1).strip(): (m.group(2), m.group(3), m.group(4)) for m in
+            re.finditer(r"^(.{34}) +(\S+) +(\S+) +(\S+)$", r.stdout, re.M)}
+    ra, rb = (json.loads((ROOT / p).read_text())["payload"] for p in (A, B))
+    for ph_a, ph_b in zip(ra["phases"], rb["phases"]):
+        got = rows[ph_a["phase"]]
+        assert float(got[0]) == ph_a["ms_per_step"] and float(got[1]) == ph_b["ms_per_step"]
+        assert abs(float(got[2]) - (ph_b["ms_per_step"] - ph_a["ms_per_step"])) < 1e-4
+    copy_a = next(k for k in ra["phases"][0]["kinds"] if k["kind"] == "copy")["ms_per_step"]
+    assert float(rows["target forward: copy"][0]) == copy_a
+    assert float(rows["step (all)"][1]) == rb["step_ms"]
+    assert "config: GDN_METADATA_REUSE 'off' -> 'on'" in r.stdout  # and nothing else: keys added since are defaults
+    assert "caveat:" in r.stdout and "not in one boot of one machine" in r.stdout  # two leases of the H200
+
+
+def test_one_record_against_itself_differs_nowhere_and_has_no_caveat():
+    r = run(A, A)
+    assert r.returncode == 0, r.stderr
+    assert "config: the same" in r.stdout and "caveat" not in r.stdout
+    assert set(re.findall(r"([+-]\d+\.\d{4})$", r.stdout, re.M)) <= {"+0.0000", "-0.0000"}
+
+
+def test_bad_input_names_the_file():
+    r = run(A, "results/no-such-profile.json")
+    assert r.returncode != 0 and "--compare results/no-such-profile.json: no such file" in r.stderr
+    other = "results/qwen3.5-4b-fp8-v2/20261129T150731Z-comparison.json"
+    r = run(A, other)
+    assert r.returncode != 0 and f"--compare {other}: a comparison record, not a profile record" in r.stderr
