@@ -1079,7 +1079,8 @@ print(m["ratio"])' "$(ls -t results/${VAR[$s]}/*-comparison.json | head -1)")
         step python3 -m scripts.profile --variant $V2 --set WEIGHTS=dummy --set PORT=8114 --set SERVE_MAX_NUM_SEQS=256 \
           --set SERVE_KV_CACHE_MEMORY_BYTES=12884901888 --set SERVE_GPU_MEMORY_UTILIZATION=0.2 "${sets[@]}" \
           > "$LOGS/v2prof-$side-$i.log" 2>&1
-        grep -h "kit: \|record:" "$LOGS/v2prof-$side-$i.log" | sed 's/pid=[0-9]*//' | sort | uniq -c
+        grep -h "record:" "$LOGS/v2prof-$side-$i.log"  # and the server's own log: did the patch run
+        grep -h "kit: \|Using V2" $(ls -t results/$V2/logs/profile-*.log | head -1) | sed 's/pid=[0-9]*//' | sort | uniq -c
       done
       # this round's two records, o (older) against c, side by side in the job log
       step python3 -m scripts.profile --compare $(ls -t results/$V2/*-profile.json | head -2 | tac)
