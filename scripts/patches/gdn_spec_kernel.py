@@ -82,6 +82,14 @@ def _gdn_spec_packed_kernel(x_ptr, a_ptr, b_ptr, alog_ptr, dtb_ptr, h_ptr, idx_p
                 tl.store(h_ptr + slot * stride_h + hoff, h.to(h_ptr.dtype.element_ty), mask=mh)
 
 
+def state_layout_error(state: torch.Tensor, hv: int, v: int, k: int) -> str | None:
+    """None when `state` is a pool of slots the kernel reads as vLLM's does (each a contiguous [hv, v, k]), else
+    what it is instead. The kernel refuses such a pool; the patch (gdn_spec_packed.py) keeps vLLM's path for it."""
+    if state.dim() != 4 or tuple(state.shape[1:]) != (hv, v, k) or state.stride()[1:] != (v * k, k, 1):
+        return f"[slots, {hv}, {v}, {k}], each slot contiguous, got {list(state.shape)} strides {state.stride()}"
+    return None
+
+
 def gdn_spec_packed(x: torch.Tensor, a: torch.Tensor, b: torch.Tensor, A_log: torch.Tensor, dt_bias: torch.Tensor,
                     state: torch.Tensor, state_indices: torch.Tensor, num_accepted: torch.Tensor,
                     cu_seqlens: torch.Tensor, out: torch.Tensor, *, num_k_heads: int, head_k_dim: int,
@@ -95,9 +103,9 @@ def gdn_spec_packed(x: torch.Tensor, a: torch.Tensor, b: torch.Tensor, A_log: to
     if x.dim() != 2 or x.shape[1] != width or x.stride(1) != 1:
         raise ValueError(f"gdn_spec_packed: x must be [T, {width}] with unit column stride, got {list(x.shape)} "
                          f"strides {x.stride()}")
-    if tuple(state.shape[1:]) != (HV, V, K) or state.stride(1) != V * K or state.stride(2) != K or state.stride(3) != 1:
-        raise ValueError(f"gdn_spec_packed: state must be [slots, {HV}, {V}, {K}], each slot contiguous, got "
-                         f"{list(state.shape)} strides {state.stride()}")
+    bad = state_layout_error(state, HV, V, K)
+    if bad:
+        raise ValueError(f"gdn_spec_packed: state must be {bad}")
     if HV % H:
         raise ValueError(f"gdn_spec_packed: {HV} v heads do not group over {H} q/k heads")
     if tuple(out.shape[1:]) != (HV, V) or out.stride(2) != 1 or out.stride(1) != V:

@@ -40,11 +40,9 @@ def all_spec(md) -> bool:
 def layout_ok(layer) -> str | None:
     """None when the kit's kernel can take this layer's state pool as vLLM's kernel does (each slot a contiguous
     [HV, V, K]), else why not: the step then stays vLLM's rather than stopping the server."""
-    st = layer.kv_cache[1]
-    hv, v, k = layer.num_v_heads // layer.tp_size, layer.head_v_dim, layer.head_k_dim
-    if st.dim() != 4 or tuple(st.shape[1:]) != (hv, v, k) or st.stride()[1:] != (v * k, k, 1):
-        return f"SSM state {list(st.shape)} strides {st.stride()}, not slots of contiguous [{hv}, {v}, {k}]"
-    return None
+    from .gdn_spec_kernel import state_layout_error
+    bad = state_layout_error(layer.kv_cache[1], layer.num_v_heads // layer.tp_size, layer.head_v_dim, layer.head_k_dim)
+    return f"SSM state not {bad}" if bad else None
 
 
 def spec_step(layer, md, mixed_qkv, b, a, core_attn_out, *, conv_update, dim_first: bool) -> None:
