@@ -13,7 +13,10 @@ What it does, and refuses:
   each appended line's sha256 must match its record;
 - server logs and traces go gzipped into results/gpu-sessions/SESSION/logs/<variant>/, job logs into logs/, and
   py-spy start profiles (jobs/startprof-<variant>-HHMMSS.json) into results/profiles/ as
-  <date>T<HHMMSS>Z-<variant>-startprof.speedscope.json.gz; files already there are left as they are;
+  <date>T<HHMMSS>Z-<variant>-startprof.speedscope.json.gz, and `make profile`'s traces (collect brings them
+  back loose beside the tarballs, <stamp>-<variant>.trace.json.gz) into results/profiles/ as they are; files
+  already there are left as they are. torch's own trace folders under results/*/logs/ (profile-<stamp>/) are
+  left out: each holds the same trace as the loose file (session 20261129T1836Z's import stopped on one);
 - experiments/ and derived files the device regenerated (measurements.json, mtp_k_sweep.json, docs/) are not taken:
   `make report` rebuilds them here from the records.
 Then write the session's README, `make report`, `make check-schemas`, and commit.
@@ -32,6 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 RECORD = re.compile(r"^results/[^/]+/\d{8}T\d{6}Z-[\w.-]+\.json$")
 PROFILE = re.compile(r"^startprof-(?P<variant>.+)-(?P<hms>\d{6})\.json$")
+TRACE = re.compile(r"^\d{8}T\d{6}Z-[\w.-]+\.trace\.json\.gz$")
 
 
 class ImportRefused(Exception):
@@ -46,6 +50,10 @@ def stage(dirs: list[Path], into: Path) -> None:
         for t in tars:
             with tarfile.open(t) as tf:
                 tf.extractall(into, filter="data")
+        for f in d.iterdir():
+            if TRACE.match(f.name):
+                (into / "traces").mkdir(exist_ok=True)
+                shutil.copyfile(f, into / "traces" / f.name)
 
 
 def sha(path: Path) -> str:
@@ -81,7 +89,8 @@ def plan(staged: Path, root: Path, session: str) -> dict:
     logs = []
     sess = root / "results/gpu-sessions" / session / "logs"
     for f in sorted(staged.glob("results/*/logs/*")):
-        logs.append((f, sess / f.parent.parent.name / (f.name + ".gz")))
+        if f.is_file():
+            logs.append((f, sess / f.parent.parent.name / (f.name + ".gz")))
     for f in sorted(staged.glob("jobs/*.log")):
         logs.append((f, sess / (f.name + ".gz")))
     day = session[:8]
@@ -90,6 +99,8 @@ def plan(staged: Path, root: Path, session: str) -> dict:
         if m:
             name = f"{day}T{m['hms']}Z-{m['variant']}-startprof.speedscope.json.gz"
             logs.append((f, root / "results/profiles" / name))
+    for f in sorted(staged.glob("traces/*")):
+        logs.append((f, root / "results/profiles" / f.name))
     return {"records": records, "ledger": new_lines, "logs": [(s, d) for s, d in logs if not d.exists()]}
 
 
@@ -103,6 +114,9 @@ def apply(p: dict, staged: Path, root: Path) -> None:
             f.write("".join(line + "\n" for line in p["ledger"]))
     for src, dst in p["logs"]:
         dst.parent.mkdir(parents=True, exist_ok=True)
+        if src.parent.name == "traces":  # gzipped already
+            shutil.copyfile(src, dst)
+            continue
         with open(src, "rb") as i, gzip.open(dst, "wb") as o:
             shutil.copyfileobj(i, o)
 

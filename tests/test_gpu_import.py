@@ -67,6 +67,23 @@ def test_new_records_ledger_lines_and_logs_come_in_once(tmp_path, capsys):
     assert {p: p.read_bytes() for p in repo.rglob("*") if p.is_file()} == snapshot
 
 
+def test_make_profiles_loose_trace_comes_in_as_is_and_torchs_trace_folder_stays_out(tmp_path, capsys):
+    # Session 20261129T1836Z: the server-log tarball held torch's own trace folder (profile-<stamp>/), and the import
+    # stopped on it after copying the records; collect also brings each profile's trace back loose.
+    repo, dev = setup(tmp_path)
+    trace = gzip.compress(b'{"traceEvents": []}')
+    tgz(dev / "srvlogs.tgz", {f"results/{V}/logs/profile-20261129T183751.log": b"server\n",
+                              f"results/{V}/logs/profile-20261129T183751/rank0.1.pt.trace.json.gz": trace})
+    (dev / f"20261129T184526Z-{V}.trace.json.gz").write_bytes(trace)
+    (dev / "notes.json").write_bytes(b"{}")  # not a trace: not taken
+    assert gpu_import.main(["20261129T0735Z", str(dev)], root=repo) == 0
+    assert (repo / f"results/profiles/20261129T184526Z-{V}.trace.json.gz").read_bytes() == trace
+    sess = repo / "results/gpu-sessions/20261129T0735Z/logs" / V
+    assert sorted(p.name for p in sess.iterdir()) == ["profile-20261129T183751.log.gz"]
+    assert not list(repo.rglob("notes.json"))
+    assert "1 record(s), 1 ledger line(s), 4 log/profile file(s)" in capsys.readouterr().out
+
+
 def _refused(repo: Path, dev: Path, capsys, why: str) -> None:
     snapshot = {p: p.read_bytes() for p in repo.rglob("*") if p.is_file()}
     assert gpu_import.main(["20261129T0735Z", str(dev)], root=repo) == 1
