@@ -171,6 +171,7 @@ def test_reduce_gpu_trace_device_time_by_launch_context():
     ("void cutlass::device_kernel<flash::enable_sm90_or_later<flash::FlashAttnFwdSm90<flash::Col", "attention"),
     ("void vllm::reshape_and_cache_flash_kernel<__nv_bfloat16, __nv_bfloat16>", "attention"),
     ("fused_sigmoid_gating_delta_rule_update_kernel", "gated deltanet"),
+    ("_gdn_spec_packed_kernel", "gated deltanet"),  # the kit's (GDN_SPEC_PACKED), H200 trace of 20261129T1836Z
     ("_causal_conv1d_update_kernel", "conv1d"),
     ("triton_red_fused__to_copy_add_fused_add_rms_norm_3", "norm"),
     ("_fused_qk_rmsnorm_rope_gate_kernel", "norm"),

@@ -98,11 +98,12 @@ DEVICE_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 # against the phase's bytes is the bandwidth they reach; the rest are small kernels whose time is their count
 # times a few microseconds each. Names: cuBLAS (nvjet_*, *gemm*, splitKreduce), FlashAttention 3
 # (cutlass::device_kernel<flash::...>), vLLM's fla Triton kernels for Gated DeltaNet, Inductor's fused Triton
-# kernels (triton_poi_ / triton_red_ / triton_per_), torch's copies and reductions. CPU ops (a CPU trace)
-# take the same table.
+# kernels (triton_poi_ / triton_red_ / triton_per_), torch's copies and reductions, and the kit's own GDN verify
+# kernel (scripts/patches/gdn_spec_kernel.py; session 20261129T1836Z's records file it under "other"). CPU ops
+# (a CPU trace) take the same table.
 KERNEL_KINDS = (
     ("attention", r"flash|fmha|attention|attn|reshape_and_cache|paged"),
-    ("gated deltanet", r"gated_delta|delta_rule|fused_recurrent|chunk_(fwd|local|scaled)|solve_tril|l2norm_fwd"),
+    ("gated deltanet", r"gated_delta|delta_rule|fused_recurrent|chunk_(fwd|local|scaled)|solve_tril|l2norm_fwd|gdn_spec_packed"),
     ("conv1d", r"conv1d"),
     ("gemm", r"nvjet|gemm|cublas|xmma|splitKreduce|aten::(linear|mm|addmm|matmul|bmm)"),
     ("norm", r"rms_?norm|layer_?norm|rsqrt"),

