@@ -170,7 +170,7 @@ def test_on_a_gpu_with_real_triton_in_bfloat16_too():
         assert not failures(got, tol), (case, got)
 
 
-if __name__ == "__main__":  # a GPU host without pytest: python3 tests/test_gdn_spec_kernel.py [cpu|cuda]
+if __name__ == "__main__":  # a GPU host without pytest: PYTHONPATH=. python3 tests/test_gdn_spec_kernel.py [cpu|cuda]
     device = sys.argv[1] if len(sys.argv) > 1 else "cuda"
     cases = GPU_CASES if device == "cuda" else CASES
     bad = 0
