@@ -1054,6 +1054,13 @@ print(m["ratio"])' "$(ls -t results/${VAR[$s]}/*-comparison.json | head -1)")
     # records of a loop run after its job because the loop wrote 13).
     bash "$0" startlegs "${2:-6}" - LAZY_IMPORTS=1 || exit 1
     [ -x /tmp/prof/bin/py-spy ] && bash "$0" startprof qwen3.5-4b-bf16-tuned-dvg-quick6 --set LAZY_IMPORTS=1 ;;
+  start16)  # [N] issue 32, after 20261129T1836Z (giving the content format moved no Qwen3-4B start; the chat warm-up's
+    # AutoProcessor probe, a second tokenizer load, was 2.6 s of the API's samples after the engine was ready):
+    # qwen3-4b-bf16-quickstart as committed (API_SKIP_PROCESSOR_PROBE=1) against it with the probe (=0), baked once (a
+    # start key), N rounds (default 6), then a py-spy start as committed. ~9 min on an H200. Check that the `-` legs'
+    # logs say "has no processor" and carry no "Detected the chat template content format" cost after the ready.
+    LEGS_VARIANT=qwen3-4b-bf16-quickstart bash "$0" startlegs "${2:-6}" - API_SKIP_PROCESSOR_PROBE=0 || exit 1
+    [ -x /tmp/prof/bin/py-spy ] && bash "$0" startprof qwen3-4b-bf16-quickstart ;;
   v2step)  # KEY=VALUE: v2cut's first comparison alone: qwen3.5-4b-fp8-v2 as committed (o) against it with KEY=VALUE (c)
     # at acceptance 0, c=1 (the step), two servers at 12 GiB of KV and no BF16 server. ~11 min from cold caches.
     cut=$2; kv12=12884901888; V2=qwen3.5-4b-fp8-v2; S="SERVE_MAX_NUM_SEQS=256"; Z=0,0,0,0

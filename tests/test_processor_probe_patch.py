@@ -142,3 +142,31 @@ def test_sitecustomize_installs_it_in_a_fresh_interpreter_only_when_switched_on(
                            cwd=ROOT)
         assert r.returncode == 0, r.stderr[-3000:]
         assert r.stdout.strip().splitlines()[-1] == want
+
+
+@pytest.mark.e2e
+@pytest.mark.slow  # a server of its own (~50 s)
+def test_a_tiny_server_with_the_key_skips_the_probe_and_renders_chats_with_the_tokenizers_template(tmp_path):
+    import requests
+    from transformers import AutoTokenizer
+    from scripts.kit.device import host_platform
+    from scripts.kit.procs import ServerProcess, free_port
+    from scripts.kit.variant import load
+    if not tiny_ready():
+        pytest.fail("tiny weights missing: run `make install` (it fetches them)")
+    v = load("tiny", [f"PORT={free_port()}", "API_SKIP_PROCESSOR_PROBE=1"])
+    platform = host_platform()
+    log = tmp_path / "server.log"
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Name a colour."}]
+    with ServerProcess(v.to_argv(platform), v.to_env(platform), v["HOST"], v["PORT"], 600, log_path=log) as srv:
+        tok = requests.post(srv.url + "/tokenize", timeout=120, json={"model": "tiny", "messages": messages,
+                                                                       "add_generation_prompt": True})
+        chat = requests.post(srv.url + "/v1/chat/completions", timeout=300,
+                             json={"model": "tiny", "messages": messages, "max_tokens": 4})
+    assert tok.status_code == 200 and chat.status_code == 200, (tok.text, chat.text)
+    assert chat.json()["choices"][0]["message"]["content"]
+    # The chat the server rendered is the one the tokenizer's own template gives.
+    want = AutoTokenizer.from_pretrained(str(TINY)).apply_chat_template(messages, add_generation_prompt=True,
+                                                                        tokenize=True, return_dict=False)
+    assert tok.json()["tokens"] == list(want)
+    assert f"kit: {v.weights_dir} has no processor: its chat template is the tokenizer's" in log.read_text()
