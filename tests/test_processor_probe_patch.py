@@ -19,7 +19,7 @@ import pytest
 
 from scripts.kit.paths import ROOT
 from scripts.patches import processor_probe as PP
-from tests.conftest import tiny_ready
+from tests.conftest import own_tiny_server, tiny_ready
 
 TINY = ROOT / "weights/HuggingFaceTB--SmolLM2-135M-Instruct/bf16"
 
@@ -149,16 +149,9 @@ def test_sitecustomize_installs_it_in_a_fresh_interpreter_only_when_switched_on(
 def test_a_tiny_server_with_the_key_skips_the_probe_and_renders_chats_with_the_tokenizers_template(tmp_path):
     import requests
     from transformers import AutoTokenizer
-    from scripts.kit.device import host_platform
-    from scripts.kit.procs import ServerProcess, free_port
-    from scripts.kit.variant import load
-    if not tiny_ready():
-        pytest.fail("tiny weights missing: run `make install` (it fetches them)")
-    v = load("tiny", [f"PORT={free_port()}", "API_SKIP_PROCESSOR_PROBE=1"])
-    platform = host_platform()
-    log = tmp_path / "server.log"
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Name a colour."}]
-    with ServerProcess(v.to_argv(platform), v.to_env(platform), v["HOST"], v["PORT"], 600, log_path=log) as srv:
+    with own_tiny_server(tmp_path, ["API_SKIP_PROCESSOR_PROBE=1"]) as srv:
+        v = srv.variant
         tok = requests.post(srv.url + "/tokenize", timeout=120, json={"model": "tiny", "messages": messages,
                                                                        "add_generation_prompt": True})
         chat = requests.post(srv.url + "/v1/chat/completions", timeout=300,
@@ -169,4 +162,5 @@ def test_a_tiny_server_with_the_key_skips_the_probe_and_renders_chats_with_the_t
     want = AutoTokenizer.from_pretrained(str(TINY)).apply_chat_template(messages, add_generation_prompt=True,
                                                                         tokenize=True, return_dict=False)
     assert tok.json()["tokens"] == list(want)
-    assert f"kit: {v.weights_dir} has no processor: its chat template is the tokenizer's" in log.read_text()
+    log = (tmp_path / "server.log").read_text()
+    assert f"kit: {v.weights_dir} has no processor: its chat template is the tokenizer's" in log
