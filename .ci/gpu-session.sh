@@ -1086,7 +1086,10 @@ print(m["ratio"])' "$(ls -t results/${VAR[$s]}/*-comparison.json | head -1)")
     cut=$2; V2=qwen3.5-4b-fp8-v2; Z=0,0,0,0
     step python3 -m scripts.kit draft-vocab --variant $V2 --set WEIGHTS=dummy
     for i in $(seq 1 "${3:-1}"); do
-      for side in o c; do
+      # Odd rounds o then c, even rounds c then o: in session 20261129T1836Z the c side ran second in both rounds and its
+      # host gaps were larger in every frame, the patch's own path aside; an order kept fixed cannot tell the two apart.
+      order="o c"; [ $((i % 2)) = 0 ] && order="c o"
+      for side in $order; do
         sets=(--set SPEC_ACCEPTANCE=$Z); [ $side = c ] && sets+=(--set "$cut")
         step python3 -m scripts.profile --variant $V2 --set WEIGHTS=dummy --set PORT=8114 --set SERVE_MAX_NUM_SEQS=256 \
           --set SERVE_KV_CACHE_MEMORY_BYTES=12884901888 --set SERVE_GPU_MEMORY_UTILIZATION=0.2 "${sets[@]}" \
@@ -1094,8 +1097,9 @@ print(m["ratio"])' "$(ls -t results/${VAR[$s]}/*-comparison.json | head -1)")
         grep -h "record:" "$LOGS/v2prof-$side-$i.log"  # and the server's own log: did the patch run
         grep -h "kit: \|Using V2" $(ls -t results/$V2/logs/profile-*.log | head -1) | sed 's/pid=[0-9]*//' | sort | uniq -c
       done
-      # this round's two records, o (older) against c, side by side in the job log
-      step python3 -m scripts.profile --compare $(ls -t results/$V2/*-profile.json | head -2 | tac)
+      # this round's two records, o against c whatever the order, side by side in the job log
+      step python3 -m scripts.profile --compare $(sed -n 's/^record: //p' "$LOGS/v2prof-o-$i.log" | tail -1) \
+        $(sed -n 's/^record: //p' "$LOGS/v2prof-c-$i.log" | tail -1)
     done ;;
   cut)  # KEY=VALUE [KEY=VALUE...]: issue 29 items 2-3, one change measured alone: Qwen3.5 FP8 -dvg ($V if set, e.g.
     # V=qwen3.5-4b-awq-dvg for W4A16_GEMM=kit) with the first KEY=VALUE (e.g. LM_HEAD_W8=int8, GDN_QKV_SPLIT=two_copies)
