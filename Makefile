@@ -53,7 +53,7 @@ eval-latency: ## latency probe of VARIANT (URL= to probe a running server; PROBE
 	$(PY) -m scripts.probe $(V) $(if $(URL),--url $(URL)) $(if $(BASELINE),--baseline $(BASELINE)) $(PROBE)
 profile: ## one decode step by phase (target, draft, sampler, bookkeeping, gaps) from vLLM's torch profiler: record, results/profiles/ trace, experiments/VARIANT/profile.png
 	$(PY) -m scripts.profile $(V)
-profile-compare: ## two profile records side by side, A=RECORD B=RECORD: ms a step by phase and kind of kernel, B - A, the config keys that differ
+profile-compare: ## two profile records side by side, A=RECORD B=RECORD: ms a step by phase and kind of kernel, host gaps by phase and frame, B - A, the config keys that differ
 	$(PY) -m scripts.profile --compare $(or $(A),$(error profile-compare: set A=RECORD, a profile record (results/VARIANT/*-profile.json))) $(or $(B),$(error profile-compare: set B=RECORD, a profile record (results/VARIANT/*-profile.json)))
 gemm: ## each linear layer of VARIANT's architecture timed per kernel and batch size against its byte floor: record (CUDA GPU) [KERNELS=bf16,fp8,w4a16_g32,...] [M=1,2,4,5,8] [DRY_RUN=1]
 	$(PY) -m scripts.gemm $(V) $(if $(KERNELS),--kernels $(KERNELS)) $(if $(M),--m $(M)) $(if $(DRY_RUN),--dry-run)

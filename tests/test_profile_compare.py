@@ -35,6 +35,14 @@ def test_compare_prints_the_records_figures_and_their_differences():
     assert float(rows["step (all)"][1]) == rb["step_ms"]
     assert "config: GDN_METADATA_REUSE 'off' -> 'on'" in r.stdout  # and nothing else: keys added since are defaults
     assert "caveat:" in r.stdout and "not in one boot of one machine" in r.stdout  # two leases of the H200
+    # the host's gaps by the phase they ran in and by frame, each side's own figure
+    for key, label in (("gaps_by_host", "host"), ("gaps_by_frame", "frame")):
+        for g in ra[key]:
+            k = g[label] if label == "host" else re.sub(r"^(?:.*/)?([^/(]+)\.py\(\d+\): (.*)$", r"\1.\2", g[label])
+            got = rows[f"  gaps, {label}: {k}"[:34].strip()]
+            assert float(got[0]) == g["ms_per_step"], (k, got)
+    assert float(rows["gaps, host: bookkeeping"][1]) == next(g["ms_per_step"] for g in rb["gaps_by_host"]
+                                                              if g["host"] == "bookkeeping")
 
 
 def test_one_record_against_itself_differs_nowhere_and_has_no_caveat():

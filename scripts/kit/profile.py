@@ -470,8 +470,8 @@ def unsplit(phases: list[dict]) -> bool:
 
 
 def compare_text(a: tuple[str, dict], b: tuple[str, dict]) -> str:
-    """Two profile records side by side: ms a step by phase, and by kind of kernel for the target forward and the
-    drafts, with B - A. Says which config keys differ, and when the two did not run in one boot of one machine
+    """Two profile records side by side: ms a step by phase, by kind of kernel for the target forward and the drafts,
+    and the host's gaps by the phase they ran in and by frame, with B - A. Says which config keys differ, and when the two did not run in one boot of one machine
     (each GPU lease is a fresh boot): such a difference is side by side, not a measured effect."""
     from .variant import _defaults, _schema
     (pa, ra), (pb, rb) = a, b
@@ -508,6 +508,13 @@ def compare_text(a: tuple[str, dict], b: tuple[str, dict]) -> str:
             kinds = [k["kind"] for p in (pa_, pb_) for ph in p if ph["phase"] == name for k in ph.get("kinds") or []]
             for kind in dict.fromkeys(kinds):
                 lines.append((f"  {name}: {kind}", ms(pa_, name, kind), ms(pb_, name, kind)))
+        if name == "gaps":  # where the host's time went: by the host phase it ran in, and by its longest frames
+            # (session 20261129T1836Z: one side's gaps grew in every frame alike, the host's doing, not the change's)
+            for key, label in (("gaps_by_host", "host"), ("gaps_by_frame", "frame")):
+                ga, gb = ({g[label]: g["ms_per_step"] for g in r["payload"].get(key) or []} for r in (ra, rb))
+                for k in dict.fromkeys([*ga, *gb]):
+                    short = re.sub(r"^(?:.*/)?([^/(]+)\.py\(\d+\): (.*)$", r"\1.\2", k) if label == "frame" else k
+                    lines.append((f"  gaps, {label}: {short}"[:34], ga.get(k), gb.get(k)))
     for label, x, y in lines:
         d = "-" if x is None or y is None else f"{y - x:+.4f}"
         rows.append(f"{label:<34} {cell(x):>9} {cell(y):>9} {d:>9}")
