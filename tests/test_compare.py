@@ -459,3 +459,25 @@ def test_derived_files_are_current_after_eval_latency_and_compare_through_make(t
         fresh = kit_copy(check)
         assert fresh.returncode == 0, f"after make {target}: {fresh.stderr[-2000:]}"
     assert ": no difference" in r.stderr or "B (tiny) better" in r.stderr or "A (tiny) better" in r.stderr
+
+
+def test_tpot_p10_is_the_pooled_10th_percentile_and_records_made_before_it_still_recompute():
+    """Committed record, H200 (session 20261129T1836Z): its rows predate tpot_p10_ms. The checker recomputes the rows
+    it has to the same digits; the new row is the 10th percentile of every pass's TPOTs pooled; a tampered row of it
+    is caught."""
+    from scripts.kit.paths import ROOT
+    p = json.loads((ROOT / "results/qwen3.5-4b-fp8-v2/20261129T185041Z-comparison.json").read_text())["payload"]
+    assert "tpot_p10_ms" not in {m["metric"] for m in p["metrics"]}
+    assert C.mismatches(p) == []
+    slo = L.SLO(p["slo"]["ttft_p99_ms"], p["slo"]["tpot_p99_ms"])
+    b = p["bootstrap"]
+    rows = C.metric_rows(p["passes"], slo, p["rounds"], b["iterations"], b["seed"], b["margin"])
+    assert [r for r in rows if r["metric"] != "tpot_p10_ms"] == p["metrics"]
+    p10 = next(r for r in rows if r["metric"] == "tpot_p10_ms")
+    for side in "ab":
+        tpot = sorted(t for q in p["passes"] if q["side"] == side for t in q["samples"]["tpot_ms"])
+        assert p10[side] == round(L.percentile(tpot, 10, True), 3)
+    assert p10["ci95"][0] <= p10["ratio"] <= p10["ci95"][1]
+    q = copy.deepcopy(p)
+    q["metrics"].append({**p10, "ratio": p10["ratio"] + 0.1})
+    assert any("tpot_p10_ms" in m for m in C.mismatches(q))
