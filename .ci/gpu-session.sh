@@ -1087,7 +1087,7 @@ print(m["ratio"])' "$(ls -t results/${VAR[$s]}/*-comparison.json | head -1)")
     step python3 -m scripts.kit draft-vocab --variant $V2 --set WEIGHTS=dummy
     for i in $(seq 1 "${3:-1}"); do
       # Odd rounds o then c, even rounds c then o: in session 20261129T1836Z the c side ran second in both rounds and its
-      # host gaps were larger in every frame, the patch's own path aside; an order kept fixed cannot tell the two apart.
+      # host gaps were larger, most in the draft passes, where the patch runs no code; a fixed order cannot tell why.
       order="o c"; [ $((i % 2)) = 0 ] && order="c o"
       for side in $order; do
         sets=(--set SPEC_ACCEPTANCE=$Z); [ $side = c ] && sets+=(--set "$cut")

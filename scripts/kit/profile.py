@@ -471,8 +471,9 @@ def unsplit(phases: list[dict]) -> bool:
 
 def compare_text(a: tuple[str, dict], b: tuple[str, dict]) -> str:
     """Two profile records side by side: ms a step by phase, by kind of kernel for the target forward and the drafts,
-    and the host's gaps by the phase they ran in and by frame, with B - A. Says which config keys differ, and when the two did not run in one boot of one machine
-    (each GPU lease is a fresh boot): such a difference is side by side, not a measured effect."""
+    and the host's gaps by the phase they ran in and by frame, with B - A. Says which config keys differ, and when the
+    two did not run in one boot of one machine (each GPU lease is a fresh boot): such a difference is side by side,
+    not a measured effect."""
     from .variant import _defaults, _schema
     (pa, ra), (pb, rb) = a, b
     dflt = _defaults(_schema())  # a key added to the schema after a record ran has its default there
@@ -509,7 +510,7 @@ def compare_text(a: tuple[str, dict], b: tuple[str, dict]) -> str:
             for kind in dict.fromkeys(kinds):
                 lines.append((f"  {name}: {kind}", ms(pa_, name, kind), ms(pb_, name, kind)))
         if name == "gaps":  # where the host's time went: by the host phase it ran in, and by its longest frames
-            # (session 20261129T1836Z: one side's gaps grew in every frame alike, the host's doing, not the change's)
+            # (session 20261129T1836Z: one side's gaps grew most in the draft passes, where its change runs no code)
             for key, label in (("gaps_by_host", "host"), ("gaps_by_frame", "frame")):
                 ga, gb = ({g[label]: g["ms_per_step"] for g in r["payload"].get(key) or []} for r in (ra, rb))
                 for k in dict.fromkeys([*ga, *gb]):
