@@ -481,3 +481,68 @@ def test_tpot_p10_is_the_pooled_10th_percentile_and_records_made_before_it_still
     q = copy.deepcopy(p)
     q["metrics"].append({**p10, "ratio": p10["ratio"] + 0.1})
     assert any("tpot_p10_ms" in m for m in C.mismatches(q))
+
+
+def test_cpu_counters_read_this_host_and_shares_come_from_two_readings():
+    """device.conditions() carries the host's CPU ticks by state and its CPU pressure; cpu_shares turns a before and
+    an after reading into the pass's steal and pressure shares, None where a reading lacks them."""
+    from scripts.kit import device
+    c = device.cpu_counters()
+    assert set(c["cpu_ticks"]) == set(device.CPU_TICK_FIELDS) and c["cpu_ticks"]["idle"] >= 0
+    before = {"t": 100.0, "host": {"cpu_ticks": dict.fromkeys(device.CPU_TICK_FIELDS, 0), "cpu_pressure_some_us": 0}}
+    after = {"t": 102.0, "host": {"cpu_ticks": dict(dict.fromkeys(device.CPU_TICK_FIELDS, 0), user=80, idle=15, steal=5),
+                                  "cpu_pressure_some_us": 500_000}}
+    assert device.cpu_shares(before, after) == {"steal_pct": 5.0, "cpu_pressure_pct": 25.0}
+    old = {"t": 100.0, "host": {"loadavg_1m": 0.5, "cpus": 2}}  # a record made before the counters
+    assert device.cpu_shares(old, after) == {"steal_pct": None, "cpu_pressure_pct": None}
+
+
+def test_cpu_pressure_rises_while_more_processes_spin_than_there_are_cpus():
+    """Real counters: between two conditions() readings, four times as many spinning processes as this process may
+    use CPUs make some task wait for a CPU for much of the wall time."""
+    import multiprocessing as mp
+    import os
+    import time
+    from scripts.kit import device
+    if device.cpu_counters()["cpu_pressure_some_us"] is None:
+        pytest.skip("this kernel exposes no /proc/pressure/cpu")
+    stop = mp.Event()
+    procs = [mp.get_context("fork").Process(target=_spin, args=(stop,), daemon=True)
+             for _ in range(4 * len(os.sched_getaffinity(0)))]
+    for p in procs:
+        p.start()
+    try:
+        before = device.conditions()
+        time.sleep(1.0)  # the window measured, not a wait for anything
+        after = device.conditions()
+    finally:
+        stop.set()
+        for p in procs:
+            p.join(10)
+    assert device.cpu_shares(before, after)["cpu_pressure_pct"] > 30
+
+
+def _spin(stop):
+    while not stop.is_set():
+        pass
+
+
+def test_cpu_shares_reach_the_summary_and_warn_only_past_their_levels():
+    from scripts.kit import device
+    ticks = lambda **kw: dict(dict.fromkeys(device.CPU_TICK_FIELDS, 0), **kw)
+    def cond(t, steal, psi_us):
+        return {"t": t, "gpu": None, "host": {"loadavg_1m": 1.0, "cpus": 16, "cpu_ticks": ticks(user=1000 * t, steal=steal),
+                                              "cpu_pressure_some_us": psi_us}}
+    quiet = {"before": cond(1, 0, 0), "after": cond(2, 0, 10_000)}          # 0% steal, 1% pressure
+    busy = {"before": cond(1, 0, 0), "after": cond(2, 30, 400_000)}         # 3% steal of 1030 ticks, 40% pressure
+    legacy = {"before": {"t": 1, "gpu": None, "host": {"loadavg_1m": 1.0}}, "after": {"t": 2, "gpu": None, "host": {}}}
+    passes = [{"side": "a", "conditions": quiet}, {"side": "a", "conditions": legacy},
+              {"side": "b", "conditions": quiet}, {"side": "b", "conditions": busy}]
+    cs = C.conditions_summary(passes)
+    assert cs["a"]["steal_pct"] == [0.0, 0.0] and cs["a"]["cpu_pressure_pct"] == [1.0, 1.0]
+    assert cs["b"]["steal_pct"] == [0.0, 2.91] and cs["b"]["cpu_pressure_pct"] == [1.0, 40.0]
+    payload = {"conditions": cs, "passes": []}
+    w = C.warnings(payload, 2)
+    assert [x.split(":")[0] for x in w] == ["side b", "side b"]
+    assert "up to 2.91% of the host's CPU time" in w[0] and "up to 40% of a pass" in w[1]
+    assert "steal_pct" not in C.conditions_summary([{"side": "a", "conditions": legacy}])["a"]

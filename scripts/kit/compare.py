@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import random
 
+from . import device
 from . import latency as L
 
 # (name, what it is computed from, which way is better). The ratio is oriented so that > 1 always
@@ -37,6 +38,12 @@ ROUNDS = 5
 # 1 of its 14 metrics "better" at 1.016x [1.004, 1.028]: with 14 intervals per record, one excluding 1
 # by chance is expected, and that is its size. Recorded in each payload (bootstrap.margin).
 MARGIN = 0.02
+# A pass is flagged when the hypervisor took this share of the host's CPU time (steal), or some task waited for a
+# CPU this share of the wall time (CPU pressure), between its before and after readings (device.cpu_shares). No
+# record yet says what these are on a GPU host: the levels are a first guess, to be moved once records show their
+# usual range there.
+STEAL_WARN_PCT = 1.0
+PRESSURE_WARN_PCT = 10.0
 
 
 def round_order(rounds: int) -> list[list[str]]:
@@ -169,6 +176,10 @@ def conditions_summary(passes: list[dict]) -> dict:
                     slow.update(one.get("slowdowns") or [])
                 if (cond.get("host") or {}).get("loadavg_1m") is not None:
                     vals["loadavg_1m"].append(cond["host"]["loadavg_1m"])
+            c = p.get("conditions") or {}
+            for k, v in device.cpu_shares(c.get("before") or {}, c.get("after") or {}).items():
+                if v is not None:
+                    vals.setdefault(k, []).append(v)
         out[s] = {k: [min(v), max(v)] if v else None for k, v in vals.items()}
         out[s]["slowdowns"] = sorted(slow)
     return out
@@ -185,6 +196,13 @@ def warnings(payload: dict, own_processes: int) -> list[str]:
                        "other servers were resident beside the comparison")
         if cs[s]["slowdowns"]:
             out.append(f"side {s}: the GPU reported slowdowns while timing: {', '.join(cs[s]['slowdowns'])}")
+        steal, psi = cs[s].get("steal_pct"), cs[s].get("cpu_pressure_pct")
+        if steal and steal[1] >= STEAL_WARN_PCT:
+            out.append(f"side {s}: the hypervisor took up to {steal[1]:g}% of the host's CPU time in a pass (steal): "
+                       "another guest's load moves a host-bound step")
+        if psi and psi[1] >= PRESSURE_WARN_PCT:
+            out.append(f"side {s}: some task waited for a CPU during up to {psi[1]:g}% of a pass (CPU pressure): "
+                       "the servers and the client were short of CPUs")
     if cs["a"]["gpu_processes"] and cs["b"]["gpu_processes"] and cs["a"]["gpu_processes"] != cs["b"]["gpu_processes"]:
         out.append(f"GPU processes differed between the sides: {cs['a']['gpu_processes']} vs {cs['b']['gpu_processes']}")
     return out + queue_warnings(payload) + step_warnings(payload)

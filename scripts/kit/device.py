@@ -131,9 +131,56 @@ def host_load() -> dict:
     return {"loadavg_1m": load1, "cpus": os.cpu_count() or 1}
 
 
+CPU_TICK_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+
+
+def cpu_counters() -> dict:
+    """The host's CPU time so far by state (/proc/stat's first line, clock ticks) and the microseconds in which some
+    runnable task waited for a CPU (/proc/pressure/cpu, "some total"); None where the kernel has neither.
+
+    Why: read before and after a timed pass, their differences say whether the hypervisor gave this guest's CPUs to
+    another (steal) or tasks queued for a CPU while the pass ran. The speculating step is host-bound, and on an H200
+    its per-request TPOT fell into two modes, ~20% apart, each lasting seconds, while the GPU's clocks stayed at
+    their maximum (session 20261129T2159Z); nothing recorded said what the host was doing then."""
+    out: dict = {"cpu_ticks": None, "cpu_pressure_some_us": None}
+    try:
+        with open("/proc/stat") as f:
+            head = f.readline().split()
+        if head and head[0] == "cpu":
+            out["cpu_ticks"] = dict(zip(CPU_TICK_FIELDS, (int(x) for x in head[1:1 + len(CPU_TICK_FIELDS)])))
+    except (OSError, ValueError):
+        pass
+    try:
+        with open("/proc/pressure/cpu") as f:
+            for line in f:
+                if line.startswith("some "):
+                    out["cpu_pressure_some_us"] = int(line.rsplit("total=", 1)[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return out
+
+
+def cpu_shares(before: dict, after: dict) -> dict:
+    """Percent of the CPU time between two conditions() readings that the hypervisor took (steal_pct), and percent
+    of the wall time in which some task waited for a CPU (cpu_pressure_pct); None where either reading lacks it."""
+    hb, ha = before.get("host") or {}, after.get("host") or {}
+    out = {"steal_pct": None, "cpu_pressure_pct": None}
+    tb, ta = hb.get("cpu_ticks"), ha.get("cpu_ticks")
+    if tb and ta:
+        total = sum(ta.get(k, 0) - tb.get(k, 0) for k in CPU_TICK_FIELDS)
+        if total > 0:
+            out["steal_pct"] = round(100.0 * (ta.get("steal", 0) - tb.get("steal", 0)) / total, 2)
+    pb, pa = hb.get("cpu_pressure_some_us"), ha.get("cpu_pressure_some_us")
+    wall = (after.get("t") or 0) - (before.get("t") or 0)
+    if pb is not None and pa is not None and wall > 0:
+        out["cpu_pressure_pct"] = round(min(100.0, (pa - pb) / (wall * 1e4)), 2)
+    return out
+
+
 def conditions() -> dict:
-    """What a timed pass ran under, read now: the GPU's state (None on a CPU host) and the host's load."""
-    return {"t": round(time.time(), 3), "gpu": gpu_state(), "host": host_load()}
+    """What a timed pass ran under, read now: the GPU's state (None on a CPU host), the host's load and its CPU
+    counters (cpu_counters; cpu_shares turns two readings into shares of the pass)."""
+    return {"t": round(time.time(), 3), "gpu": gpu_state(), "host": {**host_load(), **cpu_counters()}}
 
 
 @functools.cache
