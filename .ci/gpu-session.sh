@@ -1075,8 +1075,9 @@ print(m["ratio"])' "$(ls -t results/${VAR[$s]}/*-comparison.json | head -1)")
   gdncheck)  # the kit's GDN verify kernel (GDN_SPEC_PACKED) on this GPU with real Triton, float32, float16 and bfloat16,
     # against vLLM's own kernel on vLLM's q/k/v split and a float64 reference (scripts/kit/gdn_check.py, which needs no
     # pytest). Seconds. Session 20261129T1836Z measured the patch's step but compared no outputs: dummy weights and
-    # synthetic acceptance do not show a wrong recurrence.
-    step python3 -m scripts.kit.gdn_check cuda ;;
+    # synthetic acceptance do not show a wrong recurrence. Session 20261129T2159Z: 5 of 5 agree, in its job log only;
+    # since then one gdn_check record under qwen3.5-4b-fp8-v2-gdn, the variant that sets the key.
+    step python3 -m scripts.kit.gdn_check cuda --variant qwen3.5-4b-fp8-v2-gdn ;;
   v2prof)  # KEY=VALUE [N]: the GPU's own time a step, qwen3.5-4b-fp8-v2 as committed against it with KEY=VALUE, N rounds
     # (default 1) of one `make profile` each, alternating, at acceptance 0, alone on the GPU. For a cut of GPU work
     # smaller than TPOT resolves: session 20261129T1442Z's v2step moved 26-49% between passes of each side, more than

@@ -51,7 +51,35 @@ def test_on_a_gpu_with_real_triton_in_bfloat16_too():
         assert not failures(got, tol), (case, got)
 
 
-def test_the_checks_command_line_names_a_bad_device_and_exits_2(capsys):
+def test_the_checks_command_line_names_a_bad_device_or_variant_and_exits_2(capsys):
+    from scripts.kit.errors import KitError
     from scripts.kit.gdn_check import main
-    assert main(["gpu"]) == 2 and "device 'gpu': cpu or cuda" in capsys.readouterr().err
-    assert main(["--help"]) == 0 and "python -m scripts.kit.gdn_check cuda" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as e:
+        main(["gpu"])
+    assert e.value.code == 2 and "invalid choice: 'gpu'" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        main(["--help"])
+    assert e.value.code == 0 and "--variant" in capsys.readouterr().out
+    with pytest.raises(KitError, match="no-such-variant"):  # before the check's minutes, not after
+        main(["cpu", "--variant", "no-such-variant"])
+
+
+def test_with_a_variant_the_check_is_one_record_that_validates(results, tmp_path, monkeypatch, capsys):
+    """The CPU cases' real results (the module's run) written as a gdn_check record: every case with its tolerance
+    and failures, the count that agreed; a failing case is recorded too, and the exit status says it."""
+    from scripts.kit import gdn_check as G
+    from scripts.kit.record import load_record, records
+    monkeypatch.setattr(G, "run_check", lambda cases, device="cpu": results)
+    assert G.main(["cpu", "--variant", "tiny", "--results-dir", str(tmp_path)]) == 0
+    (path, rec), = records("tiny", "gdn_check", tmp_path)
+    p = load_record(path)["payload"]
+    assert p["device"] == "cpu" and p["agree"] == p["total"] == len(CASES) and len(p["cases"]) == len(CASES)
+    assert [c["case"] for c in p["cases"]] == [c for c, _ in CASES] and all(not c["failures"] for c in p["cases"])
+    assert p["cases"][0]["result"]["kit_vs_vllm"] == results[0]["kit_vs_vllm"]
+    broken = [dict(results[0], kit_vs_vllm=1.0)] + results[1:]
+    monkeypatch.setattr(G, "run_check", lambda cases, device="cpu": broken)
+    assert G.main(["cpu", "--variant", "tiny", "--results-dir", str(tmp_path)]) == 1
+    recs = records("tiny", "gdn_check", tmp_path)
+    assert len(recs) == 2 and "FAIL kit_vs_vllm" in capsys.readouterr().out
+    worst = [load_record(pth)["payload"] for pth, _ in recs if load_record(pth)["payload"]["agree"] < len(CASES)]
+    assert worst and worst[0]["cases"][0]["failures"] == ["kit_vs_vllm"]

@@ -6,8 +6,11 @@ starting slot is the null block must be left as they were, and no other slot wri
 
     python -m scripts.kit.gdn_check cuda    # on a GPU host with vLLM 0.26: real Triton, float32, float16, bfloat16
     python -m scripts.kit.gdn_check cpu     # Triton's interpreter (no bfloat16 there)
+    python -m scripts.kit.gdn_check cuda --variant qwen3.5-4b-fp8-v2-gdn   # and one gdn_check record under its results
 
-Exit status 0 when every case agrees. tests/test_gdn_spec_kernel.py runs the CPU cases in `make test` and the GPU
+Exit status 0 when every case agrees. With --variant, the cases, their errors and tolerances are also written as one
+`gdn_check` record (schemas/payloads/gdn_check.schema.json), so the check a variant's key rests on is a record like
+any measurement, whether it passed or not. tests/test_gdn_spec_kernel.py runs the CPU cases in `make test` and the GPU
 cases under the `gpu` marker; this module needs no pytest, which a GPU host may not have.
 """
 from __future__ import annotations
@@ -137,25 +140,54 @@ def failures(got: dict, tol: float) -> list[str]:
     return bad + [k for k in ("finite", "dead_rows_kept", "other_slots_kept") if not got[k]]
 
 
+def parse_args(argv: list[str]):
+    import argparse
+    ap = argparse.ArgumentParser(prog="python -m scripts.kit.gdn_check", description=(
+        "The kit's GDN verify kernel (GDN_SPEC_PACKED) against vLLM 0.26's split, kernel and copy, and both against a "
+        "float64 reference. Exit status 0 when every case agrees."))
+    ap.add_argument("device", nargs="?", default="cuda", choices=("cuda", "cpu"),
+                    help="cuda: real Triton on the GPU, bfloat16 included (default); cpu: Triton's interpreter")
+    ap.add_argument("--variant", help="also write one gdn_check record under results/<variant>/ (the variant whose "
+                    "key the check is for, e.g. qwen3.5-4b-fp8-v2-gdn)")
+    ap.add_argument("--results-dir", default=None, help="where records go (default: results/)")
+    return ap.parse_args(argv)
+
+
 def main(argv: list[str]) -> int:
-    device = argv[0] if argv else "cuda"
-    if device in ("-h", "--help"):
-        print(__doc__)
-        return 0
-    if device not in ("cpu", "cuda"):
-        print(f"gdn_check: device {device!r}: cpu or cuda", file=sys.stderr)
-        return 2
+    import time
+    a = parse_args(argv)
+    device = a.device
+    v = None
+    if a.variant:  # a wrong name fails here, before the minutes of the check
+        from scripts.kit.variant import load
+        v = load(a.variant)
     cases = GPU_CASES if device == "cuda" else CASES
-    bad = 0
+    t0 = time.time()
+    rows, bad = [], 0
     for got, (case, tol) in zip(run_check(cases, device), cases):
         f = failures(got, tol)
         bad += bool(f)
+        rows.append({"case": case, "tolerance": tol, "result": got, "failures": f})
         print(("FAIL " + ",".join(f) if f else "ok"), case["dtype"], f"H={case['H']} HV={case['HV']} K={case['K']} "
               f"V={case['V']} lens={case['lens']}", json.dumps({k: got[k] for k in got if k.endswith("ref")
                                                                or k.endswith("vllm")}))
     print(f"gdn spec kernel on {device}: {len(cases) - bad} of {len(cases)} cases agree")
+    if v is not None:
+        from pathlib import Path
+        from scripts.kit.paths import rel
+        from scripts.kit.record import make_record, write_record
+        payload = {"device": device, "cases": rows, "agree": len(cases) - bad, "total": len(cases),
+                   "kernel": "scripts/patches/gdn_spec_kernel.py", "against": "vLLM's rearrange_mixed_qkv and "
+                   "fused_sigmoid_gating_delta_rule_update (its source, run by the same Triton), then the copy "
+                   "into the output buffer; both against a float64 reference", "wall_s": round(time.time() - t0, 1)}
+        path = write_record(make_record("gdn_check", v, payload, started=t0),
+                            Path(a.results_dir) if a.results_dir else None)
+        print(f"record: {rel(path)}", file=sys.stderr)
+        from scripts.report import refresh_after_write
+        refresh_after_write(path)  # one rule for every record: what derives from results/ follows it
     return 1 if bad else 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    from scripts.kit.errors import run_main
+    run_main(main, sys.argv[1:])
