@@ -26,6 +26,7 @@ from pathlib import Path
 from scripts import probe as P
 from scripts.kit import compare as C
 from scripts.kit import latency as L
+from scripts.kit import procstat
 from scripts.kit import weights
 from scripts.kit.device import host_platform
 from scripts.kit.errors import KitError, run_main
@@ -73,6 +74,7 @@ class Side:
             self.proc = ServerProcess(self.argv, env, variant["HOST"], variant["PORT"], variant["READY_TIMEOUT_S"],
                                       log_path=log)
         self.srv, self.ready_s = None, None
+        self.pids: list[int] = []  # the server's processes when it runs on this host (procstat), read once ready
 
     def describe(self) -> dict:
         return {"variant": self.v.name, "config_sha256": self.v.config_sha256, "config": dict(sorted(self.v.config.items())),
@@ -159,6 +161,7 @@ def main(argv=None) -> int:
                 models = [m["id"] for m in s.srv.get("/v1/models", 30).json().get("data", [])]
                 if s.v.name not in models:
                     raise KitError(f"{s.srv.url} serves {models}, not variant {s.v.name!r} (side {s.key.upper()})")
+                s.pids = procstat.server_pids(s.srv.url)
             per_level = sum(L.level_size(w, c) for c in a.concurrency)
             total = 2 * per_level * (a.warmup_waves + a.rounds)
             with P.exclusive(P.probe_lock(a.lock)), tqdm(total=total, unit="req", file=sys.stderr) as bar:
@@ -203,13 +206,16 @@ def run_rounds(sides: dict, w: L.Workload, a, bar) -> list[dict]:
                 if can_reset[key] is not False:
                     can_reset[key] = s.srv.reset_prefix_cache()
                 conds, queues = [], []
+                sched0 = procstat.snapshot(s.pids)
                 results, dt, delta = P.measured_pass(s.srv, s.v.name, L.level_requests(w, c, r), c, a, bar,
                                                      f"round {r + 1} of {s.v.name} at c={c}", conds, queues)
+                sched = procstat.pass_summary(sched0, procstat.snapshot(s.pids), dt)
                 samples = L.request_samples([{"results": results}])
                 passes.append({"round": r, "side": key, "concurrency": c, "duration_s": round(dt, 4),
                                "samples": samples, "failures": sorted({x.failure() for x in results if not x.ok})[:5],
                                "conditions": conds[0], "metrics_delta": P._delta_json(delta),
-                               "prefix_cache_reset": bool(can_reset[key]), "server_queue": queues[0]})
+                               "prefix_cache_reset": bool(can_reset[key]), "server_queue": queues[0],
+                               "server_sched": sched})
     return passes
 
 

@@ -49,6 +49,13 @@ def test_fake_b_twice_as_fast_is_named_the_winner_with_an_interval_around_two(tm
     tps = C.headline(p["metrics"], "output_tok_per_s", 2)
     assert tps["ratio"] > 1.3 and tps["verdict"] == "b better"
     assert all(x["conditions"]["before"]["host"]["cpus"] >= 1 for x in p["passes"])
+    # the fakes listen inside this process: its threads are the "server" whose scheduler counters each pass keeps
+    import os
+    if os.path.exists("/proc/self/schedstat"):
+        assert all(x["server_sched"]["threads"] >= 1 and x["server_sched"]["run_s"] > 0 for x in p["passes"])
+        assert p["conditions"]["b"]["busiest_thread_wait_pct"][0] >= 0
+    if os.path.exists("/proc/pressure/cpu"):
+        assert p["conditions"]["a"]["cpu_pressure_pct"] is not None
 
 
 def test_fake_a_against_itself_finds_no_big_difference(tmp_path, short_gil_slices):

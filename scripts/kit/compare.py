@@ -180,6 +180,9 @@ def conditions_summary(passes: list[dict]) -> dict:
             for k, v in device.cpu_shares(c.get("before") or {}, c.get("after") or {}).items():
                 if v is not None:
                     vals.setdefault(k, []).append(v)
+            busiest = (p.get("server_sched") or {}).get("busiest")  # a local server's busiest thread (procstat)
+            if busiest:
+                vals.setdefault("busiest_thread_wait_pct", []).append(busiest["wait_pct"])
         out[s] = {k: [min(v), max(v)] if v else None for k, v in vals.items()}
         out[s]["slowdowns"] = sorted(slow)
     return out
