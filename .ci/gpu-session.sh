@@ -1062,8 +1062,11 @@ print(m["ratio"])' "$(ls -t results/${VAR[$s]}/*-comparison.json | head -1)")
     LEGS_VARIANT=qwen3-4b-bf16-quickstart bash "$0" startlegs "${2:-6}" - API_SKIP_PROCESSOR_PROBE=0 || exit 1
     [ -x /tmp/prof/bin/py-spy ] && bash "$0" startprof qwen3-4b-bf16-quickstart ;;
   v2step)  # KEY=VALUE: v2cut's first comparison alone: qwen3.5-4b-fp8-v2 as committed (o) against it with KEY=VALUE (c)
-    # at acceptance 0, c=1 (the step), two servers at 12 GiB of KV and no BF16 server. ~11 min from cold caches.
-    cut=$2; kv12=12884901888; V2=qwen3.5-4b-fp8-v2; S="SERVE_MAX_NUM_SEQS=256"; Z=0,0,0,0
+    # at acceptance 0, c=1 (the step), two servers at 12 GiB of KV and no BF16 server. ~8 min from cold caches, ~2 min
+    # after (session 20261129T2159Z). V2_BASE=<variant> times another V2 variant instead, e.g. qwen3.5-4b-fp8-v2-gdn
+    # (with its own key as KEY=VALUE that is an A/A run). Records since 7f2e872 keep each pass's CPU steal and pressure
+    # and the servers' scheduler counters (make compare), for the slow TPOT mode.
+    cut=$2; kv12=12884901888; V2=${V2_BASE:-qwen3.5-4b-fp8-v2}; S="SERVE_MAX_NUM_SEQS=256"; Z=0,0,0,0
     mem="--set SERVE_KV_CACHE_MEMORY_BYTES=$kv12 --set SERVE_GPU_MEMORY_UTILIZATION=0.2"
     step python3 -m scripts.kit draft-vocab --variant $V2 --set WEIGHTS=dummy
     bash "$0" up o 8102 $kv12 $V2 --set "$S" --set SPEC_ACCEPTANCE=$Z
