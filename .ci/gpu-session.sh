@@ -1086,8 +1086,8 @@ print(m["ratio"])' "$(ls -t results/${VAR[$s]}/*-comparison.json | head -1)")
     # smaller than TPOT resolves: session 20261129T1442Z's v2step moved 26-49% between passes of each side, more than
     # the 96 norms' 0.41 ms. Each round ends with its two records side by side (make profile-compare; its config
     # line shows which pair it took). ~4 min a profile once the compile cache is warm. E.g. GDN_SPEC_PACKED=on (the
-    # copy kind: 0.22 ms a step on an H200).
-    cut=$2; V2=qwen3.5-4b-fp8-v2; Z=0,0,0,0
+    # copy kind: 0.22 ms a step on an H200). V2_BASE=<variant> profiles another V2 variant, as in v2step.
+    cut=$2; V2=${V2_BASE:-qwen3.5-4b-fp8-v2}; Z=0,0,0,0
     step python3 -m scripts.kit draft-vocab --variant $V2 --set WEIGHTS=dummy
     for i in $(seq 1 "${3:-1}"); do
       # Odd rounds o then c, even rounds c then o: in session 20261129T1836Z the c side ran second in both rounds and its
