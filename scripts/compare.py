@@ -258,8 +258,30 @@ def report_text(p: dict) -> str:
                 by = {t: L.stats(r["ttft_ms"] for r in rs if r["turn"] == t and r["ok"])["p50"]
                       for t in sorted({r["turn"] for r in rs})}
                 rows.append(f"  {side.upper()} c={c}: " + ", ".join(f"turn {t} {v}" for t, v in by.items()))
+    rows += host_rows(p["passes"])
     rows += [f"warning: {x}" for x in p["validity"]["warnings"]]
     return "\n".join(rows)
+
+
+def host_rows(passes: list[dict]) -> list[str]:
+    """One line a pass in the order they ran, where a pass has the host's counters: TPOT p50, and what the host did
+    meanwhile (CPU steal and pressure, the server's busiest thread's share on a CPU and waiting for one). A step
+    that moves between passes with these moving along is the host's doing."""
+    from scripts.kit import device
+    out = []
+    for q in passes:
+        c = q.get("conditions") or {}
+        cpu = device.cpu_shares(c.get("before") or {}, c.get("after") or {})
+        busy = (q.get("server_sched") or {}).get("busiest")
+        if cpu["steal_pct"] is None and cpu["cpu_pressure_pct"] is None and not busy:
+            continue  # a record made before the counters, or a host without them
+        tpot = L.stats(x for x, ok in zip(q["samples"]["tpot_ms"], q["samples"]["ok"]) if ok and x is not None)["p50"]
+        fmt = lambda v: "-" if v is None else f"{v:g}%"
+        out.append(f"  round {q['round'] + 1} {q['side'].upper()} c={q['concurrency']}: TPOT p50 {tpot} ms; steal "
+                   f"{fmt(cpu['steal_pct'])}, CPU pressure {fmt(cpu['cpu_pressure_pct'])}"
+                   + (f"; busiest server thread ({busy['comm']}) on a CPU {busy['run_pct']:g}%, waiting "
+                      f"{busy['wait_pct']:g}%, {busy['forced_switches']} forced switches" if busy else ""))
+    return (["the host, pass by pass:"] + out) if out else []
 
 
 if __name__ == "__main__":

@@ -56,6 +56,12 @@ def test_fake_b_twice_as_fast_is_named_the_winner_with_an_interval_around_two(tm
         assert p["conditions"]["b"]["busiest_thread_wait_pct"][0] >= 0
     if os.path.exists("/proc/pressure/cpu"):
         assert p["conditions"]["a"]["cpu_pressure_pct"] is not None
+    # the report prints one host line a pass, in the order they ran
+    text = compare.report_text(p).splitlines()
+    host = text[text.index("the host, pass by pass:") + 1:][:len(p["passes"])]
+    assert [x.split(":")[0].strip() for x in host] == [
+        f"round {q['round'] + 1} {q['side'].upper()} c={q['concurrency']}" for q in p["passes"]]
+    assert all("TPOT p50 " in x and "steal " in x for x in host)
 
 
 def test_fake_a_against_itself_finds_no_big_difference(tmp_path, short_gil_slices):
