@@ -142,7 +142,7 @@ def cpu_counters() -> dict:
     another (steal) or tasks queued for a CPU while the pass ran. The speculating step is host-bound, and on an H200
     its per-request TPOT fell into two modes, ~20% apart, each lasting seconds, while the GPU's clocks stayed at
     their maximum (session 20261129T2159Z); nothing recorded said what the host was doing then."""
-    out: dict = {"cpu_ticks": None, "cpu_pressure_some_us": None}
+    out: dict = {"cpu_ticks": None, "cpu_pressure_some_us": None, "cpu_t": round(time.time(), 4)}
     try:
         with open("/proc/stat") as f:
             head = f.readline().split()
@@ -171,7 +171,8 @@ def cpu_shares(before: dict, after: dict) -> dict:
         if total > 0:
             out["steal_pct"] = round(100.0 * (ta.get("steal", 0) - tb.get("steal", 0)) / total, 2)
     pb, pa = hb.get("cpu_pressure_some_us"), ha.get("cpu_pressure_some_us")
-    wall = (after.get("t") or 0) - (before.get("t") or 0)
+    # the counters' own clock where the reading has it: conditions()'s "t" precedes nvidia-smi's tens of milliseconds
+    wall = (ha.get("cpu_t") or after.get("t") or 0) - (hb.get("cpu_t") or before.get("t") or 0)
     if pb is not None and pa is not None and wall > 0:
         out["cpu_pressure_pct"] = round(min(100.0, (pa - pb) / (wall * 1e4)), 2)
     return out
