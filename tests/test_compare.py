@@ -244,6 +244,12 @@ def test_real_tiny_server_as_both_sides_writes_a_record_the_checker_recomputes(t
     # vLLM's request gauges, polled during each pass: some poll saw a request running.
     qs = [x["server_queue"] for x in p["passes"]]
     assert all(q and q["polls"] >= 1 for q in qs) and max(q["running_max"] for q in qs) >= 1
+    # The server's own threads, found from its port (the API process and the engine below it): every pass has
+    # their scheduler counters, and the busiest one (the engine's loop, or the API's) ran during it.
+    import os
+    if os.path.exists("/proc/self/schedstat"):
+        sched = [x["server_sched"] for x in p["passes"]]
+        assert all(s and s["threads"] > 2 and s["busiest"]["run_s"] > 0 for s in sched), sched[:2]
     # Issue 33: a user's own `make compare A=tiny B=tiny` on a CPU reached README's table of GPU
     # comparisons. Set beside the committed records, this one goes to the CPU table, labelled as the
     # user's, and neither the GPU table nor the answer changes.
