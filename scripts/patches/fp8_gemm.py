@@ -136,8 +136,8 @@ def pick(layer, index: int, fallback, m: int) -> str:
     if mar is not None:
         cands["marlin"] = lambda x: marlin_apply(mar, x)
     best, times = choose(cands, x)
-    if best == "marlin":  # kept outside the layer's submodules: its tensors are not weights vLLM loads or offloads
-        object.__setattr__(layer, "kit_fp8_marlin", mar)
+    if best == "marlin":
+        layer.kit_fp8_marlin = mar
     _PICK[index] = best
     if (n, k) not in _SHAPES_SAID:
         _SHAPES_SAID.add((n, k))
