@@ -226,15 +226,13 @@ def test_linear_backend_lever_offers_the_kernels_of_the_variants_scheme_and_foll
     # The kit's FP8 kernel: offered beside the backends for FP8 weights only; it serves under vLLM's own choice, so a
     # backend or 16-bit weights take it back off.
     ls, _ = T.levers(base, "gpu", lambda o: True, None, (1, 8))
-    assert next(lv for lv in ls if lv.name == "fp8_gemm").values == (
-        {"FP8_GEMM": "kit"}, {"FP8_GEMM": "pick"}, {"FP8_GEMM": "vllm"})
+    assert next(lv for lv in ls if lv.name == "fp8_gemm").values == ({"FP8_GEMM": "kit"}, {"FP8_GEMM": "vllm"})
     ls, _ = T.levers(load("qwen3.5-4b-awq").config, "gpu", lambda o: True, None, (1, 8))
     assert "fp8_gemm" not in [lv.name for lv in ls]
     kit = {**base, "FP8_GEMM": "kit"}
     assert T.fixup(kit, fp8[0]) == {**fp8[0], "FP8_GEMM": "vllm"}
     assert T.fixup(kit, {"QUANT": "none"}) == {"QUANT": "none", "FP8_GEMM": "vllm"}
     assert T.fixup(base, {"FP8_GEMM": "kit"}) == {"FP8_GEMM": "kit"}
-    assert T.fixup({**base, "FP8_GEMM": "pick"}, fp8[0]) == {**fp8[0], "FP8_GEMM": "vllm"}  # pick goes the same way
 
 
 def test_real_vllm_takes_the_method_fixup_names_for_a_kit_fp8_checkpoint_and_refuses_fp8(tmp_path, monkeypatch):
