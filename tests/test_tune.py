@@ -233,6 +233,7 @@ def test_linear_backend_lever_offers_the_kernels_of_the_variants_scheme_and_foll
     assert T.fixup(kit, fp8[0]) == {**fp8[0], "FP8_GEMM": "vllm"}
     assert T.fixup(kit, {"QUANT": "none"}) == {"QUANT": "none", "FP8_GEMM": "vllm"}
     assert T.fixup(base, {"FP8_GEMM": "kit"}) == {"FP8_GEMM": "kit"}
+    assert T.fixup({**base, "FP8_GEMM": "pick"}, fp8[0]) == {**fp8[0], "FP8_GEMM": "vllm"}  # pick goes the same way
 
 
 def test_real_vllm_takes_the_method_fixup_names_for_a_kit_fp8_checkpoint_and_refuses_fp8(tmp_path, monkeypatch):

@@ -165,6 +165,7 @@ def levers(cfg: dict, platform: str, weights_ok, arch: dict | None = None,
         out.append(Lever("linear_backend", linear_backend_values(cfg),
                          f"the {weight_scheme(cfg)} linears on another of vLLM's kernels (--linear-backend)"))
         if weight_scheme(cfg) == "fp8":  # the kit's W8A16 kernel at decode batches (scripts/patches/fp8_gemm.py)
+            # FP8_GEMM=pick is not offered: it needs a gemm record of the GPU and has no server measurement yet.
             out.append(Lever("fp8_gemm", ({"FP8_GEMM": "kit"}, {"FP8_GEMM": "vllm"}),
                              "FP8 linears on the kit's W8A16 kernel at <= 16 tokens, or vLLM's kernel throughout"))
     elif gpu:
@@ -274,7 +275,7 @@ def fixup(cfg: dict, overrides: dict) -> dict:
         backend = "auto"
     if eff.get(FP8_MARLIN) == "1" and (backend != "marlin" or weight_scheme(eff) != "fp8"):
         _unset(cfg, o, FP8_MARLIN, "0")
-    if eff.get("FP8_GEMM") == "kit" and (weight_scheme(eff) != "fp8" or backend != "auto"):
+    if eff.get("FP8_GEMM") in ("kit", "pick") and (weight_scheme(eff) != "fp8" or backend != "auto"):
         _unset(cfg, o, "FP8_GEMM", "vllm")  # it serves FP8 linears under vLLM's own kernel choice only
     if "SPEC_K" in o and "SPEC_SCHEDULE" in cfg and "SPEC_SCHEDULE" not in o:
         o["SPEC_SCHEDULE"] = ""

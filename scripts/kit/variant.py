@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import KitError
-from .paths import EXPERIMENTS, ROOT, WEIGHTS
+from .paths import EXPERIMENTS, RESULTS, ROOT, WEIGHTS
 from .paths import rel as _rel
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
@@ -234,12 +234,12 @@ class Variant:
     def cache_root(self) -> Path:
         """Per-variant VLLM_CACHE_ROOT: vLLM's compile key misses num_speculative_tokens (vllm#53366). A
         standby (STANDBY=1) has its own: sleep mode's allocator is in vLLM's compile key, and a bake of
-        one must not empty the other's. FP8_GEMM=kit has its own: the op it puts in the graph is invisible to
+        one must not empty the other's. FP8_GEMM=kit (and =pick) has its own: the op it puts in the graph is invisible to
         vLLM 0.26's AOT key (config and vLLM's environment, no sources), and a graph saved without it loads
         cleanly (compilation/decorators.py, _verify_source_unchanged checks only the sources it inlined).
         W4A16_GEMM=kit likewise."""
         return WEIGHTS / "cache" / (self.name + ("-standby" if self["STANDBY"] else "")
-                                    + ("-fp8kit" if self["FP8_GEMM"] == "kit" else "")
+                                    + ({"kit": "-fp8kit", "pick": "-fp8pick"}.get(self["FP8_GEMM"], ""))
                                     + ("-w4kit" if self["W4A16_GEMM"] == "kit" else ""))
 
     # -- server command ---------------------------------------------------------------------
@@ -312,6 +312,10 @@ class Variant:
             env[ENV] = str(path_for(self["MODEL"], self["SPEC_DRAFT_VOCAB"]))
         if self["FP8_GEMM"] == "kit":  # as above (scripts/patches/fp8_gemm.py)
             env["KIT_FP8_GEMM"] = "1"
+        elif self["FP8_GEMM"] == "pick":  # picked from this GPU's gemm records at the rows a verify step has at
+            env["KIT_FP8_GEMM"] = "pick"  # c=1: 1+K, or 1 without drafts
+            env["KIT_FP8_PICK_M"] = str(1 + (self["SPEC_K"] or 0))
+            env["KIT_FP8_PICK_RECORDS"] = str(RESULTS)
         if self["W4A16_GEMM"] == "kit":  # as above (scripts/patches/w4a16_gemm.py)
             env["KIT_W4A16_GEMM"] = "1"
         if self["LM_HEAD_W8"] != "off":  # as above (scripts/patches/lm_head_w8.py): the scheme

