@@ -63,9 +63,11 @@ shared=${SHARED:-../shared}
 if [ -n "${SPARSE:-}" ]; then
   # The tracked files present on disk, whatever the sparse set leaves out (2026-11-29 18:40: it also left out
   # results/qwen3-4b-bf16/ and results/sweeps/, and du's missing files stopped this script under pipefail).
-  tree=$( (git ls-files -z | xargs -0 du -cb 2>/dev/null || true) | tail -1 | cut -f1)
+  # One du over the whole list: xargs splits a long list into several du runs, and `tail -1` then read the last run's
+  # total alone (2026-11-30: "the tree: 0 MiB" for 17.8 MiB, and 63 MiB pieces that would have gone over).
+  tree=$( (git ls-files -z | du -cb --files0-from=- 2>/dev/null || true) | tail -1 | cut -f1)
 else
-  tree=$(git ls-files -z | xargs -0 du -cb | tail -1 | cut -f1)
+  tree=$(git ls-files -z | du -cb --files0-from=- | tail -1 | cut -f1)
 fi
 piece=$(( (64 * 1048576 - tree - 524288) / 1048576 ))
 [ "$piece" -ge 2 ] || { echo "the tree ($tree bytes) leaves under 2 MiB a call for the payload" >&2; exit 1; }
