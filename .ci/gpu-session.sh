@@ -1110,11 +1110,14 @@ print(m["ratio"])' "$(ls -t results/${VAR[$s]}/*-comparison.json | head -1)")
     # once, then each cut alone (c1, c2, ...), each set beside o (make profile-compare). (1+N) profiles of ~4 min, where
     # v2prof would take 2N: for a 30-minute lease that has to rank three cuts of GPU work. The GPU's own time a step
     # is what a profile measures, and two rounds agreed to 0.001 ms in session 20261129T1836Z, so one o serves all.
-    # E.g. FP8_GEMM=pick LM_HEAD_W8=int8 'SERVE_IR_OP_PRIORITY={"rms_norm":["vllm_c"],"fused_add_rms_norm":["vllm_c"]}'.
+    # E.g. FP8_GEMM=pick LM_HEAD_W8=int8 'SERVE_IR_OP_PRIORITY={"rms_norm":["vllm_c"],"fused_add_rms_norm":["vllm_c"]}'
+    # (session 20261130T0158Z: 1+3 profiles in 18 minutes from cold caches, the FP8_GEMM=pick one compiling its own).
     shift; V2=${V2_BASE:-qwen3.5-4b-fp8-v2}; Z=0,0,0,0; i=0
     step python3 -m scripts.kit draft-vocab --variant $V2 --set WEIGHTS=dummy
     for cut in - "$@"; do
-      sets=(--set SPEC_ACCEPTANCE=$Z); side=o; [ "$cut" != - ] && { sets+=(--set "$cut"); i=$((i + 1)); side=c$i; }
+      # A cut may be several KEY=VALUE in one argument, space-separated ('FP8_GEMM=pick LM_HEAD_W8=int8'): cuts together
+      sets=(--set SPEC_ACCEPTANCE=$Z); side=o
+      if [ "$cut" != - ]; then read -ra kv <<< "$cut"; for x in "${kv[@]}"; do sets+=(--set "$x"); done; i=$((i + 1)); side=c$i; fi
       step python3 -m scripts.profile --variant $V2 --set WEIGHTS=dummy --set PORT=8114 --set SERVE_MAX_NUM_SEQS=256 \
         --set SERVE_KV_CACHE_MEMORY_BYTES=12884901888 --set SERVE_GPU_MEMORY_UTILIZATION=0.2 "${sets[@]}" \
         > "$LOGS/v2profs-$side.log" 2>&1
@@ -1457,7 +1460,10 @@ print(m["ratio"])' "$(ls -t results/${VAR[$s]}/*-comparison.json | head -1)")
     # the servers' logs and start-up traces the records name (results/*/logs/, git-ignored here): the session's
     # README keeps them (2026-11-26 19:24 they were left behind and fetched by hand)
     find results -newer .t0 -path '*/logs/*' -type f | tar -czf "$OUT/srvlogs.tgz" -T -
-    find results/profiles -newer .t0 -name '*.trace.json.gz' -exec cp {} "$OUT/" \;
+    # Each trace once: a call brings back 8 files, and session 20261130T0158Z's sixth collect, resending every trace,
+    # left its r.tgz and logs.tgz behind. Traces sent before stay on the host; the importer takes them from earlier DIRs.
+    touch jobs/.sent.new; find results/profiles -newer "$([ -e jobs/.sent ] && echo jobs/.sent || echo .t0)" \
+      -name '*.trace.json.gz' -exec cp {} "$OUT/" \; ; mv jobs/.sent.new jobs/.sent
     # study's profiles: records apart from their traces (each trace its own file, 16 MiB a file comes back)
     [ -d presults ] && { tar -czf "$OUT/p.tgz" --exclude='./profiles' --exclude='*/logs' -C presults .
       for t in presults/profiles/*; do [ -f "$t" ] && cp "$t" "$OUT/"; done; }

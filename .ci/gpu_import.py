@@ -45,8 +45,9 @@ class ImportRefused(Exception):
 def stage(dirs: list[Path], into: Path) -> None:
     for d in dirs:
         tars = sorted(d.glob("*.tgz")) + sorted(d.glob("*.tar.gz"))
-        if not tars:
-            raise ImportRefused(f"{d}: no .tgz to import")
+        # A call that brought back only traces is a DIR too (session 20261130T0158Z: a collect's 8 files were traces)
+        if not tars and not any(TRACE.match(f.name) for f in d.iterdir()):
+            raise ImportRefused(f"{d}: no .tgz or trace to import")
         for t in tars:
             with tarfile.open(t) as tf:
                 tf.extractall(into, filter="data")

@@ -84,6 +84,17 @@ def test_make_profiles_loose_trace_comes_in_as_is_and_torchs_trace_folder_stays_
     assert "1 record(s), 1 ledger line(s), 4 log/profile file(s)" in capsys.readouterr().out
 
 
+def test_a_call_that_brought_back_only_traces_is_imported_beside_the_others(tmp_path, capsys):
+    # Session 20261130T0158Z: one collect's 8 files were all traces, and the import refused that folder.
+    repo, dev = setup(tmp_path)
+    only = tmp_path / "traces-only"
+    only.mkdir()
+    trace = gzip.compress(b'{"traceEvents": [1]}')
+    (only / f"20261130T022610Z-{V}.trace.json.gz").write_bytes(trace)
+    assert gpu_import.main(["20261129T0735Z", str(dev), str(only)], root=repo) == 0
+    assert (repo / f"results/profiles/20261130T022610Z-{V}.trace.json.gz").read_bytes() == trace
+
+
 def _refused(repo: Path, dev: Path, capsys, why: str) -> None:
     snapshot = {p: p.read_bytes() for p in repo.rglob("*") if p.is_file()}
     assert gpu_import.main(["20261129T0735Z", str(dev)], root=repo) == 1
@@ -114,4 +125,4 @@ def test_a_bad_session_name_or_no_folder_is_a_usage_error(tmp_path, capsys):
     assert gpu_import.main(["2026-11-29", str(tmp_path)], root=tmp_path) == 2
     assert gpu_import.main(["20261129T0735Z"], root=tmp_path) == 2
     assert gpu_import.main(["20261129T0735Z", str(tmp_path)], root=tmp_path) == 1  # no tarball there
-    assert "no .tgz to import" in capsys.readouterr().err
+    assert "no .tgz or trace to import" in capsys.readouterr().err

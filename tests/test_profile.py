@@ -182,6 +182,12 @@ def test_reduce_gpu_trace_device_time_by_launch_context():
     ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<int>>", "elementwise"),
     ("eagle_step_slot_mapping_metadata_kernel", "other"),
     ("aten::linear", "gemm"),
+    # H200 traces of session 20261130T0158Z: FP8 Marlin (FP8_GEMM=pick) and the kit's W8A16 body (LM_HEAD_W8=int8)
+    ("void marlin::Marlin<1125899906909960l, 2814749767172868l, 1125899906909960l, 1125899906909960l, 256, 1, 8, 8, "
+     "true, 4, -1, false>(int4 const*, int4 const*, int4*, int4*, int4 const*, float const*, int)", "gemm"),
+    ("_w8_body", "gemm"),
+    ("_w4a16_il_body", "gemm"),
+    ("triton_red_fused__to_copy_add_fp8_gemm_pick_fused_add_rms_norm_3", "norm"),  # Inductor names the op it follows
 ])
 def test_kernel_kind_of_real_kernel_names(name, kind):
     assert P.kernel_kind(name) == kind

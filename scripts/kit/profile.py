@@ -99,13 +99,17 @@ DEVICE_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 # times a few microseconds each. Names: cuBLAS (nvjet_*, *gemm*, splitKreduce), FlashAttention 3
 # (cutlass::device_kernel<flash::...>), vLLM's fla Triton kernels for Gated DeltaNet, Inductor's fused Triton
 # kernels (triton_poi_ / triton_red_ / triton_per_), torch's copies and reductions, and the kit's own GDN verify
-# kernel (scripts/patches/gdn_spec_kernel.py; session 20261129T1836Z's records file it under "other"). CPU ops
-# (a CPU trace) take the same table.
+# kernel (scripts/patches/gdn_spec_kernel.py; session 20261129T1836Z's records file it under "other"). GEMMs also
+# by the kernels FP8_GEMM, W4A16_GEMM and LM_HEAD_W8 put in a step: Marlin, Machete and the kit's Triton bodies
+# (session 20261130T0158Z's records file those under "other": the key's GEMM time moved there). CPU ops (a CPU
+# trace) take the same table.
 KERNEL_KINDS = (
     ("attention", r"flash|fmha|attention|attn|reshape_and_cache|paged"),
     ("gated deltanet", r"gated_delta|delta_rule|fused_recurrent|chunk_(fwd|local|scaled)|solve_tril|l2norm_fwd|gdn_spec_packed"),
     ("conv1d", r"conv1d"),
-    ("gemm", r"nvjet|gemm|cublas|xmma|splitKreduce|aten::(linear|mm|addmm|matmul|bmm)"),
+    # Not Inductor's fused kernels, which are named after the ops they follow (…_fp8_gemm_pick_fused_add_rms_norm_3)
+    ("gemm", r"^(?!triton_).*(nvjet|gemm|cublas|xmma|splitKreduce|aten::(linear|mm|addmm|matmul|bmm)|marlin::|machete)"
+             r"|^_w8_body|^_w4a16(_il)?_body"),
     ("norm", r"rms_?norm|layer_?norm|rsqrt"),
     ("sampling", r"argmax|ArgMax|topk|top_k|softmax|sort|sample|rejection"),
     ("fused elementwise", r"^triton_"),
