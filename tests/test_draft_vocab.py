@@ -5,6 +5,7 @@ winner is in the set, and the best in-set token otherwise."""
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import types
 
@@ -243,3 +244,65 @@ def test_v2_hook_fits_vllm_026s_real_speculator_source():
     s.load_model(None)
     sub = torch.tensor(ids)
     assert torch.equal(s._greedy_sample_draft(hidden), sub[(hidden @ weight[sub].t()).argmax(-1)])
+
+
+W8_CHECK = r'''
+import os, sys, json, types, torch
+os.environ["TRITON_INTERPRET"] = "1"
+os.environ["KIT_DRAFT_VOCAB_W8"] = "int8"
+from scripts.patches import draft_vocab as DP
+from scripts.patches.lm_head_w8 import quantize_rows
+torch.set_default_dtype(torch.float16)  # Triton's interpreter has no bfloat16
+g = torch.Generator().manual_seed(11)
+weight = torch.randn(700, 64, generator=g).half()
+ids = list(range(1, 700, 7))
+class P:
+    def __init__(self):
+        self.model = types.SimpleNamespace(lm_head=types.SimpleNamespace(weight=weight),
+                                           compute_logits=lambda h: h @ weight.t())
+    def _greedy_sample(self, hidden_states):
+        return self.model.compute_logits(hidden_states).argmax(dim=-1)
+assert DP.patch_class(P, ids)
+p, out = P(), {}
+sub = torch.tensor(DP.padded(ids))
+q, s = quantize_rows(weight[sub], "int8")
+deq = (q.float() * s[:, None])  # what the copy holds, in float32
+for m in (1, 5, 16, 17):
+    h = torch.randn(m, 64, generator=g).half()
+    got = p._greedy_sample(h)
+    score = h.double() @ deq.double().t()  # the copy's logits, exactly
+    pos = {int(t): i for i, t in reversed(list(enumerate(sub.tolist())))}  # a token's first row
+    gap = score.max(-1).values - score[torch.arange(m), torch.tensor([pos[t] for t in got.tolist()])]
+    out[m] = {"got": got.tolist(), "gap": (gap / score.abs().max(-1).values).max().item(),
+              "rows": sub[(h @ weight[sub].t()).argmax(-1)].tolist()}
+print(json.dumps(out))
+'''
+
+
+def test_int8_draft_rows_score_drafts_of_up_to_16_rows_and_the_16bit_rows_score_larger_ones():
+    """SPEC_DRAFT_VOCAB_W8=int8 on the V1 stand-in, the kit's kernel under Triton's interpreter: a draft of up to 16
+    rows picks the argmax of its hidden states against the INT8 copy of the set's rows (within the kernel's 16-bit
+    rounding of the float64 product with the dequantized copy), a draft of 17 rows against the 16-bit rows; the copy
+    is made once and said."""
+    from scripts.kit.paths import ROOT
+    r = subprocess.run([sys.executable, "-c", W8_CHECK], cwd=ROOT, capture_output=True, text=True, timeout=600,
+                       env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": "/tmp"})
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stderr.count("kit: draft vocabulary int8 copy (128, 64), one scale a row") == 1, r.stderr[-2000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    for m in ("1", "5", "16"):  # each draft is the copy's best row, up to the kernel's 16-bit output rounding
+        assert out[m]["gap"] < 2e-3, (m, out[m])
+    assert out["17"]["got"] == out["17"]["rows"], out["17"]
+    # the copy's rounding moves at most an occasional near-tie among the 22 drafts it scored
+    same = sum(a == b for m in ("1", "5", "16") for a, b in zip(out[m]["got"], out[m]["rows"]))
+    assert same >= 20, out
+
+
+def test_int8_draft_rows_key_reaches_the_engine_and_needs_the_set(tmp_path):
+    from scripts.kit.errors import KitError
+    from scripts.kit.variant import load
+    v = load("qwen3.5-4b-fp8-v2", ["SPEC_DRAFT_VOCAB_W8=int8"])
+    assert v.to_env("gpu")["KIT_DRAFT_VOCAB_W8"] == "int8"
+    assert "KIT_DRAFT_VOCAB_W8" not in load("qwen3.5-4b-fp8-v2").to_env("gpu")
+    with pytest.raises(KitError, match="SPEC_DRAFT_VOCAB_W8=int8 needs SPEC_DRAFT_VOCAB"):
+        load("qwen3.5-4b-fp8-v2", ["SPEC_DRAFT_VOCAB_W8=int8", "SPEC_DRAFT_VOCAB=0"])

@@ -310,6 +310,8 @@ class Variant:
         if self["SPEC_DRAFT_VOCAB"]:  # read by sitecustomize.py in the engine process (scripts/patches/draft_vocab.py)
             from .draft_vocab import ENV, path_for
             env[ENV] = str(path_for(self["MODEL"], self["SPEC_DRAFT_VOCAB"]))
+            if self["SPEC_DRAFT_VOCAB_W8"] != "off":  # the same patch: an 8-bit copy of the set's rows
+                env["KIT_DRAFT_VOCAB_W8"] = self["SPEC_DRAFT_VOCAB_W8"]
         if self["FP8_GEMM"] == "kit":  # as above (scripts/patches/fp8_gemm.py)
             env["KIT_FP8_GEMM"] = "1"
         elif self["FP8_GEMM"] == "pick":  # picked from this GPU's gemm records at the rows a verify step has at
@@ -426,6 +428,9 @@ def _validate(v: Variant, schema: dict) -> None:
     if c["SPEC_DRAFT_VOCAB"] and c["SPEC_METHOD"] != "mtp":
         raise KitError(f"{where('SPEC_DRAFT_VOCAB')}: SPEC_DRAFT_VOCAB={c['SPEC_DRAFT_VOCAB']} needs SPEC_METHOD=mtp "
                        f"(is {c['SPEC_METHOD']})")
+    if c["SPEC_DRAFT_VOCAB_W8"] != "off" and not c["SPEC_DRAFT_VOCAB"]:
+        raise KitError(f"{where('SPEC_DRAFT_VOCAB_W8')}: SPEC_DRAFT_VOCAB_W8={c['SPEC_DRAFT_VOCAB_W8']} needs "
+                       "SPEC_DRAFT_VOCAB (the set whose rows it copies)")
     if c["SPEC_DRAFT_GRAPH"] and (c["SPEC_METHOD"] != "mtp" or c["SPEC_K"] < 2):
         raise KitError(f"{where('SPEC_DRAFT_GRAPH')}: SPEC_DRAFT_GRAPH={c['SPEC_DRAFT_GRAPH']} needs SPEC_METHOD=mtp and "
                        f"SPEC_K of 2 or more (is {c['SPEC_METHOD']}, K={c['SPEC_K']}): it graphs draft passes 2..K")

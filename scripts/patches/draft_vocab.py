@@ -14,6 +14,13 @@ On vLLM's V2 model runner (VLLM_USE_V2_MODEL_RUNNER=1) the drafter is another cl
 vllm/v1/worker/gpu/spec_decode/speculator.py's DraftModelSpeculator, whose `_greedy_sample_draft` does the same
 argmax; `patch_class_v2` trims it the same way, the rows copied when the draft model loads.
 
+KIT_DRAFT_VOCAB_W8=int8 (SPEC_DRAFT_VOCAB_W8) also keeps an INT8 copy of the set's rows, one scale a row
+(lm_head_w8.quantize_rows), and drafts of up to 16 rows take their logits from it with the kit's W8A16 kernel: half
+the bytes a draft pass reads for its logits (Qwen3.5-4B's 32768-token set: 168 MB of 16-bit rows, four passes a
+step). The copy is made and the kernel tuned for the shape where the rows are copied (V2: at load, before any graph
+capture). Output is unchanged, as above; a draft token can differ where two logits are within the copy's rounding.
+Where the kernel cannot run (no CUDA, no Triton interpreter) the 16-bit rows serve, and a line says so.
+
 Why an import hook: the drafter runs in vLLM's engine process, started with spawn, where only
 sitecustomize can reach it; the patch is applied right after the proposer's module is imported.
 """
@@ -23,13 +30,42 @@ import os
 import sys
 
 TARGET = "vllm.v1.spec_decode.llm_base_proposer"
+W8_ENV = "KIT_DRAFT_VOCAB_W8"
 TARGET_V2 = "vllm.v1.worker.gpu.spec_decode.speculator"
 _MARK = "_kit_draft_vocab"
 
 
-def trimmed_argmax(hidden, rows, ids):
-    """Token ids of the best-scoring rows: hidden (T, H) @ rows (N, H)^T, argmax over N, mapped by ids (N,)."""
+def trimmed_argmax(hidden, rows, ids, w8=None):
+    """Token ids of the best-scoring rows: hidden (T, H) @ rows (N, H)^T, argmax over N, mapped by ids (N,). With
+    w8 (the rows' 8-bit copy and its scales) a batch of up to 16 rows scores against the copy instead."""
+    if w8 is not None and 0 < hidden.shape[0] <= W8_M_MAX:
+        from scripts.patches.w8a16_kernel import w8a16_matmul
+        return ids[w8a16_matmul(hidden, *w8).argmax(dim=-1)]
     return ids[(hidden @ rows.t()).argmax(dim=-1)]
+
+
+W8_M_MAX = 16  # the kernel's largest batch (w8a16_kernel.BLOCK_M)
+
+
+def w8_copy(rows, scheme: str):
+    """(8-bit rows, float32 scales) of the set's rows, the kernel tuned for this shape now; None where the kit's
+    kernel does not run (said once)."""
+    from scripts.patches.lm_head_w8 import _runs_on, quantize_rows
+    if not _runs_on(rows):
+        print(f"kit: draft vocabulary {scheme} copy NOT made (the kit's kernel needs CUDA or Triton's interpreter): "
+              "16-bit rows", file=sys.stderr, flush=True)
+        return None
+    try:
+        from scripts.patches.w8a16_kernel import w8a16_matmul
+        q = quantize_rows(rows, scheme)
+        w8a16_matmul(rows.new_zeros(1, rows.shape[1]), *q)  # autotune (N, K) here, never inside a graph capture
+    except Exception as e:  # never an exception inside the engine: the 16-bit rows serve
+        print(f"kit: draft vocabulary {scheme} copy NOT made ({type(e).__name__}: {e}): 16-bit rows", file=sys.stderr,
+              flush=True)
+        return None
+    print(f"kit: draft vocabulary {scheme} copy {tuple(q[0].shape)}, one scale a row, for drafts up to "
+          f"{W8_M_MAX} rows", file=sys.stderr, flush=True)
+    return q
 
 
 PAD = 64
@@ -57,8 +93,8 @@ def patch_class(cls, ids_list: list[int]) -> bool:
             state = self._kit_dv_state = _rows_for(self, ids_list)
         if state is False:  # not applicable here (said once): vLLM's own full-vocabulary draft
             return orig(self, hidden_states)
-        rows, ids = state
-        return trimmed_argmax(hidden_states.to(rows.dtype), rows, ids)
+        rows, ids, w8 = state
+        return trimmed_argmax(hidden_states.to(rows.dtype), rows, ids, w8)
 
     setattr(_greedy_sample, _MARK, True)
     cls._greedy_sample = _greedy_sample
@@ -66,7 +102,7 @@ def patch_class(cls, ids_list: list[int]) -> bool:
 
 
 def _rows_for(proposer, ids_list: list[int]):
-    """(lm_head rows of the set, ids) on the drafter's device, or False where the set cannot apply: no
+    """(lm_head rows of the set, ids, their 8-bit copy or None) on the drafter's device, or False where the set cannot apply: no
     lm_head weight (pipeline stages), or a head with fewer rows than the set's largest id (a tensor-
     parallel shard of the vocabulary). Never an exception inside the engine."""
     try:
@@ -82,7 +118,8 @@ def _rows_for(proposer, ids_list: list[int]):
               file=sys.stderr, flush=True)
         return False
     print(f"kit: draft vocabulary {len(ids_list)} of {weight.shape[0]} lm_head rows", file=sys.stderr, flush=True)
-    return rows, ids
+    scheme = os.environ.get(W8_ENV, "")
+    return rows, ids, (w8_copy(rows, scheme) if scheme == "int8" else None)
 
 
 def patch_class_v2(cls, ids_list: list[int]) -> bool:
@@ -105,8 +142,8 @@ def patch_class_v2(cls, ids_list: list[int]) -> bool:
         state = getattr(self, "_kit_dv_state", None)
         if getattr(self, "use_local_argmax_reduction", False) or not state:
             return orig(self, hidden_states)  # vLLM's own: not loaded through the patch, or the set cannot apply
-        rows, ids = state
-        return trimmed_argmax(hidden_states.to(rows.dtype), rows, ids)
+        rows, ids, w8 = state
+        return trimmed_argmax(hidden_states.to(rows.dtype), rows, ids, w8)
 
     for f in (load_model, _greedy_sample_draft):
         setattr(f, _MARK, True)
