@@ -18,6 +18,7 @@
 #:   SLO=ttft=MS,tpot=MS tune: the p99 latency objective each candidate must hold
 #:   DRY_RUN=1           serve, serve-fleet, build, verify-image, gemm: print the command and env (gemm: the plan), start nothing
 #:   KERNELS= M=         gemm: which kernels (bf16,fp8,fp8_online,w4a16_g32,...) and batch sizes (1,2,4,5,8)
+#:   TOP=N               profile-compare: also the N kernels whose time a step moved most, by name
 #:   PYTEST_ARGS=        test, test-all: more pytest arguments, e.g. PYTEST_ARGS="-k compare -x"
 SHELL := bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -53,8 +54,8 @@ eval-latency: ## latency probe of VARIANT (URL= to probe a running server; PROBE
 	$(PY) -m scripts.probe $(V) $(if $(URL),--url $(URL)) $(if $(BASELINE),--baseline $(BASELINE)) $(PROBE)
 profile: ## one decode step by phase (target, draft, sampler, bookkeeping, gaps) from vLLM's torch profiler: record, results/profiles/ trace, experiments/VARIANT/profile.png
 	$(PY) -m scripts.profile $(V)
-profile-compare: ## two profile records side by side, A=RECORD B=RECORD: ms a step by phase and kind of kernel, host gaps by phase and frame, B - A, the config keys that differ
-	$(PY) -m scripts.profile --compare $(or $(A),$(error profile-compare: set A=RECORD, a profile record (results/VARIANT/*-profile.json))) $(or $(B),$(error profile-compare: set B=RECORD, a profile record (results/VARIANT/*-profile.json)))
+profile-compare: ## two profile records side by side, A=RECORD B=RECORD: ms a step by phase and kind of kernel, host gaps by phase and frame, B - A, the config keys that differ [TOP=N: the N kernels that moved most, from the kept traces]
+	$(PY) -m scripts.profile --compare $(or $(A),$(error profile-compare: set A=RECORD, a profile record (results/VARIANT/*-profile.json))) $(or $(B),$(error profile-compare: set B=RECORD, a profile record (results/VARIANT/*-profile.json))) $(if $(TOP),--kernels $(TOP))
 gemm: ## each linear layer of VARIANT's architecture timed per kernel and batch size against its byte floor: record (CUDA GPU) [KERNELS=bf16,fp8,w4a16_g32,...] [M=1,2,4,5,8] [DRY_RUN=1]
 	$(PY) -m scripts.gemm $(V) $(if $(KERNELS),--kernels $(KERNELS)) $(if $(M),--m $(M)) $(if $(DRY_RUN),--dry-run)
 failover: ## a replica of a REPLICAS=N fleet of VARIANT SIGKILLed under load and restarted: what failed, when the router noticed, TTFT before/down/after: record [POLICY=] [PROBE="--concurrency 8 --kill-after-s 30 ..."]

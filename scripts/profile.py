@@ -215,6 +215,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--compare", nargs=2, type=Path, metavar=("A", "B"),
                    help="only print two profile records side by side (ms a step by phase and by kind, B - A, the "
                         "config keys that differ); serves nothing, writes nothing")
+    p.add_argument("--kernels", type=int, nargs="?", const=12, metavar="N",
+                   help="with --compare: also the N kernels (default 12) whose time a step moved most, by name, from "
+                        "the two records' kept traces (results/profiles/)")
     p.add_argument("--reduce", type=Path, metavar="TRACE",
                    help="only reduce a kept trace (results/profiles/*.trace.json.gz) with today's rules and print "
                         "its table; serves nothing, writes nothing")
@@ -225,8 +228,10 @@ def main(argv=None) -> int:
     a = parser().parse_args(argv)
     if a.reduce is not None:
         return reduce_only(a.reduce)
+    if a.kernels is not None and a.compare is None:
+        raise KitError("--kernels: only with --compare A B (it reads the two records' traces)")
     if a.compare is not None:
-        return compare_only(a.compare)
+        return compare_only(a.compare, a.kernels)
     if a.plot is not None:
         return plot_only(a)
     for flag in ("prompt_tokens", "decode_tokens", "requests"):
@@ -337,7 +342,7 @@ def reduce_only(trace: Path) -> int:
     return 0
 
 
-def compare_only(paths: list[Path]) -> int:
+def compare_only(paths: list[Path], kernels: int | None = None) -> int:
     recs = []
     for p in paths:
         if not p.is_file():
@@ -346,7 +351,18 @@ def compare_only(paths: list[Path]) -> int:
         if r.get("kind") != "profile":
             raise KitError(f"--compare {p}: a {r.get('kind')} record, not a profile record")
         recs.append((rel(p), r))
+    if kernels is not None and kernels < 1:
+        raise KitError(f"--kernels {kernels}: need at least 1")
     print(P.compare_text(*recs))
+    if kernels:
+        reds = []
+        for (name, r) in recs:  # each record names the trace it kept; the reducer runs on it again, every name kept
+            t = (r["payload"].get("trace") or {}).get("path")
+            if not t or not (ROOT / t).is_file():
+                raise KitError(f"--kernels: {name} keeps no trace here ({t or 'none recorded'}); the kernel names "
+                               "are only in the trace")
+            reds.append(P.reduce(P.load_trace(ROOT / t), top=None))
+        print(P.kernel_diff_text(P.kernel_diff(*reds, top=kernels)))
     return 0
 
 

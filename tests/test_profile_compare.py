@@ -58,3 +58,38 @@ def test_bad_input_names_the_file():
     other = "results/qwen3.5-4b-fp8-v2/20261129T150731Z-comparison.json"
     r = run(A, other)
     assert r.returncode != 0 and f"--compare {other}: a comparison record, not a profile record" in r.stderr
+
+
+def test_kernels_lists_what_moved_most_by_name_from_the_two_kept_traces():
+    """--kernels N on session 20261130T0158Z's pair (FP8_GEMM=pick against the variant as committed, one H200 lease):
+    both kept traces are reduced again with every kernel name, and the N largest moves a step are listed, largest
+    first: the Marlin GEMMs that came in and the CUTLASS ones that went, each side's figure the trace's own."""
+    gdn = "results/qwen3.5-4b-fp8-v2-gdn/{}-profile.json"
+    a, b = gdn.format("20261130T020701Z"), gdn.format("20261130T021533Z")
+    r = run(a, b, "--kernels", "5")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.split("kernels that moved most", 1)[1].splitlines()[1:]
+    assert len(lines) == 5
+    rows = [re.match(r"^  (.{15}) (.{17}) +(\S+) +(\S+) +(\S+)  (.+)$", line).groups() for line in lines]
+    deltas = [float(x[4]) for x in rows]
+    assert deltas == sorted(deltas, key=lambda d: -abs(d))
+    for phase, kind, fa, fb, d, name in rows:
+        assert abs(float(fb) - float(fa) - float(d)) < 2e-4
+    marlin = next(x for x in rows if "marlin::Marlin" in x[5])
+    assert marlin[1].strip() == "gemm" and float(marlin[2]) == 0.0 and float(marlin[4]) > 0.5
+    # the record's own top kernel of the target forward is the trace's
+    top = json.loads((ROOT / b).read_text())["payload"]["phases"][0]["top"][0]
+    assert "marlin::Marlin" in top["name"] and float(marlin[3]) == top["ms_per_step"]
+    assert any("cutlass_3x_gemm_sm90_fp8" in x[5] and float(x[4]) < 0 for x in rows)
+
+
+def test_kernels_needs_compare_and_a_kept_trace(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "scripts.profile", "--kernels", "3"], cwd=ROOT, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode != 0 and "--kernels: only with --compare A B" in r.stderr
+    rec = json.loads((ROOT / A).read_text())
+    rec["payload"]["trace"]["path"] = "results/profiles/no-such.trace.json.gz"  # a trace not here
+    lost = tmp_path / "20261128T171722Z-profile.json"
+    lost.write_text(json.dumps(rec))
+    r = run(str(lost), B, "--kernels")
+    assert r.returncode != 0 and "keeps no trace here (results/profiles/no-such.trace.json.gz)" in r.stderr

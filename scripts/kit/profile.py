@@ -363,7 +363,7 @@ def reduce(trace: dict, top: int = 3) -> dict:
                "total_ms": round(us / 1e3, 3)}
         if p != "gaps":
             row["top"] = [{"name": k, "ms_per_step": round(v / 1e3 / n, 4) if n else None}
-                          for k, v in sorted(names[p].items(), key=lambda kv: -kv[1])[:top]]
+                          for k, v in sorted(names[p].items(), key=lambda kv: -kv[1])[:top]]  # top None: all
             row["kinds"] = _kinds(names[p], launched[p], n)
         phases.append(row)
     by_host = by_frame = None
@@ -471,6 +471,31 @@ def unsplit(phases: list[dict]) -> bool:
     'other'. The V2 runner does that under --no-stack (no scopes, and no Python stack for the rules to read)."""
     ms = {r["phase"]: r["ms_per_step"] or 0 for r in phases}
     return ms.get("other", 0) > 0 and not any(ms.get(ph, 0) for ph in ("target forward", "draft", "bookkeeping"))
+
+
+def kernel_diff(ra: dict, rb: dict, top: int = 12) -> list[dict]:
+    """The kernels whose time a decode step moved most between two reduced traces (reduce(..., top=None)): for each
+    phase but gaps and each kernel name, ms a step in A and B (0 where absent) and B - A, largest |B - A| first."""
+    out = []
+    pa, pb = ({p["phase"]: p for p in r["phases"]} for r in (ra, rb))
+    for phase in PHASES:
+        if phase == "gaps":
+            continue
+        ta = {k["name"]: k["ms_per_step"] or 0.0 for k in pa.get(phase, {}).get("top", [])}
+        tb = {k["name"]: k["ms_per_step"] or 0.0 for k in pb.get(phase, {}).get("top", [])}
+        for name in set(ta) | set(tb):
+            a, b = ta.get(name, 0.0), tb.get(name, 0.0)
+            out.append({"phase": phase, "name": name, "kind": kernel_kind(name), "a": a, "b": b,
+                        "delta": round(b - a, 4)})
+    return sorted(out, key=lambda r: (-abs(r["delta"]), r["phase"], r["name"]))[:top]
+
+
+def kernel_diff_text(rows: list[dict], width: int = 70) -> str:
+    lines = [f"kernels that moved most, ms a step {'A':>9} {'B':>9} {'B - A':>9}"]
+    for r in rows:
+        name = r["name"] if len(r["name"]) <= width else r["name"][:width - 1] + "…"
+        lines.append(f"  {r['phase']:<15} {r['kind']:<17} {r['a']:9.4f} {r['b']:9.4f} {r['delta']:+9.4f}  {name}")
+    return "\n".join(lines)
 
 
 def compare_text(a: tuple[str, dict], b: tuple[str, dict]) -> str:

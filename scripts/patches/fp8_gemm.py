@@ -18,8 +18,10 @@ Why from a record and not timed at load: `make gemm` times each kernel as a serv
 over enough weight copies to stream from HBM); one call at a time on one layer's weights, as a load-time timer would,
 measures launch overhead and L2-resident weights instead (an H200's L2 holds a 47 MB gate_up). No one kernel wins
 every shape at 5 rows: on an H200 (results/qwen3.5-4b-bf16/20261129T111821Z-gemm.json) Marlin beat CUTLASS on gate_up,
-qkv and in_proj_qkvz, CUTLASS won o_proj and out_proj, the kit's kernel the 64-row in_proj_ba. The op calls in the
-compiled graph are the same whatever a layer picks (one op, kit::fp8_gemm_pick, reads the pick when it runs).
+qkv and in_proj_qkvz, CUTLASS won o_proj and out_proj, the kit's kernel the 64-row in_proj_ba. A layer that keeps
+vLLM's kernel is traced as without the patch, so Inductor still fuses its input's FP8 cast into the kernel before;
+the others call one op, kit::fp8_gemm_pick, which reads the layer's pick when it runs. Picks are fixed at load, before
+anything is traced.
 
 Why: at the 5-token verify the FP8 checkpoint's GEMMs on vLLM's pick (CUTLASS, after a per-token FP8 cast) read
 about half their byte floor on an H100 (results/qwen3.5-4b-bf16/20261126T160142Z-gemm.json). `make gemm` times the
@@ -241,6 +243,11 @@ def kernel_class(mod):
 
         def apply_weights(self, layer, x, bias=None):
             if not isinstance(x, torch.Tensor):  # a quantized activation handed over by a fusion: vLLM's path
+                return self.fallback.apply_weights(layer, x, bias)
+            if mode() == "pick" and _PICK.get(layer.kit_fp8_index, "vllm") == "vllm":
+                # vLLM's own path, traced as without the patch: inside an op, its per-token FP8 cast ran as a kernel of
+                # its own (0.22 ms a step on an H200, session 20261130T0158Z) where Inductor had fused it into the
+                # kernel before.
                 return self.fallback.apply_weights(layer, x, bias)
             x2 = x.reshape(-1, x.shape[-1])
             run = pick_op if mode() == "pick" else op
