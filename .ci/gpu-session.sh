@@ -1104,7 +1104,7 @@ print(m["ratio"])' "$(ls -t results/${VAR[$s]}/*-comparison.json | head -1)")
       done
       # this round's two records, o against c whatever the order, side by side in the job log
       step python3 -m scripts.profile --compare $(sed -n 's/^record: //p' "$LOGS/v2prof-o-$i.log" | tail -1) \
-        $(sed -n 's/^record: //p' "$LOGS/v2prof-c-$i.log" | tail -1)
+        $(sed -n 's/^record: //p' "$LOGS/v2prof-c-$i.log" | tail -1) --kernels 16
     done ;;
   v2profs)  # KEY=VALUE [KEY=VALUE...]: v2prof for several cuts in one pass: the V2 variant as committed (o) profiled
     # once, then each cut alone (c1, c2, ...), each set beside o (make profile-compare). (1+N) profiles of ~4 min, where
@@ -1113,6 +1113,7 @@ print(m["ratio"])' "$(ls -t results/${VAR[$s]}/*-comparison.json | head -1)")
     # E.g. FP8_GEMM=pick LM_HEAD_W8=int8 'SERVE_IR_OP_PRIORITY={"rms_norm":["vllm_c"],"fused_add_rms_norm":["vllm_c"]}'
     # (session 20261130T0158Z: 1+3 profiles in 18 minutes from cold caches, the FP8_GEMM=pick one compiling its own).
     shift; V2=${V2_BASE:-qwen3.5-4b-fp8-v2}; Z=0,0,0,0; i=0
+    t=$(date -u +%H%M%S)  # each run's own log names: session 20261130T0158Z's second v2profs wrote over the first's
     step python3 -m scripts.kit draft-vocab --variant $V2 --set WEIGHTS=dummy
     for cut in - "$@"; do
       # A cut may be several KEY=VALUE in one argument, space-separated ('FP8_GEMM=pick LM_HEAD_W8=int8'): cuts together
@@ -1120,11 +1121,12 @@ print(m["ratio"])' "$(ls -t results/${VAR[$s]}/*-comparison.json | head -1)")
       if [ "$cut" != - ]; then read -ra kv <<< "$cut"; for x in "${kv[@]}"; do sets+=(--set "$x"); done; i=$((i + 1)); side=c$i; fi
       step python3 -m scripts.profile --variant $V2 --set WEIGHTS=dummy --set PORT=8114 --set SERVE_MAX_NUM_SEQS=256 \
         --set SERVE_KV_CACHE_MEMORY_BYTES=12884901888 --set SERVE_GPU_MEMORY_UTILIZATION=0.2 "${sets[@]}" \
-        > "$LOGS/v2profs-$side.log" 2>&1
-      echo "v2profs $side: ${cut}"; grep -h "record:" "$LOGS/v2profs-$side.log"
+        > "$LOGS/v2profs-$t-$side.log" 2>&1
+      echo "v2profs $side: ${cut}"; grep -h "record:" "$LOGS/v2profs-$t-$side.log"
       grep -h "kit: \|Using V2" $(ls -t results/$V2/logs/profile-*.log | head -1) | sed 's/pid=[0-9]*//' | sort | uniq -c
-      [ $side = o ] || step python3 -m scripts.profile --compare $(sed -n 's/^record: //p' "$LOGS/v2profs-o.log" | tail -1) \
-        $(sed -n 's/^record: //p' "$LOGS/v2profs-$side.log" | tail -1)
+      # --kernels: which kernels moved, by name (session 20261130T0158Z's pick hid an unfused cast behind its kinds)
+      [ $side = o ] || step python3 -m scripts.profile --compare $(sed -n 's/^record: //p' "$LOGS/v2profs-$t-o.log" | tail -1) \
+        $(sed -n 's/^record: //p' "$LOGS/v2profs-$t-$side.log" | tail -1) --kernels 16
     done ;;
   cut)  # KEY=VALUE [KEY=VALUE...]: issue 29 items 2-3, one change measured alone: Qwen3.5 FP8 -dvg ($V if set, e.g.
     # V=qwen3.5-4b-awq-dvg for W4A16_GEMM=kit) with the first KEY=VALUE (e.g. LM_HEAD_W8=int8, GDN_QKV_SPLIT=two_copies)
