@@ -121,5 +121,8 @@ ENTRYPOINT ["python3", "-m", "scripts.serve", "--set", "HOST=0.0.0.0"]
 
 FROM runtime AS image
 ARG VARIANT=tiny
+# The variant's cache root (Variant.cache_root): weights/cache/<variant>, with a suffix where a key needs a cache of
+# its own (STANDBY, FP8_GEMM, W4A16_GEMM); `make build` passes it.
+ARG CACHE_DIR=weights/cache/${VARIANT}
 # Owned by the server's user: vLLM writes small indexes beside the artifacts at start.
-COPY --chown=10001:10001 weights/cache/${VARIANT}/ /opt/kit/weights/cache/${VARIANT}/
+COPY --chown=10001:10001 ${CACHE_DIR}/ /opt/kit/${CACHE_DIR}/

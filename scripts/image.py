@@ -132,7 +132,8 @@ def build_argv(v, tag: str, target: str, weights: str, git_commit: str, root: Pa
     root: the build context, this checkout or a copy of it (paths inside are the checkout's);
     extra: more build arguments (cpu_build_args)."""
     argv = ["docker", "build", "--file", str(root / "Dockerfile"), "--target", target, "--tag", tag,
-            "--build-arg", f"VARIANT={v.name}", "--build-arg", f"WEIGHTS={weights}",
+            "--build-arg", f"VARIANT={v.name}", "--build-arg", f"CACHE_DIR={cache_dir(v)}",
+            "--build-arg", f"WEIGHTS={weights}",
             "--build-arg", f"CONFIG_SHA256={v.config_sha256}", "--build-arg", f"GIT_COMMIT={git_commit}"]
     if weights == "copy":
         argv += ["--build-arg", f"WEIGHTS_DIR={rel(v.weights_dir)}"]
@@ -244,10 +245,17 @@ def rm_argv(cid: str) -> list[str]:
     return ["docker", "rm", "--force", cid]
 
 
+def cache_dir(v) -> str:
+    """The variant's cache root relative to the checkout (weights/cache/<variant>[-suffix]): where the bake writes,
+    what an export holds and what the image copies."""
+    return PurePosixPath(rel(v.cache_root)).as_posix()
+
+
 # -- checks (pure) --------------------------------------------------------------------------
-def check_cache_members(members: list[tarfile.TarInfo], variant_name: str) -> list[str]:
-    """Problems with a cache tarball's layout: it must hold weights/cache/<variant>/ and nothing else."""
-    prefix = PurePosixPath("weights", "cache", variant_name)
+def check_cache_members(members: list[tarfile.TarInfo], cache: str) -> list[str]:
+    """Problems with a cache tarball's layout: it must hold the variant's cache root (cache_dir: weights/cache/...)
+    and nothing else."""
+    prefix = PurePosixPath(cache)
     allowed_dirs = {PurePosixPath("weights"), PurePosixPath("weights", "cache"), prefix}
     problems = []
     for m in members:
@@ -282,7 +290,7 @@ def check_manifest_for_image(doc: dict, v, root: Path = ROOT, names: set[str] | 
         problems.append(f"baked with model path {doc['key']['model_path']}, the image serves {want} "
                         f"(vLLM hashes the path: bake inside the image, e.g. make build on a GPU host)")
     if names is not None:
-        prefix = f"weights/cache/{v.name}/"
+        prefix = f"{cache_dir(v)}/"
         missing = [a["path"] for a in doc["artifacts"] if prefix + a["path"] not in names]
         if missing:
             problems.append(f"{len(missing)} artifacts listed in the manifest are not in the tarball, e.g. {missing[0]}")
@@ -554,15 +562,15 @@ def image_facts(docker: Docker, tag: str) -> dict | None:
 
 
 def import_cache(v, tarball: Path, dry_run: bool, dest: Path | None = None) -> dict:
-    """Check a cache tarball and extract it to weights/cache/<variant>/ (atomically); returns its manifest."""
+    """Check a cache tarball and extract it to the variant's cache root (atomically); returns its manifest."""
     if not tarball.is_file():
         raise KitError(f"--cache {tarball}: no such file")
     with tarfile.open(tarball) as tar:
         members = tar.getmembers()
-        problems = check_cache_members(members, v.name)
+        problems = check_cache_members(members, cache_dir(v))
         if problems:
             raise KitError(f"{tarball}: not a cache of {v.name}: " + "; ".join(problems[:5]))
-        mname = next(m for m in members if m.name.removeprefix("./") == f"weights/cache/{v.name}/{cachekey.MANIFEST_NAME}")
+        mname = next(m for m in members if m.name.removeprefix("./") == f"{cache_dir(v)}/{cachekey.MANIFEST_NAME}")
         try:
             doc = json.loads(tar.extractfile(mname).read())
         except json.JSONDecodeError as e:
@@ -583,7 +591,7 @@ def import_cache(v, tarball: Path, dry_run: bool, dest: Path | None = None) -> d
             tar.extractall(tmp, filter="data")
             if dest.exists():
                 shutil.rmtree(dest)
-            (tmp / "weights" / "cache" / v.name).rename(dest)
+            (tmp / cache_dir(v)).rename(dest)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     return doc

@@ -189,12 +189,16 @@ def test_rule_image_env_agrees_with_the_server_env(df):
 
 def test_rule_cache_and_weights_land_at_the_served_paths(df):
     copies = [a for _s, w, a in df if w == "COPY"]
-    cache = next(a for a in copies if "weights/cache/" in a)
+    cache = next(a for a in copies if "${CACHE_DIR}" in a)
     wcopy = next(a for a in copies if "${WEIGHTS_DIR}" in a)
+    # the build passes CACHE_DIR; its default (a bare docker build) is the plain variant folder
+    assert "ARG CACHE_DIR=weights/cache/${VARIANT}" in DOCKERFILE.read_text()
     for name in discover():
         v = load(name)
         want_cache = image.in_image(v.cache_root)
-        assert cache.split()[-1].replace("${VARIANT}", v.name).rstrip("/") == want_cache
+        argv = image.build_argv(v, "t:1", "image", "copy", "abc")
+        cache_dir = next(x.split("=", 1)[1] for x in argv if x.startswith("CACHE_DIR="))
+        assert cache.split()[-1].replace("${CACHE_DIR}", cache_dir).rstrip("/") == want_cache  # suffixes included
         assert v.to_env("gpu")["VLLM_CACHE_ROOT"].replace(str(ROOT), IMAGE_ROOT) == want_cache
         wd = image.rel(v.weights_dir)
         assert wcopy.split()[-1].replace("${WEIGHTS_DIR}", wd).rstrip("/") == image.in_image(v.weights_dir)
@@ -224,7 +228,8 @@ def test_every_copy_source_is_in_the_context(df, patterns):
     for _s, w, a in df:
         if w == "COPY":
             src = [t for t in a.split() if not t.startswith("--")][0].rstrip("/")
-            src = src.replace("${VARIANT}", "tiny").replace("${WEIGHTS_DIR}", "weights/Qwen--Qwen3-4B/bf16")
+            src = (src.replace("${VARIANT}", "tiny").replace("${WEIGHTS_DIR}", "weights/Qwen--Qwen3-4B/bf16")
+                   .replace("${CACHE_DIR}", "weights/cache/qwen3.5-4b-fp8-v2-gdn-pick-fp8pick"))
             assert image.in_context(patterns, src + "/x" if not src.endswith((".py", ".toml")) else src), src
 
 
@@ -278,8 +283,11 @@ def test_build_argv_copy_and_mount():
     assert copy[:2] == ["docker", "build"] and copy[-1] == str(ROOT)
     assert copy[copy.index("--target") + 1] == "image" and copy[copy.index("--tag") + 1] == "t:1"
     args = [copy[i + 1] for i, x in enumerate(copy) if x == "--build-arg"]
-    assert args == [f"VARIANT={v.name}", "WEIGHTS=copy", f"CONFIG_SHA256={v.config_sha256}", "GIT_COMMIT=abc",
-                    "WEIGHTS_DIR=weights/Qwen--Qwen3-4B/bf16"]
+    assert args == [f"VARIANT={v.name}", f"CACHE_DIR=weights/cache/{v.name}", "WEIGHTS=copy",
+                    f"CONFIG_SHA256={v.config_sha256}", "GIT_COMMIT=abc", "WEIGHTS_DIR=weights/Qwen--Qwen3-4B/bf16"]
+    # a key with a cache of its own: the image copies that one (session 20261130T0158Z: FP8_GEMM=pick's)
+    pick = load("qwen3.5-4b-fp8-v2-gdn-pick")
+    assert f"CACHE_DIR=weights/cache/{pick.name}-fp8pick" in image.build_argv(pick, "t:1", "image", "copy", "abc")
     mount = image.build_argv(v, "t:1", "runtime", "mount", "abc")
     assert not any(x.startswith("WEIGHTS_DIR=") for x in mount) and "WEIGHTS=mount" in mount
 
@@ -360,21 +368,22 @@ def tarball(path: Path, files: dict[str, bytes], links: dict[str, str] = {}) -> 
 
 
 def good_files(v, doc=None) -> dict[str, bytes]:
-    pre = f"weights/cache/{v.name}/"
+    pre = f"{image.cache_dir(v)}/"
     return {pre + cachekey.MANIFEST_NAME: json.dumps(doc or manifest(v)).encode(),
             pre + "torch_compile_cache/abc/model": b"abc"}
 
 
-def test_import_cache_extracts_a_good_tarball(tmp_path):
-    """Packed the way `scripts.bake --export` packs: tar.add(cache_root, arcname=weights/cache/<v>)."""
-    v = load("qwen3-4b-bf16-tp2")
+@pytest.mark.parametrize("name", ["qwen3-4b-bf16-tp2", "qwen3.5-4b-fp8-v2-gdn-pick"])  # the second: a suffixed root
+def test_import_cache_extracts_a_good_tarball(tmp_path, name):
+    """Packed the way `scripts.bake --export` packs: tar.add(cache_root, arcname=<its path under the checkout>)."""
+    v = load(name)
     src = tmp_path / "src"
     for name, data in good_files(v).items():
         (src / name).parent.mkdir(parents=True, exist_ok=True)
         (src / name).write_bytes(data)
     tb = tmp_path / "c.tar.gz"
     with tarfile.open(tb, "w:gz") as tar:
-        tar.add(src / "weights" / "cache" / v.name, arcname=f"weights/cache/{v.name}")
+        tar.add(src / image.cache_dir(v), arcname=image.cache_dir(v))
     dest = tmp_path / "out" / v.name
     doc = image.import_cache(v, tb, dry_run=False, dest=dest)
     assert doc["variant"] == v.name
