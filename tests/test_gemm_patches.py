@@ -238,3 +238,33 @@ def test_on_a_gpu_fp8_marlin_copy_matches_the_reference():
     x = torch.randn(5, k, device="cuda", dtype=torch.bfloat16)
     r = reference(x, w, s)
     assert ((P.marlin_apply(m, x).double() - r).norm() / r.norm()).item() < 1e-2
+
+
+def test_fp8_picks_are_saved_beside_the_compile_cache_and_serve_an_image_without_records(tmp_path, monkeypatch):
+    """A bake resolves the picks from the records and saves them in VLLM_CACHE_ROOT; an image (its cache copied in,
+    no results/) reads them back for the same device name and batch size, and anything else is one clear error.
+    This host's device name is "cpu", as the engine's would be here."""
+    from scripts.patches import fp8_gemm as P
+    recs, empty, cache = tmp_path / "results", tmp_path / "none", tmp_path / "cache"
+    (recs / "v").mkdir(parents=True)
+    empty.mkdir()
+    (recs / "v" / "20261102T000000Z-gemm.json").write_text(json.dumps(_gemm_record(
+        "cpu", [_row("fp8", 96, 256, 4, 0.02), _row("fp8_kit", 96, 256, 4, 0.01)])))
+    monkeypatch.setenv("VLLM_CACHE_ROOT", str(cache))
+    monkeypatch.setenv(P.PICK_M_ENV, "5")
+    monkeypatch.setattr(P, "_PICKS", [])
+    monkeypatch.setenv(P.PICK_RECORDS_ENV, str(recs))
+    baked = P.picks()
+    saved = cache / P.PICKS_FILE
+    assert baked[(96, 256)]["pick"] == "kit" and saved.is_file()
+    mtime = saved.stat().st_mtime_ns
+    monkeypatch.setattr(P, "_PICKS", [])
+    P.picks()  # the same picks again: the file is left as it is (a verify start changes nothing in the cache)
+    assert saved.stat().st_mtime_ns == mtime
+    monkeypatch.setattr(P, "_PICKS", [])
+    monkeypatch.setenv(P.PICK_RECORDS_ENV, str(empty))  # the image: no records
+    assert P.picks() == baked
+    monkeypatch.setattr(P, "_PICKS", [])
+    monkeypatch.setenv(P.PICK_M_ENV, "1")  # another batch size than the bake's: not these picks
+    with pytest.raises(P.PickError, match=r"\(cpu\).*make gemm.*nor picks saved for it in .*kit-fp8-picks.json"):
+        P.picks()

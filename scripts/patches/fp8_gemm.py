@@ -13,7 +13,9 @@ fastest for its N x K at the batch size nearest $KIT_FP8_PICK_M (Variant.to_env:
 speculation): vLLM's own kernel (the record's fp8), the kit's (fp8_kit) or FP8 Marlin (fp8_marlin) on a repacked copy
 of the weights, made only for the layers that pick it. Larger batches keep vLLM's kernel. A shape no record has keeps
 vLLM's kernel; a GPU no record names is an error at load that names the directory and `make gemm`. Several records
-of one GPU pool, the newest deciding a shape. Each shape's pick is printed once, with its record.
+of one GPU pool, the newest deciding a shape. Each shape's pick is printed once, with its record. The picks are
+saved beside the compile cache (VLLM_CACHE_ROOT/kit-fp8-picks.json), so a baked cache carries them into an image,
+which has no records: there they are read back for the same device name.
 Why from a record and not timed at load: `make gemm` times each kernel as a served step runs it (CUDA-graph replays
 over enough weight copies to stream from HBM); one call at a time on one layer's weights, as a load-time timer would,
 measures launch overhead and L2-resident weights instead (an H200's L2 holds a 47 MB gate_up). No one kernel wins
@@ -103,10 +105,52 @@ def device_name() -> str:
     return torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
 
 
+PICKS_FILE = "kit-fp8-picks.json"  # in VLLM_CACHE_ROOT: the picks travel with the baked cache, into an image
+
+
+def save_picks(path: Path, device: str, m: int, picks: dict) -> None:
+    """The picks as resolved, beside the compile cache (atomic; left alone when it already says the same)."""
+    doc = {"device_name": device, "m": m,
+           "picks": [{"n": n, "k": k, **row} for (n, k), row in sorted(picks.items())]}
+    text = json.dumps(doc, indent=1, sort_keys=True) + "\n"
+    try:
+        if path.is_file() and path.read_text() == text:
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    except OSError:  # a read-only cache: the records still decided
+        pass
+
+
+def load_saved(path: Path, device: str, m: int) -> dict | None:
+    """Picks a bake saved for this device name and batch size, or None."""
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if doc.get("device_name") != device or doc.get("m") != m:
+        return None
+    return {(r["n"], r["k"]): {key: r[key] for key in ("pick", "ms", "m", "record")} for r in doc.get("picks", [])}
+
+
 def picks() -> dict:
+    """This process's picks: from the gemm records when they name this GPU (and saved beside the compile cache),
+    else from the picks a bake saved there for this GPU (an image carries no records), else PickError."""
     if not _PICKS:
         root = Path(os.environ.get(PICK_RECORDS_ENV) or Path(__file__).resolve().parents[2] / "results")
-        _PICKS.append(read_picks(device_name(), int(os.environ.get(PICK_M_ENV) or 1), root))
+        cache = os.environ.get("VLLM_CACHE_ROOT")
+        dev, m = device_name(), int(os.environ.get(PICK_M_ENV) or 1)
+        try:
+            found = read_picks(dev, m, root)
+            if cache:
+                save_picks(Path(cache) / PICKS_FILE, dev, m, found)
+        except PickError as e:
+            found = load_saved(Path(cache) / PICKS_FILE, dev, m) if cache else None
+            if found is None:
+                raise PickError(f"{e}; nor picks saved for it in {cache or 'the compile cache'}/{PICKS_FILE}") from None
+        _PICKS.append(found)
     return _PICKS[0]
 
 
