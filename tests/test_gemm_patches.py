@@ -137,7 +137,8 @@ for forced in ("vllm", "kit"):  # a pick is fixed at load, before tracing: each 
         gm_ops.extend(str(nd.target) for nd in gm.graph.nodes if nd.op == "call_function")
         return gm.forward
     torch._dynamo.reset()
-    torch.compile(lambda x: lin(x), backend=backend, dynamic=True, fullgraph=True)(torch.randn(3, k, generator=gen).half())
+    traced = torch.compile(lambda x: lin(x), backend=backend, dynamic=True, fullgraph=True)
+    traced(torch.randn(3, k, generator=gen).half())
     out["op_calls"][forced] = sum("fp8_gemm_pick" in t for t in gm_ops)
 print(json.dumps(out))
 '''

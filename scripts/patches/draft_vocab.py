@@ -102,9 +102,10 @@ def patch_class(cls, ids_list: list[int]) -> bool:
 
 
 def _rows_for(proposer, ids_list: list[int]):
-    """(lm_head rows of the set, ids, their 8-bit copy or None) on the drafter's device, or False where the set cannot apply: no
-    lm_head weight (pipeline stages), or a head with fewer rows than the set's largest id (a tensor-
-    parallel shard of the vocabulary). Never an exception inside the engine."""
+    """(lm_head rows of the set, ids, their 8-bit copy or None) on the drafter's device, or False where the set
+    cannot apply: no lm_head weight (pipeline stages), or a head with fewer rows than the set's largest id (a
+    tensor-parallel shard of the vocabulary). Never an exception inside the engine. Under V1 the copy is made at the
+    first draft; should its tuning fail there (a graph capture), w8_copy says so and the 16-bit rows serve."""
     try:
         import torch
         weight = proposer.model.lm_head.weight

@@ -113,13 +113,11 @@ def save_picks(path: Path, device: str, m: int, picks: dict) -> None:
     doc = {"device_name": device, "m": m,
            "picks": [{"n": n, "k": k, **row} for (n, k), row in sorted(picks.items())]}
     text = json.dumps(doc, indent=1, sort_keys=True) + "\n"
+    from scripts.kit.paths import atomic_write
     try:
         if path.is_file() and path.read_text() == text:
             return
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(text)
-        os.replace(tmp, path)
+        atomic_write(path, text)
     except OSError:  # a read-only cache: the records still decided
         pass
 
