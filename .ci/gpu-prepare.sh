@@ -55,12 +55,19 @@ shared=${SHARED:-../shared}
 # 512 KiB, and pieces down to 2 MiB are accepted: ~72 carry calls at 2 MiB (~6 min) instead of 37 at 4 MiB.
 # 2026-11-28 09:32 (H200): carry from a sparse checkout. A call sends the tracked files present on disk: with
 #   git sparse-checkout set --no-cone '/*' '!/results/profiles/' '!/results/gpu-sessions/*/logs/'
-# the tree that travels was 21 MiB (the device showed neither folder), 8 pieces of 4 MiB went in one call, and the
+# (SPARSE=1 below now sets it itself, gemm records kept) the tree that travels was 21 MiB (the device showed neither folder), 8 pieces of 4 MiB went in one call, and the
 # whole payload in 5 calls (~5 s each) instead of 37; install and `make gemm` followed in the same lease. A session
 # reads neither folder. Afterwards: git sparse-checkout disable. KIT_GIT_COMMIT must come from this side (the full sha
 # of this HEAD): the device's .git is an old copy, and `git rev-parse HEAD` there named d60777e for tree bc2857c
 # (results/corrections/20261128T093722Z-git-commit-bc2857c-h200-gemm.json). SPARSE=1 sizes the pieces for that tree.
 if [ -n "${SPARSE:-}" ]; then
+  # The sparse set is made here, in one place. It keeps every gemm record: FP8_GEMM=pick reads the GPU's
+  # (results/*/*-gemm.json) at load, and session 20261130T0512Z carried a tree that had left out
+  # results/qwen3.5-4b-bf16/ (the H200's gemm record among them), so every pick side failed to start.
+  git sparse-checkout set --no-cone '/*' '!/results/profiles/' '!/results/gpu-sessions/*/logs/' \
+    '!/results/qwen3.5-4b-bf16/' '!/results/sweeps/' '/results/*/*-gemm.json'
+  missing=$(git ls-files 'results/*/*-gemm.json' | while read -r f; do [ -f "$f" ] || echo "$f"; done)
+  [ -z "$missing" ] || { echo "SPARSE: gemm records left out of the tree: $missing" >&2; exit 1; }
   # The tracked files present on disk, whatever the sparse set leaves out (2026-11-29 18:40: it also left out
   # results/qwen3-4b-bf16/ and results/sweeps/, and du's missing files stopped this script under pipefail).
   # One du over the whole list: xargs splits a long list into several du runs, and `tail -1` then read the last run's

@@ -1103,8 +1103,9 @@ print(m["ratio"])' "$(ls -t results/${VAR[$s]}/*-comparison.json | head -1)")
         grep -h "kit: \|Using V2" $(ls -t results/$V2/logs/profile-*.log | head -1) | sed 's/pid=[0-9]*//' | sort | uniq -c
       done
       # this round's two records, o against c whatever the order, side by side in the job log
-      step python3 -m scripts.profile --compare $(sed -n 's/^record: //p' "$LOGS/v2prof-o-$i.log" | tail -1) \
-        $(sed -n 's/^record: //p' "$LOGS/v2prof-c-$i.log" | tail -1) --kernels 16
+      a=$(sed -n 's/^record: //p' "$LOGS/v2prof-o-$i.log" | tail -1); b=$(sed -n 's/^record: //p' "$LOGS/v2prof-c-$i.log" | tail -1)
+      if [ -n "$a" ] && [ -n "$b" ]; then step python3 -m scripts.profile --compare "$a" "$b" --kernels 16
+      else echo "v2prof round $i: no record on $([ -z "$a" ] && echo o || echo c)"; grep -h "^error:" "$LOGS"/v2prof-[oc]-$i.log | cut -c1-600; fi
     done ;;
   v2profs)  # KEY=VALUE [KEY=VALUE...]: v2prof for several cuts in one pass: the V2 variant as committed (o) profiled
     # once, then each cut alone (c1, c2, ...), each set beside o (make profile-compare). (1+N) profiles of ~4 min, where
@@ -1125,8 +1126,11 @@ print(m["ratio"])' "$(ls -t results/${VAR[$s]}/*-comparison.json | head -1)")
       echo "v2profs $side: ${cut}"; grep -h "record:" "$LOGS/v2profs-$t-$side.log"
       grep -h "kit: \|Using V2" $(ls -t results/$V2/logs/profile-*.log | head -1) | sed 's/pid=[0-9]*//' | sort | uniq -c
       # --kernels: which kernels moved, by name (session 20261130T0158Z's pick hid an unfused cast behind its kinds)
-      [ $side = o ] || step python3 -m scripts.profile --compare $(sed -n 's/^record: //p' "$LOGS/v2profs-$t-o.log" | tail -1) \
-        $(sed -n 's/^record: //p' "$LOGS/v2profs-$t-$side.log" | tail -1) --kernels 16
+      a=$(sed -n 's/^record: //p' "$LOGS/v2profs-$t-o.log" | tail -1); b=$(sed -n 's/^record: //p' "$LOGS/v2profs-$t-$side.log" | tail -1)
+      # A side that wrote no record (session 20261130T0512Z: pick's server did not start) is named, not compared
+      if [ -z "$a" ] || [ -z "$b" ]; then echo "v2profs $side: no record on $([ -z "$a" ] && echo o || echo $side); see $LOGS/v2profs-$t-*.log"
+        grep -h "^error:" "$LOGS/v2profs-$t-$side.log" | cut -c1-600
+      elif [ $side != o ]; then step python3 -m scripts.profile --compare "$a" "$b" --kernels 16; fi
     done ;;
   cut)  # KEY=VALUE [KEY=VALUE...]: issue 29 items 2-3, one change measured alone: Qwen3.5 FP8 -dvg ($V if set, e.g.
     # V=qwen3.5-4b-awq-dvg for W4A16_GEMM=kit) with the first KEY=VALUE (e.g. LM_HEAD_W8=int8, GDN_QKV_SPLIT=two_copies)
@@ -1429,6 +1433,10 @@ print(m["ratio"])' "$(ls -t results/${VAR[$s]}/*-comparison.json | head -1)")
     if [ ! -d /tmp/kit ]; then  # .gpu (the payload) stays behind; weights/ and the tree come along
       mkdir -p /tmp/kit.part && tar -C . --exclude=./.gpu -cf - . | tar -C /tmp/kit.part -xf - && touch /tmp/kit.part/.t0 \
         && mv /tmp/kit.part /tmp/kit || exit
+    else
+      # A later call's tree may hold files the first one lacked: session 20261130T0512Z sent the H200's gemm record
+      # in a second call, and /tmp/kit (made once) never had it. Files /tmp/kit has are kept (earlier jobs' results).
+      tar -C . --exclude=./.gpu -cf - . | tar -C /tmp/kit -xf - --skip-old-files || exit
     fi
     mkdir -p /tmp/kit/jobs; export KIT_PROBE_LOCK=$LOCK KIT_LOG_DIR=/tmp/kit/jobs PYTHONUNBUFFERED=1
     # setsid: the device ends a call's processes when it returns, except those in a session of their own. The
