@@ -806,3 +806,47 @@ def test_the_catalog_names_what_each_variants_linears_hold():
         "qwen3.5-4b-fp8-dvg": "fp8", "qwen3.5-4b-fp8online-dvg": "fp8", "qwen3-4b-awq": "w4a16", "qwen3.5-4b-bf16": "bf16"}
     assert got["qwen3.5-4b-fp8-dvg"]["weight_transformations"] == ["fp8_dynamic scope=linear (llm-compressor)"]
     assert got["qwen3-4b-awq"]["weight_transformations"][0].startswith("awq_w4a16 g")
+
+
+def test_fp8_pick_is_offered_only_where_a_gemm_record_names_the_gpu_and_the_draft_copy_goes_with_the_set(
+        tmp_path, monkeypatch):
+    """FP8_GEMM=pick joins the fp8_gemm lever when a committed gemm record with FP8 kernels names this GPU (a server
+    without one stops at load); SPEC_DRAFT_VOCAB_W8 joins where the draft set does, on a GPU, and leaves with it."""
+    from scripts.kit import draft_vocab, paths
+    from scripts.patches import fp8_gemm
+    base = load("qwen3.5-4b-fp8-dvg").config
+    monkeypatch.setattr(paths, "RESULTS", tmp_path / "results")
+    monkeypatch.setattr(fp8_gemm, "device_name", lambda: "NVIDIA H200")
+
+    def fp8_lever():
+        ls, skipped = T.levers(base, "gpu", lambda o: True, None, (1, 8))
+        return next(lv for lv in ls if lv.name == "fp8_gemm").values, skipped
+    values, skipped = fp8_lever()
+    assert values == ({"FP8_GEMM": "kit"}, {"FP8_GEMM": "vllm"})
+    assert any(s.startswith("fp8_gemm=pick: no gemm record of NVIDIA H200") and "make gemm" in s for s in skipped)
+    rec = tmp_path / "results" / "qwen3.5-4b-bf16" / "20261129T000000Z-gemm.json"
+    rec.parent.mkdir(parents=True)
+    rows = [{"kernel": k, "m": 5, "n": 10240, "k": 2560, "ms": ms, "count": 8} for k, ms in (("fp8", 0.015), ("fp8_marlin", 0.013))]
+    rec.write_text(json.dumps({"payload": {"device_name": "NVIDIA H100 80GB HBM3", "rows": rows}}))
+    assert fp8_lever()[0] == ({"FP8_GEMM": "kit"}, {"FP8_GEMM": "vllm"})  # another GPU's record picks nothing here
+    rec.write_text(json.dumps({"payload": {"device_name": "NVIDIA H200", "rows": rows}}))
+    values, skipped = fp8_lever()
+    assert values[-1] == {"FP8_GEMM": "pick"} and not any(s.startswith("fp8_gemm=pick") for s in skipped)
+    # The draft set's INT8 copy: offered beside the set on a GPU, never on a CPU, and dropped where the set goes.
+    v = load("qwen3.5-4b-bf16-tuned")
+    arch = json.loads((ROOT / v["ARCH_CONFIG"]).read_text())
+    monkeypatch.setattr(draft_vocab, "WEIGHTS", tmp_path)
+    f = draft_vocab.path_for(v["MODEL"], T.DRAFT_VOCAB)
+    f.parent.mkdir(parents=True)
+    f.write_text("{}")
+    ls, _ = T.levers(v.config, "gpu", lambda o: True, arch, (1, 8))
+    assert next(lv for lv in ls if lv.name == "draft_vocab_w8").values == (
+        {"SPEC_DRAFT_VOCAB_W8": "int8"}, {"SPEC_DRAFT_VOCAB_W8": "off"})
+    ls, _ = T.levers(v.config, "cpu", lambda o: True, arch, (1, 8))
+    assert "draft_vocab_w8" not in [lv.name for lv in ls]
+    dv = load("qwen3.5-4b-bf16-tuned-dvg").config
+    assert T.fixup(dv, {"SPEC_DRAFT_VOCAB_W8": "int8"}) == {"SPEC_DRAFT_VOCAB_W8": "int8"}
+    w8 = {**dv, "SPEC_DRAFT_VOCAB_W8": "int8"}
+    assert T.fixup(w8, {"SPEC_DRAFT_VOCAB": 0}) == {"SPEC_DRAFT_VOCAB": 0, "SPEC_DRAFT_VOCAB_W8": "off"}
+    assert T.fixup(dv, {"SPEC_DRAFT_VOCAB": 0, "SPEC_DRAFT_VOCAB_W8": "int8"})["SPEC_DRAFT_VOCAB_W8"] == "off"
+    assert T.fixup(w8, {"SPEC_METHOD": "none", "SPEC_K": 0})["SPEC_DRAFT_VOCAB_W8"] == "off"

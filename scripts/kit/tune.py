@@ -123,6 +123,23 @@ def linear_backend_values(cfg: dict) -> tuple:
     return tuple(out)
 
 
+def pick_unready(cfg: dict) -> str | None:
+    """Why FP8_GEMM=pick cannot serve here (no committed gemm record with FP8 kernels names this GPU), or None. The
+    server reads the same records at load (scripts/patches/fp8_gemm.py) and stops without one."""
+    from scripts.patches import fp8_gemm
+
+    from . import paths
+    try:
+        name = fp8_gemm.device_name()
+    except Exception as e:  # no torch or no GPU: nothing to pick for
+        return f"no GPU name ({type(e).__name__}: {e})"
+    try:
+        fp8_gemm.read_picks(name, 1 + int(cfg.get("SPEC_K") or 0), paths.RESULTS)
+    except fp8_gemm.PickError:
+        return f"no gemm record of {name} under results/ (make gemm VARIANT=<BF16 parent> KERNELS=fp8,fp8_kit,fp8_marlin)"
+    return None
+
+
 def _mtp_capable(arch: dict | None) -> bool:
     c = (arch or {}).get("text_config", arch or {})
     return bool((arch or {}).get("mtp_num_hidden_layers") or c.get("mtp_num_hidden_layers"))
@@ -165,9 +182,13 @@ def levers(cfg: dict, platform: str, weights_ok, arch: dict | None = None,
         out.append(Lever("linear_backend", linear_backend_values(cfg),
                          f"the {weight_scheme(cfg)} linears on another of vLLM's kernels (--linear-backend)"))
         if weight_scheme(cfg) == "fp8":  # the kit's W8A16 kernel at decode batches (scripts/patches/fp8_gemm.py)
-            # FP8_GEMM=pick is not offered: it needs a gemm record of the GPU and has no server measurement yet.
-            out.append(Lever("fp8_gemm", ({"FP8_GEMM": "kit"}, {"FP8_GEMM": "vllm"}),
-                             "FP8 linears on the kit's W8A16 kernel at <= 16 tokens, or vLLM's kernel throughout"))
+            # pick only where it can start: a server with no gemm record of its GPU stops at load (PickError).
+            why = pick_unready(cfg)
+            if why:
+                skipped.append(f"fp8_gemm=pick: {why}")
+            out.append(Lever("fp8_gemm", ({"FP8_GEMM": "kit"}, {"FP8_GEMM": "vllm"}) + (() if why else ({"FP8_GEMM": "pick"},)),
+                             "FP8 linears on the kit's W8A16 kernel at <= 16 tokens, vLLM's kernel throughout"
+                             + ("" if why else ", or each shape's fastest in this GPU's gemm record")))
     elif gpu:
         skipped.append("linear_backend: 16-bit linears run on cuBLAS whatever the backend (quantized weights first)")
     else:
@@ -188,6 +209,10 @@ def levers(cfg: dict, platform: str, weights_ok, arch: dict | None = None,
             if path_for(cfg["MODEL"], DRAFT_VOCAB).is_file():
                 out.append(Lever("draft_vocab", ({"SPEC_DRAFT_VOCAB": DRAFT_VOCAB}, {"SPEC_DRAFT_VOCAB": 0}),
                                  f"MTP drafts from the {DRAFT_VOCAB} most frequent tokens, or the full vocabulary"))
+                if gpu:  # the kit's W8A16 kernel (Triton on CUDA); fixup drops it with the set
+                    out.append(Lever("draft_vocab_w8", ({"SPEC_DRAFT_VOCAB_W8": "int8"}, {"SPEC_DRAFT_VOCAB_W8": "off"}),
+                                     "the draft set's logits from an INT8 copy of its rows (output unchanged), or "
+                                     "the 16-bit rows"))
             else:
                 skipped.append(f"draft_vocab: no set of {DRAFT_VOCAB} tokens for MODEL (python -m scripts.kit draft-vocab "
                                f"--variant BASE --set SPEC_DRAFT_VOCAB={DRAFT_VOCAB} makes it)")
@@ -258,6 +283,8 @@ def fixup(cfg: dict, overrides: dict) -> dict:
         o["SPEC_PADDED_DRAFTER_BATCH"] = "on"  # padding is a drafter's; without speculation it is the default
     if eff.get("SPEC_METHOD") != "mtp" and eff.get("SPEC_DRAFT_VOCAB"):
         o["SPEC_DRAFT_VOCAB"] = 0  # the set is MTP's (its drafts read the target's lm_head)
+    if not o.get("SPEC_DRAFT_VOCAB", eff.get("SPEC_DRAFT_VOCAB")) and eff.get("SPEC_DRAFT_VOCAB_W8", "off") != "off":
+        _unset(cfg, o, "SPEC_DRAFT_VOCAB_W8", "off")  # a copy of the set's rows: no set, no copy
     if eff.get("SPEC_DRAFT_GRAPH") and (eff.get("SPEC_METHOD") != "mtp" or int(eff.get("SPEC_K") or 0) < 2):
         o["SPEC_DRAFT_GRAPH"] = 0  # it graphs MTP passes 2..K: nothing to graph otherwise
     if eff.get("QUANT", "none") != "none" and eff.get("SERVE_QUANTIZATION") == "fp8":
