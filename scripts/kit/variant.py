@@ -312,6 +312,8 @@ class Variant:
             env[ENV] = str(path_for(self["MODEL"], self["SPEC_DRAFT_VOCAB"]))
             if self["SPEC_DRAFT_VOCAB_W8"] != "off":  # the same patch: an 8-bit copy of the set's rows
                 env["KIT_DRAFT_VOCAB_W8"] = self["SPEC_DRAFT_VOCAB_W8"]
+            if self["SPEC_DRAFT_ARGMAX"] != "torch":  # the same patch: the winner's id in one kernel
+                env["KIT_DRAFT_ARGMAX"] = self["SPEC_DRAFT_ARGMAX"]
         if self["FP8_GEMM"] == "kit":  # as above (scripts/patches/fp8_gemm.py)
             env["KIT_FP8_GEMM"] = "1"
         elif self["FP8_GEMM"] == "pick":  # picked from this GPU's gemm records at the rows a verify step has at
@@ -431,6 +433,9 @@ def _validate(v: Variant, schema: dict) -> None:
     if c["SPEC_DRAFT_VOCAB_W8"] != "off" and not c["SPEC_DRAFT_VOCAB"]:
         raise KitError(f"{where('SPEC_DRAFT_VOCAB_W8')}: SPEC_DRAFT_VOCAB_W8={c['SPEC_DRAFT_VOCAB_W8']} needs "
                        "SPEC_DRAFT_VOCAB (the set whose rows it copies)")
+    if c["SPEC_DRAFT_ARGMAX"] != "torch" and not c["SPEC_DRAFT_VOCAB"]:
+        raise KitError(f"{where('SPEC_DRAFT_ARGMAX')}: SPEC_DRAFT_ARGMAX={c['SPEC_DRAFT_ARGMAX']} needs "
+                       "SPEC_DRAFT_VOCAB (it serves the set's drafts)")
     if c["SPEC_DRAFT_GRAPH"] and (c["SPEC_METHOD"] != "mtp" or c["SPEC_K"] < 2):
         raise KitError(f"{where('SPEC_DRAFT_GRAPH')}: SPEC_DRAFT_GRAPH={c['SPEC_DRAFT_GRAPH']} needs SPEC_METHOD=mtp and "
                        f"SPEC_K of 2 or more (is {c['SPEC_METHOD']}, K={c['SPEC_K']}): it graphs draft passes 2..K")

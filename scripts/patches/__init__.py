@@ -134,6 +134,9 @@ PATCHES = (
     Patch(None, None, "w4a16_il_kernel", "W4A16 GEMM for decode batches on weights repacked so a slice is a group, "
           "split-K (`make gemm` as w4a16_g32_kit_il; not served yet)", "vLLM 0.26.0",
           "Marlin / Machete are vLLM's", ("tests/test_w4a16_il_kernel.py",)),
+    Patch(None, None, "argmax_kernel", "an MTP draft's winner over the draft set and its token id in one kernel "
+          "(SPEC_DRAFT_ARGMAX=kit, served by draft_vocab)", "vLLM 0.26.0",
+          "none: vLLM's greedy draft is torch.argmax over the logits", ("tests/test_argmax_kernel.py",)),
     Patch(None, None, "w8a16_kernel", "FP8- or INT8-weight GEMM with 16-bit activations for decode batches (`make gemm`; "
           "served by fp8_gemm and lm_head_w8)", "vLLM 0.26.0", "none: vLLM's weight-only FP8 GEMM is FP8 Marlin",
           ("tests/test_w8a16_kernel.py",)),

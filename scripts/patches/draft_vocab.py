@@ -21,6 +21,10 @@ step). The copy is made and the kernel tuned for the shape where the rows are co
 capture). Output is unchanged, as above; a draft token can differ where two logits are within the copy's rounding.
 Where the kernel cannot run (no CUDA, no Triton interpreter) the 16-bit rows serve, and a line says so.
 
+KIT_DRAFT_ARGMAX=kit (SPEC_DRAFT_ARGMAX) takes each draft's winner and its token id in one kernel of the kit's
+(argmax_kernel.py) instead of PyTorch's argmax and the id lookup: the same token ids, ties included. Its workspace is
+made where the rows are copied (V2: at load). Where Triton cannot run, PyTorch's path serves, said once.
+
 Why an import hook: the drafter runs in vLLM's engine process, started with spawn, where only
 sitecustomize can reach it; the patch is applied right after the proposer's module is imported.
 """
@@ -31,17 +35,40 @@ import sys
 
 TARGET = "vllm.v1.spec_decode.llm_base_proposer"
 W8_ENV = "KIT_DRAFT_VOCAB_W8"
+ARGMAX_ENV = "KIT_DRAFT_ARGMAX"
 TARGET_V2 = "vllm.v1.worker.gpu.spec_decode.speculator"
 _MARK = "_kit_draft_vocab"
 
 
-def trimmed_argmax(hidden, rows, ids, w8=None):
+def trimmed_argmax(hidden, rows, ids, w8=None, fast=False):
     """Token ids of the best-scoring rows: hidden (T, H) @ rows (N, H)^T, argmax over N, mapped by ids (N,). With
-    w8 (the rows' 8-bit copy and its scales) a batch of up to 16 rows scores against the copy instead."""
+    w8 (the rows' 8-bit copy and its scales) a batch of up to 16 rows scores against the copy instead; with fast, the
+    argmax and the mapping are the kit's one kernel (the same ids)."""
     if w8 is not None and 0 < hidden.shape[0] <= W8_M_MAX:
         from scripts.patches.w8a16_kernel import w8a16_matmul
-        return ids[w8a16_matmul(hidden, *w8).argmax(dim=-1)]
-    return ids[(hidden @ rows.t()).argmax(dim=-1)]
+        logits = w8a16_matmul(hidden, *w8)
+    else:
+        logits = hidden @ rows.t()
+    if fast:
+        from scripts.patches.argmax_kernel import argmax_ids
+        return argmax_ids(logits, ids)
+    return ids[logits.argmax(dim=-1)]
+
+
+def fast_argmax(rows) -> bool:
+    """Whether the kit's argmax kernel serves this set ($KIT_DRAFT_ARGMAX=kit and Triton runs here); its workspace
+    made now, never inside a graph capture. Said either way."""
+    if os.environ.get(ARGMAX_ENV) != "kit":
+        return False
+    from scripts.patches.lm_head_w8 import _runs_on
+    if not _runs_on(rows):
+        print("kit: draft argmax kernel NOT used (it needs CUDA or Triton's interpreter): PyTorch's argmax",
+              file=sys.stderr, flush=True)
+        return False
+    from scripts.patches.argmax_kernel import prepare
+    prepare(rows.device, rows.shape[0])
+    print(f"kit: draft argmax kernel over {rows.shape[0]} rows", file=sys.stderr, flush=True)
+    return True
 
 
 W8_M_MAX = 16  # the kernel's largest batch (w8a16_kernel.BLOCK_M)
@@ -93,8 +120,8 @@ def patch_class(cls, ids_list: list[int]) -> bool:
             state = self._kit_dv_state = _rows_for(self, ids_list)
         if state is False:  # not applicable here (said once): vLLM's own full-vocabulary draft
             return orig(self, hidden_states)
-        rows, ids, w8 = state
-        return trimmed_argmax(hidden_states.to(rows.dtype), rows, ids, w8)
+        rows, ids, w8, fast = state
+        return trimmed_argmax(hidden_states.to(rows.dtype), rows, ids, w8, fast)
 
     setattr(_greedy_sample, _MARK, True)
     cls._greedy_sample = _greedy_sample
@@ -120,7 +147,7 @@ def _rows_for(proposer, ids_list: list[int]):
         return False
     print(f"kit: draft vocabulary {len(ids_list)} of {weight.shape[0]} lm_head rows", file=sys.stderr, flush=True)
     scheme = os.environ.get(W8_ENV, "")
-    return rows, ids, (w8_copy(rows, scheme) if scheme == "int8" else None)
+    return rows, ids, (w8_copy(rows, scheme) if scheme == "int8" else None), fast_argmax(rows)
 
 
 def patch_class_v2(cls, ids_list: list[int]) -> bool:
@@ -143,8 +170,8 @@ def patch_class_v2(cls, ids_list: list[int]) -> bool:
         state = getattr(self, "_kit_dv_state", None)
         if getattr(self, "use_local_argmax_reduction", False) or not state:
             return orig(self, hidden_states)  # vLLM's own: not loaded through the patch, or the set cannot apply
-        rows, ids, w8 = state
-        return trimmed_argmax(hidden_states.to(rows.dtype), rows, ids, w8)
+        rows, ids, w8, fast = state
+        return trimmed_argmax(hidden_states.to(rows.dtype), rows, ids, w8, fast)
 
     for f in (load_model, _greedy_sample_draft):
         setattr(f, _MARK, True)
