@@ -83,3 +83,27 @@ def test_with_a_variant_the_check_is_one_record_that_validates(results, tmp_path
     assert len(recs) == 2 and "FAIL kit_vs_vllm" in capsys.readouterr().out
     worst = [load_record(pth)["payload"] for pth, _ in recs if load_record(pth)["payload"]["agree"] < len(CASES)]
     assert worst and worst[0]["cases"][0]["failures"] == ["kit_vs_vllm"]
+
+
+def test_tile_key_reaches_the_kernel_env_needs_the_kernel_and_its_default_is_the_kernels():
+    """GDN_SPEC_TILE: the schema's default is the kernel's own (served without the variable); another tile goes to
+    the engine as KIT_GDN_SPEC_TILE, only with GDN_SPEC_PACKED=on; a bad tile is refused by the schema, and by the
+    kernel's parser with the variable's name."""
+    import json
+
+    from scripts.kit.errors import KitError
+    from scripts.kit.paths import ROOT
+    from scripts.kit.variant import load
+    from scripts.patches import gdn_spec_kernel as G
+    default = json.loads((ROOT / "schemas/variant.schema.json").read_text())["properties"]["GDN_SPEC_TILE"]["default"]
+    assert G.parse_tile(default) == G.DEFAULT_TILE
+    assert "KIT_GDN_SPEC_TILE" not in load("qwen3.5-4b-fp8-v2-gdn").to_env("gpu")
+    assert load("qwen3.5-4b-fp8-v2-gdn", ["GDN_SPEC_TILE=16x2"]).to_env("gpu")["KIT_GDN_SPEC_TILE"] == "16x2"
+    with pytest.raises(KitError, match="GDN_SPEC_TILE=16x2 needs GDN_SPEC_PACKED=on"):
+        load("qwen3.5-4b-fp8-v2", ["GDN_SPEC_TILE=16x2"])
+    with pytest.raises(KitError, match="GDN_SPEC_TILE"):
+        load("qwen3.5-4b-fp8-v2-gdn", ["GDN_SPEC_TILE=24x2"])
+    assert G.parse_tile("64X1") == (64, 1)
+    for bad in ("32", "32x3", "12x4", "axb"):
+        with pytest.raises(ValueError, match="KIT_GDN_SPEC_TILE"):
+            G.parse_tile(bad)

@@ -70,7 +70,8 @@ for case in json.loads(sys.argv[1]):
 
     s_kit, s_vllm, s_ref = state.clone(), state.clone(), state.clone()
     o_kit = torch.full((T, HV, V), sentinel, dtype=dt, device=D)
-    gdn_spec_packed(x, a, b, A_log, dt_bias, s_kit, idx_d, nacc_d, cu_d, o_kit, **kw)
+    gdn_spec_packed(x, a, b, A_log, dt_bias, s_kit, idx_d, nacc_d, cu_d, o_kit, **kw,
+                    tile=tuple(case["tile"]) if case.get("tile") else None)
     s_ref = s_ref.cpu()
     o_ref = torch.full((T, HV, V), sentinel, dtype=torch.float64)
     reference(*(t.cpu() for t in (x, a, b, A_log, dt_bias)), s_ref, idx, nacc, cu, o_ref, **kw)
@@ -114,6 +115,11 @@ CASES = [  # H, HV, K, V: q/k heads, v heads, head dims; lens: tokens a sequence
     # Qwen3.5-4B's own layer: 16 q/k heads, 32 v heads, 128-wide heads, K=4 (5 tokens), two sequences
     ({"H": 16, "HV": 32, "K": 128, "V": 128, "lens": [5, 5], "acc": [3, 1], "dtype": "float32", "seed": 3,
       "dead": [], "strided": 0}, 1e-5),
+    # other tiles (GDN_SPEC_TILE): V in blocks of 16 values, and one block wider than V, on fewer warps
+    ({"H": 2, "HV": 4, "K": 64, "V": 48, "lens": [5, 3], "acc": [2, 1], "dtype": "float32", "seed": 5,
+      "dead": [], "strided": 1, "tile": [16, 1]}, 1e-5),
+    ({"H": 1, "HV": 2, "K": 32, "V": 32, "lens": [5, 5, 5], "acc": [5, 2, 1], "dtype": "float16", "seed": 6,
+      "dead": [1], "strided": 0, "tile": [64, 2]}, 3e-3),
 ]
 
 # On a GPU also bfloat16, the dtype Qwen3.5's served layers run in (the interpreter has none)

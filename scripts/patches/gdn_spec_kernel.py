@@ -26,15 +26,46 @@ cu_seqlens [N + 1] int; out [T, HV, V] (rows may be strided).
     gdn_spec_packed(x, a, b, A_log, dt_bias, state, state_indices, num_accepted, cu_seqlens, out,
                     num_k_heads=H, head_k_dim=K, head_v_dim=V)
 
+Tile: a program owns BV of a v head's V values (the state rows it updates, [BV, K] in registers) and runs on
+num_warps warps; 32 x 4 by default. $KIT_GDN_SPEC_TILE ("BVxWARPS", the variant key GDN_SPEC_TILE) sets another for
+a measurement: on an H200 a layer's call took 10.5 us at the Qwen3.5 step's 5 tokens, about four times the bytes it
+moves, so the time is the token loop's latency (results/qwen3.5-4b-fp8-v2-gdn/20261130T051957Z-profile.json); fewer
+warps keep the reductions over K inside a warp, a narrower BV puts more programs in flight.
+
 Tested on CPU under Triton's interpreter (tests/test_gdn_spec_kernel.py) against vLLM's own kernel source, run the
 same way on q, k and v split out as vLLM splits them, and against `reference`. A server runs it with
 GDN_SPEC_PACKED=on (scripts/patches/gdn_spec_packed.py).
 """
 from __future__ import annotations
 
+import os
+
 import torch
 import triton
 import triton.language as tl
+
+TILE_ENV = "KIT_GDN_SPEC_TILE"
+DEFAULT_TILE = (32, 4)  # (BV, num_warps); the schema's GDN_SPEC_TILE default says the same
+
+
+_TILE: list = []  # the process's tile, read from the environment once (a piecewise-graph step calls this per layer)
+
+
+def _env_tile() -> tuple[int, int]:
+    if not _TILE:
+        _TILE.append(parse_tile(os.environ[TILE_ENV]) if os.environ.get(TILE_ENV) else DEFAULT_TILE)
+    return _TILE[0]
+
+
+def parse_tile(text: str) -> tuple[int, int]:
+    """"BVxWARPS" -> (BV, num_warps): BV a power of two from 8 to 128, warps 1, 2, 4 or 8."""
+    try:
+        bv, w = (int(part) for part in text.lower().split("x"))
+    except ValueError:
+        raise ValueError(f"{TILE_ENV}={text!r}: want BVxWARPS, e.g. 32x4") from None
+    if bv not in (8, 16, 32, 64, 128) or w not in (1, 2, 4, 8):
+        raise ValueError(f"{TILE_ENV}={text!r}: BV one of 8, 16, 32, 64, 128 and WARPS one of 1, 2, 4, 8")
+    return bv, w
 
 
 @triton.jit(do_not_specialize=["N"])
@@ -93,9 +124,11 @@ def state_layout_error(state: torch.Tensor, hv: int, v: int, k: int) -> str | No
 def gdn_spec_packed(x: torch.Tensor, a: torch.Tensor, b: torch.Tensor, A_log: torch.Tensor, dt_bias: torch.Tensor,
                     state: torch.Tensor, state_indices: torch.Tensor, num_accepted: torch.Tensor,
                     cu_seqlens: torch.Tensor, out: torch.Tensor, *, num_k_heads: int, head_k_dim: int,
-                    head_v_dim: int, scale: float | None = None, num_seqs: int | None = None) -> torch.Tensor:
+                    head_v_dim: int, scale: float | None = None, num_seqs: int | None = None,
+                    tile: tuple[int, int] | None = None) -> torch.Tensor:
     """The verify step's recurrence for num_seqs sequences (default: len(cu_seqlens) - 1), in place: `out` rows
-    bos..eos-1 of each live sequence, and the state slots its tokens name. Returns `out`."""
+    bos..eos-1 of each live sequence, and the state slots its tokens name. Returns `out`. tile: (BV, num_warps),
+    default $KIT_GDN_SPEC_TILE, else DEFAULT_TILE."""
     H, K, V = num_k_heads, head_k_dim, head_v_dim
     HV = state.shape[1]
     n = len(cu_seqlens) - 1 if num_seqs is None else num_seqs
@@ -114,12 +147,13 @@ def gdn_spec_packed(x: torch.Tensor, a: torch.Tensor, b: torch.Tensor, A_log: to
     if a.stride(1) != 1 or b.stride(1) != 1:
         raise ValueError("gdn_spec_packed: a and b need unit column stride")
     BK = triton.next_power_of_2(K)
-    BV = min(triton.next_power_of_2(V), 32)
+    bv, warps = tile or _env_tile()
+    BV = min(triton.next_power_of_2(V), bv)
     if n > 0:
         _gdn_spec_packed_kernel[(triton.cdiv(V, BV), n * HV)](
             x, a, b, A_log, dt_bias, state, state_indices, num_accepted, cu_seqlens, out, n,
             float(K ** -0.5 if scale is None else scale), x.stride(0), a.stride(0), b.stride(0), state.stride(0),
-            state_indices.stride(0), out.stride(0), H=H, HV=HV, K=K, V=V, BK=BK, BV=BV, num_warps=4, num_stages=3)
+            state_indices.stride(0), out.stride(0), H=H, HV=HV, K=K, V=V, BK=BK, BV=BV, num_warps=warps, num_stages=3)
     return out
 
 
