@@ -85,7 +85,7 @@ def test_with_a_variant_the_check_is_one_record_that_validates(results, tmp_path
     assert worst and worst[0]["cases"][0]["failures"] == ["kit_vs_vllm"]
 
 
-def test_tile_key_reaches_the_kernel_env_needs_the_kernel_and_its_default_is_the_kernels():
+def test_tile_and_overlap_keys_reach_the_kernel_env_need_the_kernel_and_the_tile_default_is_the_kernels():
     """GDN_SPEC_TILE: the schema's default is the kernel's own (served without the variable); another tile goes to
     the engine as KIT_GDN_SPEC_TILE, only with GDN_SPEC_PACKED=on; a bad tile is refused by the schema, and by the
     kernel's parser with the variable's name."""
@@ -103,6 +103,11 @@ def test_tile_key_reaches_the_kernel_env_needs_the_kernel_and_its_default_is_the
         load("qwen3.5-4b-fp8-v2", ["GDN_SPEC_TILE=16x2"])
     with pytest.raises(KitError, match="GDN_SPEC_TILE"):
         load("qwen3.5-4b-fp8-v2-gdn", ["GDN_SPEC_TILE=24x2"])
+    env = load("qwen3.5-4b-fp8-v2-gdn", ["GDN_SPEC_OVERLAP=on"]).to_env("gpu")
+    assert env["KIT_GDN_SPEC_OVERLAP"] == "1" and G.OVERLAP_ENV in env
+    assert "KIT_GDN_SPEC_OVERLAP" not in load("qwen3.5-4b-fp8-v2-gdn").to_env("gpu")
+    with pytest.raises(KitError, match="GDN_SPEC_OVERLAP=on needs GDN_SPEC_PACKED=on"):
+        load("qwen3.5-4b-fp8-v2", ["GDN_SPEC_OVERLAP=on"])
     assert G.parse_tile("64X1") == (64, 1)
     for bad in ("32", "32x3", "12x4", "axb"):
         with pytest.raises(ValueError, match="KIT_GDN_SPEC_TILE"):

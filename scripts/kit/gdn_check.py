@@ -71,7 +71,7 @@ for case in json.loads(sys.argv[1]):
     s_kit, s_vllm, s_ref = state.clone(), state.clone(), state.clone()
     o_kit = torch.full((T, HV, V), sentinel, dtype=dt, device=D)
     gdn_spec_packed(x, a, b, A_log, dt_bias, s_kit, idx_d, nacc_d, cu_d, o_kit, **kw,
-                    tile=tuple(case["tile"]) if case.get("tile") else None)
+                    tile=tuple(case["tile"]) if case.get("tile") else None, overlap=case.get("overlap", False))
     s_ref = s_ref.cpu()
     o_ref = torch.full((T, HV, V), sentinel, dtype=torch.float64)
     reference(*(t.cpu() for t in (x, a, b, A_log, dt_bias)), s_ref, idx, nacc, cu, o_ref, **kw)
@@ -120,12 +120,21 @@ CASES = [  # H, HV, K, V: q/k heads, v heads, head dims; lens: tokens a sequence
       "dead": [], "strided": 1, "tile": [16, 1]}, 1e-5),
     ({"H": 1, "HV": 2, "K": 32, "V": 32, "lens": [5, 5, 5], "acc": [5, 2, 1], "dtype": "float16", "seed": 6,
       "dead": [1], "strided": 0, "tile": [64, 2]}, 3e-3),
+    # GDN_SPEC_OVERLAP: the next token's loads early, both state reductions from the state before the update
+    ({"H": 2, "HV": 4, "K": 64, "V": 64, "lens": [5, 5, 5, 5], "acc": [2, 1, 4, 5], "dtype": "float32", "seed": 7,
+      "dead": [2], "strided": 1, "overlap": True}, 1e-5),
+    ({"H": 1, "HV": 3, "K": 16, "V": 48, "lens": [3, 5, 1], "acc": [1, 2, 1], "dtype": "float16", "seed": 8,
+      "dead": [], "strided": 0, "overlap": True, "tile": [16, 2]}, 3e-3),
+    ({"H": 16, "HV": 32, "K": 128, "V": 128, "lens": [5, 5], "acc": [3, 1], "dtype": "float32", "seed": 9,
+      "dead": [], "strided": 0, "overlap": True}, 1e-5),
 ]
 
 # On a GPU also bfloat16, the dtype Qwen3.5's served layers run in (the interpreter has none)
 GPU_CASES = CASES + [
     ({"H": 16, "HV": 32, "K": 128, "V": 128, "lens": [5, 5, 5], "acc": [3, 1, 5], "dtype": "bfloat16", "seed": 4,
       "dead": [1], "strided": 1}, 2e-2),
+    ({"H": 16, "HV": 32, "K": 128, "V": 128, "lens": [5, 5, 5], "acc": [3, 1, 5], "dtype": "bfloat16", "seed": 10,
+      "dead": [1], "strided": 1, "overlap": True}, 2e-2),
 ]
 
 

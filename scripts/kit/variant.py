@@ -332,6 +332,8 @@ class Variant:
             env["KIT_GDN_SPEC_PACKED"] = "1"
             if self["GDN_SPEC_TILE"] != _schema()["properties"]["GDN_SPEC_TILE"]["default"]:
                 env["KIT_GDN_SPEC_TILE"] = self["GDN_SPEC_TILE"]  # read by the kernel (gdn_spec_kernel.TILE_ENV)
+            if self["GDN_SPEC_OVERLAP"] == "on":  # the kernel's overlapped token loop (gdn_spec_kernel.OVERLAP_ENV)
+                env["KIT_GDN_SPEC_OVERLAP"] = "1"
         if self["GDN_METADATA_REUSE"] == "on":  # as above (scripts/patches/gdn_reuse.py)
             env["KIT_GDN_REUSE"] = "1"
         if self["SPEC_DRAFT_GRAPH"]:  # as above (scripts/patches/draft_graph.py): the largest graphed batch
@@ -438,6 +440,9 @@ def _validate(v: Variant, schema: dict) -> None:
     if c["GDN_SPEC_TILE"] != _schema()["properties"]["GDN_SPEC_TILE"]["default"] and c["GDN_SPEC_PACKED"] != "on":
         raise KitError(f"{where('GDN_SPEC_TILE')}: GDN_SPEC_TILE={c['GDN_SPEC_TILE']} needs GDN_SPEC_PACKED=on (the "
                        "kernel it tiles)")
+    if c["GDN_SPEC_OVERLAP"] == "on" and c["GDN_SPEC_PACKED"] != "on":
+        raise KitError(f"{where('GDN_SPEC_OVERLAP')}: GDN_SPEC_OVERLAP=on needs GDN_SPEC_PACKED=on (the kernel whose "
+                       "loop it changes)")
     if c["SPEC_DRAFT_ARGMAX"] != "torch" and not c["SPEC_DRAFT_VOCAB"]:
         raise KitError(f"{where('SPEC_DRAFT_ARGMAX')}: SPEC_DRAFT_ARGMAX={c['SPEC_DRAFT_ARGMAX']} needs "
                        "SPEC_DRAFT_VOCAB (it serves the set's drafts)")

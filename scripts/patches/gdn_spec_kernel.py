@@ -28,7 +28,9 @@ cu_seqlens [N + 1] int; out [T, HV, V] (rows may be strided).
 
 Tile: a program owns BV of a v head's V values (the state rows it updates, [BV, K] in registers) and runs on
 num_warps warps; 32 x 4 by default. $KIT_GDN_SPEC_TILE ("BVxWARPS", the variant key GDN_SPEC_TILE) sets another for
-a measurement: on an H200 a layer's call took 10.5 us at the Qwen3.5 step's 5 tokens, about four times the bytes it
+a measurement, and $KIT_GDN_SPEC_OVERLAP=1 (GDN_SPEC_OVERLAP=on) a loop that asks for the next token's inputs
+while this one computes and takes both reductions over the state from the state before the token's update
+(o = d (h q) + v' (k . q), the same arithmetic in another order): on an H200 a layer's call took 10.5 us at the Qwen3.5 step's 5 tokens, about four times the bytes it
 moves, so the time is the token loop's latency (results/qwen3.5-4b-fp8-v2-gdn/20261130T051957Z-profile.json); fewer
 warps keep the reductions over K inside a warp, a narrower BV puts more programs in flight.
 
@@ -48,13 +50,15 @@ TILE_ENV = "KIT_GDN_SPEC_TILE"
 DEFAULT_TILE = (32, 4)  # (BV, num_warps); the schema's GDN_SPEC_TILE default says the same
 
 
-_TILE: list = []  # the process's tile, read from the environment once (a piecewise-graph step calls this per layer)
+OVERLAP_ENV = "KIT_GDN_SPEC_OVERLAP"  # "1": the variant key GDN_SPEC_OVERLAP=on
+_ENV: list = []  # the process's (tile, overlap), read from the environment once (a piecewise-graph step calls per layer)
 
 
-def _env_tile() -> tuple[int, int]:
-    if not _TILE:
-        _TILE.append(parse_tile(os.environ[TILE_ENV]) if os.environ.get(TILE_ENV) else DEFAULT_TILE)
-    return _TILE[0]
+def _env() -> tuple[tuple[int, int], bool]:
+    if not _ENV:
+        _ENV.append((parse_tile(os.environ[TILE_ENV]) if os.environ.get(TILE_ENV) else DEFAULT_TILE,
+                     os.environ.get(OVERLAP_ENV) == "1"))
+    return _ENV[0]
 
 
 def parse_tile(text: str) -> tuple[int, int]:
@@ -68,11 +72,25 @@ def parse_tile(text: str) -> tuple[int, int]:
     return bv, w
 
 
+@triton.jit
+def _gdn_token(x_ptr, a_ptr, b_ptr, idx_ptr, row, t, i_n, i_h, i_hv, ks, vs, mk, mv, stride_x, stride_a, stride_b,
+               stride_idx, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr):
+    """Token t's inputs (row: its row of x, a and b): q, k, v, a, b and the slot its state goes to."""
+    xr = x_ptr + row * stride_x
+    q = tl.load(xr + i_h * K + ks, mask=mk, other=0.0).to(tl.float32)
+    k = tl.load(xr + (H + i_h) * K + ks, mask=mk, other=0.0).to(tl.float32)
+    v = tl.load(xr + 2 * H * K + i_hv * V + vs, mask=mv, other=0.0).to(tl.float32)
+    a = tl.load(a_ptr + row * stride_a + i_hv).to(tl.float32)
+    b = tl.load(b_ptr + row * stride_b + i_hv).to(tl.float32)
+    slot = tl.load(idx_ptr + i_n * stride_idx + t).to(tl.int64)
+    return q, k, v, a, b, slot
+
+
 @triton.jit(do_not_specialize=["N"])
 def _gdn_spec_packed_kernel(x_ptr, a_ptr, b_ptr, alog_ptr, dtb_ptr, h_ptr, idx_ptr, nacc_ptr, cu_ptr, o_ptr, N, scale,
                             stride_x, stride_a, stride_b, stride_h, stride_idx, stride_o,
                             H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
-                            BK: tl.constexpr, BV: tl.constexpr):
+                            BK: tl.constexpr, BV: tl.constexpr, OVERLAP: tl.constexpr):
     i_v = tl.program_id(0)
     i_nh = tl.program_id(1)
     i_n = i_nh // HV
@@ -89,26 +107,45 @@ def _gdn_spec_packed_kernel(x_ptr, a_ptr, b_ptr, alog_ptr, dtb_ptr, h_ptr, idx_p
         mv = vs < V
         mh = mv[:, None] & mk[None, :]
         hoff = i_hv * V * K + vs[:, None] * K + ks[None, :]
+        n_tok = eos - bos
+        # OVERLAP: token 0's inputs requested before the state is
+        nq, nk, nv, na, nb, nslot = _gdn_token(x_ptr, a_ptr, b_ptr, idx_ptr, bos, 0, i_n, i_h, i_hv, ks, vs, mk, mv,
+                                               stride_x, stride_a, stride_b, stride_idx, H, K, V)
         h = tl.load(h_ptr + slot0 * stride_h + hoff, mask=mh, other=0.0).to(tl.float32)
         neg_a = -tl.exp(tl.load(alog_ptr + i_hv).to(tl.float32))
         dtb = tl.load(dtb_ptr + i_hv).to(tl.float32)
-        for t in range(0, eos - bos):
+        for t in range(0, n_tok):
             row = bos + t
-            xr = x_ptr + row * stride_x
-            q = tl.load(xr + i_h * K + ks, mask=mk, other=0.0).to(tl.float32)
-            k = tl.load(xr + (H + i_h) * K + ks, mask=mk, other=0.0).to(tl.float32)
-            v = tl.load(xr + 2 * H * K + i_hv * V + vs, mask=mv, other=0.0).to(tl.float32)
-            z = tl.load(a_ptr + row * stride_a + i_hv).to(tl.float32) + dtb
+            if OVERLAP:
+                # this token's inputs came with the last iteration; the next token's are requested now, so their
+                # memory latency passes while this token computes
+                # (the last token asks for itself again: in bounds, never used)
+                q, k, v, a, b, slot = nq, nk, nv, na, nb, nslot
+                tn = tl.minimum(t + 1, n_tok - 1)
+                nq, nk, nv, na, nb, nslot = _gdn_token(x_ptr, a_ptr, b_ptr, idx_ptr, bos + tn, tn, i_n, i_h, i_hv, ks,
+                                                       vs, mk, mv, stride_x, stride_a, stride_b, stride_idx, H, K, V)
+            else:
+                q, k, v, a, b, slot = _gdn_token(x_ptr, a_ptr, b_ptr, idx_ptr, row, t, i_n, i_h, i_hv, ks, vs, mk, mv,
+                                                 stride_x, stride_a, stride_b, stride_idx, H, K, V)
+            z = a + dtb
             softplus = tl.where(z <= 20.0, tl.log(1.0 + tl.exp(z)), z)
-            beta = tl.sigmoid(tl.load(b_ptr + row * stride_b + i_hv).to(tl.float32))
+            beta = tl.sigmoid(b)
             q = q * tl.rsqrt(tl.sum(q * q) + 1e-6) * scale
             k = k * tl.rsqrt(tl.sum(k * k) + 1e-6)
-            h = h * tl.exp(neg_a * softplus)
-            v = (v - tl.sum(h * k[None, :], 1)) * beta
-            h = h + v[:, None] * k[None, :]
-            o = tl.sum(h * q[None, :], 1)
+            decay = tl.exp(neg_a * softplus)
+            if OVERLAP:
+                # both reductions over the old state side by side: o = (d h + v' k^T) q = d (h q) + v' (k . q)
+                hk = tl.sum(h * k[None, :], 1)
+                hq = tl.sum(h * q[None, :], 1)
+                v = (v - decay * hk) * beta
+                o = decay * hq + v * tl.sum(k * q)
+                h = h * decay + v[:, None] * k[None, :]
+            else:
+                h = h * decay
+                v = (v - tl.sum(h * k[None, :], 1)) * beta
+                h = h + v[:, None] * k[None, :]
+                o = tl.sum(h * q[None, :], 1)
             tl.store(o_ptr + row * stride_o + i_hv * V + vs, o.to(o_ptr.dtype.element_ty), mask=mv)
-            slot = tl.load(idx_ptr + i_n * stride_idx + t).to(tl.int64)
             if slot > 0:
                 tl.store(h_ptr + slot * stride_h + hoff, h.to(h_ptr.dtype.element_ty), mask=mh)
 
@@ -125,10 +162,11 @@ def gdn_spec_packed(x: torch.Tensor, a: torch.Tensor, b: torch.Tensor, A_log: to
                     state: torch.Tensor, state_indices: torch.Tensor, num_accepted: torch.Tensor,
                     cu_seqlens: torch.Tensor, out: torch.Tensor, *, num_k_heads: int, head_k_dim: int,
                     head_v_dim: int, scale: float | None = None, num_seqs: int | None = None,
-                    tile: tuple[int, int] | None = None) -> torch.Tensor:
+                    tile: tuple[int, int] | None = None, overlap: bool | None = None) -> torch.Tensor:
     """The verify step's recurrence for num_seqs sequences (default: len(cu_seqlens) - 1), in place: `out` rows
     bos..eos-1 of each live sequence, and the state slots its tokens name. Returns `out`. tile: (BV, num_warps),
-    default $KIT_GDN_SPEC_TILE, else DEFAULT_TILE."""
+    default $KIT_GDN_SPEC_TILE, else DEFAULT_TILE; overlap (the next token's loads and the two state reductions
+    overlapped), default $KIT_GDN_SPEC_OVERLAP == "1"."""
     H, K, V = num_k_heads, head_k_dim, head_v_dim
     HV = state.shape[1]
     n = len(cu_seqlens) - 1 if num_seqs is None else num_seqs
@@ -147,13 +185,16 @@ def gdn_spec_packed(x: torch.Tensor, a: torch.Tensor, b: torch.Tensor, A_log: to
     if a.stride(1) != 1 or b.stride(1) != 1:
         raise ValueError("gdn_spec_packed: a and b need unit column stride")
     BK = triton.next_power_of_2(K)
-    bv, warps = tile or _env_tile()
+    env_tile, env_overlap = _env()
+    bv, warps = tile or env_tile
+    overlap = env_overlap if overlap is None else overlap
     BV = min(triton.next_power_of_2(V), bv)
     if n > 0:
         _gdn_spec_packed_kernel[(triton.cdiv(V, BV), n * HV)](
             x, a, b, A_log, dt_bias, state, state_indices, num_accepted, cu_seqlens, out, n,
             float(K ** -0.5 if scale is None else scale), x.stride(0), a.stride(0), b.stride(0), state.stride(0),
-            state_indices.stride(0), out.stride(0), H=H, HV=HV, K=K, V=V, BK=BK, BV=BV, num_warps=warps, num_stages=3)
+            state_indices.stride(0), out.stride(0), H=H, HV=HV, K=K, V=V, BK=BK, BV=BV, OVERLAP=bool(overlap), num_warps=warps,
+            num_stages=3)
     return out
 
 
