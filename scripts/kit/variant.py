@@ -314,6 +314,8 @@ class Variant:
                 env["KIT_DRAFT_VOCAB_W8"] = self["SPEC_DRAFT_VOCAB_W8"]
             if self["SPEC_DRAFT_ARGMAX"] != "torch":  # the same patch: the winner's id in one kernel
                 env["KIT_DRAFT_ARGMAX"] = self["SPEC_DRAFT_ARGMAX"]
+        if self["SPEC_DRAFT_FP8"] != "off":  # the drafter's linears (scripts/patches/draft_fp8.py)
+            env["KIT_DRAFT_FP8"] = self["SPEC_DRAFT_FP8"]
         if self["FP8_GEMM"] == "kit":  # as above (scripts/patches/fp8_gemm.py)
             env["KIT_FP8_GEMM"] = "1"
         elif self["FP8_GEMM"] == "pick":  # picked from this GPU's gemm records at the rows a verify step has at
@@ -443,6 +445,9 @@ def _validate(v: Variant, schema: dict) -> None:
     if c["GDN_SPEC_OVERLAP"] == "on" and c["GDN_SPEC_PACKED"] != "on":
         raise KitError(f"{where('GDN_SPEC_OVERLAP')}: GDN_SPEC_OVERLAP=on needs GDN_SPEC_PACKED=on (the kernel whose "
                        "loop it changes)")
+    if c["SPEC_DRAFT_FP8"] != "off" and c["SPEC_METHOD"] == "none":
+        raise KitError(f"{where('SPEC_DRAFT_FP8')}: SPEC_DRAFT_FP8={c['SPEC_DRAFT_FP8']} needs speculation (SPEC_METHOD "
+                       "is none): it copies the drafter's linears")
     if c["SPEC_DRAFT_ARGMAX"] != "torch" and not c["SPEC_DRAFT_VOCAB"]:
         raise KitError(f"{where('SPEC_DRAFT_ARGMAX')}: SPEC_DRAFT_ARGMAX={c['SPEC_DRAFT_ARGMAX']} needs "
                        "SPEC_DRAFT_VOCAB (it serves the set's drafts)")
