@@ -112,10 +112,13 @@ def test_sitecustomize_hooks_both_of_vllms_drafter_classes_and_converts_what_loa
     assert out["converted"] == ["Loaded"], out
 
 
-def test_key_reaches_the_engine_and_needs_a_drafter():
+def test_key_reaches_the_engine_gets_its_own_compile_cache_and_needs_a_drafter():
     from scripts.kit.errors import KitError
     from scripts.kit.variant import load
     assert load("qwen3.5-4b-fp8-v2", ["SPEC_DRAFT_FP8=marlin"]).to_env("gpu")["KIT_DRAFT_FP8"] == "marlin"
     assert "KIT_DRAFT_FP8" not in load("qwen3.5-4b-fp8-v2").to_env("gpu")
+    # its own compile cache: the op it puts in the drafter's graph is invisible to vLLM 0.26's AOT key
+    on, off = load("qwen3.5-4b-fp8-v2", ["SPEC_DRAFT_FP8=marlin"]), load("qwen3.5-4b-fp8-v2")
+    assert on.cache_root.name == off.cache_root.name + "-draftfp8"
     with pytest.raises(KitError, match="SPEC_DRAFT_FP8=marlin needs speculation"):
         load("qwen3.5-4b-bf16", ["SPEC_DRAFT_FP8=marlin"])

@@ -237,10 +237,11 @@ class Variant:
         one must not empty the other's. FP8_GEMM=kit (and =pick) has its own: the op it puts in the graph is invisible to
         vLLM 0.26's AOT key (config and vLLM's environment, no sources), and a graph saved without it loads
         cleanly (compilation/decorators.py, _verify_source_unchanged checks only the sources it inlined).
-        W4A16_GEMM=kit likewise."""
+        W4A16_GEMM=kit likewise, and SPEC_DRAFT_FP8 (its op in the drafter's graph)."""
         return WEIGHTS / "cache" / (self.name + ("-standby" if self["STANDBY"] else "")
                                     + ({"kit": "-fp8kit", "pick": "-fp8pick"}.get(self["FP8_GEMM"], ""))
-                                    + ("-w4kit" if self["W4A16_GEMM"] == "kit" else ""))
+                                    + ("-w4kit" if self["W4A16_GEMM"] == "kit" else "")
+                                    + ("-draftfp8" if self["SPEC_DRAFT_FP8"] != "off" else ""))
 
     # -- server command ---------------------------------------------------------------------
     def speculative_config(self) -> dict | None:
