@@ -125,8 +125,6 @@ CASES = [  # H, HV, K, V: q/k heads, v heads, head dims; lens: tokens a sequence
       "dead": [2], "strided": 1, "overlap": True}, 1e-5),
     ({"H": 1, "HV": 3, "K": 16, "V": 48, "lens": [3, 5, 1], "acc": [1, 2, 1], "dtype": "float16", "seed": 8,
       "dead": [], "strided": 0, "overlap": True, "tile": [16, 2]}, 3e-3),
-    ({"H": 16, "HV": 32, "K": 128, "V": 128, "lens": [5, 5], "acc": [3, 1], "dtype": "float32", "seed": 9,
-      "dead": [], "strided": 0, "overlap": True}, 1e-5),
 ]
 
 # On a GPU also bfloat16, the dtype Qwen3.5's served layers run in (the interpreter has none)
@@ -135,6 +133,9 @@ GPU_CASES = CASES + [
       "dead": [1], "strided": 1}, 2e-2),
     ({"H": 16, "HV": 32, "K": 128, "V": 128, "lens": [5, 5, 5], "acc": [3, 1, 5], "dtype": "bfloat16", "seed": 10,
       "dead": [1], "strided": 1, "overlap": True}, 2e-2),
+    # (Qwen3.5-4B's shape with the overlapped loop in float32: on the GPU only, where it takes no time)
+    ({"H": 16, "HV": 32, "K": 128, "V": 128, "lens": [5, 5], "acc": [3, 1], "dtype": "float32", "seed": 9,
+      "dead": [], "strided": 0, "overlap": True}, 1e-5),
 ]
 
 
