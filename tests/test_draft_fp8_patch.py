@@ -59,6 +59,8 @@ for m in (1, 5, 16, 17, 40):
     y, yc = fwd(x), compiled(x)
     out["err"][m] = [((y.float() - h).norm() / h.norm()).item(), (yc - y).abs().max().item(), list(y.shape)]
 out["small"] = small
+import copy, pickle  # a wrapped method survives a copy and a pickle (built bare, before its attributes)
+out["copied"] = [type(copy.deepcopy(draft.fc.quant_method)).__name__, pickle.loads(pickle.dumps(draft.fc.quant_method)).index]
 print(json.dumps(out))
 '''
 
@@ -79,6 +81,7 @@ def test_a_drafters_16bit_vllm_linears_run_their_fp8_copy_at_decode_sizes_cpu_st
         assert shape == [int(m), 32] and rel < 2e-3 and compiled_diff == 0, (m, out["err"][m])
     # each of the three layers took its copy for the batches of up to 16 rows, eager and compiled, never above
     assert sorted(set(out["small"])) == [1, 5, 16] and len(out["small"]) == 3 * 3 * 2, out["small"]
+    assert out["copied"][0] == "_DraftFP8Method" and isinstance(out["copied"][1], int), out["copied"]
 
 
 HOOK = r'''

@@ -81,6 +81,8 @@ class _DraftFP8Method:
         self.method, self.index = method, index
 
     def __getattr__(self, name):  # anything else vLLM asks of the method is the 16-bit method's
+        if name == "method":  # not set yet (a copy or unpickling builds the object bare): no recursion
+            raise AttributeError(name)
         return getattr(self.method, name)
 
     def apply(self, layer, x, bias=None):
