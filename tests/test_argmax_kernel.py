@@ -1,7 +1,7 @@
 """The draft's one-kernel argmax (scripts/patches/argmax_kernel.py) on CPU, under Triton's interpreter, against
 ids[torch.argmax]: widths past a whole block and under one, ties inside a block and across blocks (torch returns the
-first maximal value, so must the kernel), -inf rows, rows further apart than the width, called twice on the same
-workspace (the counters it leaves behind), and more rows than one call takes (PyTorch's path). The interpreter runs
+first maximal value, so must the kernel), -inf rows, NaN (torch's maximum), rows further apart than the width, called
+twice on the same workspace (the counters it leaves behind), and more rows than one call takes (PyTorch's path). The interpreter runs
 programs one at a time, so this checks the picks and the reset, not the ordering between programs; on a GPU
 `make profile` shows which kernel ran."""
 from __future__ import annotations
@@ -26,6 +26,9 @@ for m, n, kind, seed in json.loads(sys.argv[1]):
         x[:, 3] = 10.0
     elif kind == "neg_inf":
         x[:] = float("-inf")
+    elif kind == "nan":  # torch.argmax takes the first NaN as the maximum
+        x[:, n // 2] = float("nan")
+        x[:, n - 3] = float("nan")
     ids = torch.randperm(n, generator=g) + 1000
     want = ids[x.argmax(dim=-1)]
     got = argmax_ids(x, ids)
@@ -41,6 +44,7 @@ CASES = [  # rows, width, values, seed
     (4, 6000, "ties", 4),
     (2, 5000, "late_tie", 5),
     (2, 3000, "neg_inf", 6),     # torch picks index 0
+    (2, 5000, "nan", 8),         # NaN in two blocks: the first one
     (20, 300, "randn", 7),       # more rows than one call takes: PyTorch's path
 ]
 

@@ -48,6 +48,7 @@ def _argmax_ids(x_ptr, ids_ptr, out_ptr, pmax_ptr, pidx_ptr, cnt_ptr, N, NB, str
     offs = blk * BLOCK + tl.arange(0, BLOCK)
     mask = offs < N
     v = tl.load(x_ptr + row * stride_xm + offs, mask=mask, other=float("-inf")).to(tl.float32)
+    v = tl.where(v != v, float("inf"), v)  # NaN wins, as in torch.argmax (and no comparison misses every logit)
     best = tl.max(v, axis=0)
     idx = tl.min(tl.where((v == best) & mask, offs, N), axis=0)
     tl.store(pmax_ptr + row * NB + blk, best)
