@@ -1113,24 +1113,37 @@ print(m["ratio"])' "$(ls -t results/${VAR[$s]}/*-comparison.json | head -1)")
     # is what a profile measures, and two rounds agreed to 0.001 ms in session 20261129T1836Z, so one o serves all.
     # E.g. FP8_GEMM=pick LM_HEAD_W8=int8 'SERVE_IR_OP_PRIORITY={"rms_norm":["vllm_c"],"fused_add_rms_norm":["vllm_c"]}'
     # (session 20261130T0158Z: 1+3 profiles in 18 minutes from cold caches, the FP8_GEMM=pick one compiling its own).
-    shift; V2=${V2_BASE:-qwen3.5-4b-fp8-v2}; Z=0,0,0,0; i=0
-    t=$(date -u +%H%M%S)  # each run's own log names: session 20261130T0158Z's second v2profs wrote over the first's
+    # Two GPUs (nvidia-h200-x2), two jobs, one a GPU, each set beside its own o: the second job with
+    # CUDA_VISIBLE_DEVICES=1 V2_PORT=8116 V2_O_LAST=1 KIT_PROBE_LOCK=/tmp/kit-probe-1.lock and cuts that compile into a
+    # cache of their own (FP8_GEMM=pick, SPEC_DRAFT_FP8=marlin), so its o comes after the first job's has filled the
+    # shared cache instead of compiling the same files beside it, and its profiled windows do not wait on the first
+    # job's lock (a lock a GPU). A lease's device time counts the machine, not its GPUs: twice the profiles. Two runs
+    # of one second get their own trace folders (scripts/profile.py run_name).
+    shift; V2=${V2_BASE:-qwen3.5-4b-fp8-v2}; Z=0,0,0,0; i=0; port=${V2_PORT:-8114}
+    t=$(date -u +%H%M%S)-$$  # each run's own log names: session 20261130T0158Z's second v2profs wrote over the first's
     step python3 -m scripts.kit draft-vocab --variant $V2 --set WEIGHTS=dummy
-    for cut in - "$@"; do
+    cuts=(); for cut in "$@"; do i=$((i + 1)); cuts+=("c$i=$cut"); done
+    if [ -n "${V2_O_LAST:-}" ]; then runs=("${cuts[@]}" "o=-"); else runs=("o=-" "${cuts[@]}"); fi
+    for run in "${runs[@]}"; do
       # A cut may be several KEY=VALUE in one argument, space-separated ('FP8_GEMM=pick LM_HEAD_W8=int8'): cuts together
-      sets=(--set SPEC_ACCEPTANCE=$Z); side=o
-      if [ "$cut" != - ]; then read -ra kv <<< "$cut"; for x in "${kv[@]}"; do sets+=(--set "$x"); done; i=$((i + 1)); side=c$i; fi
-      step python3 -m scripts.profile --variant $V2 --set WEIGHTS=dummy --set PORT=8114 --set SERVE_MAX_NUM_SEQS=256 \
+      side=${run%%=*}; cut=${run#*=}; sets=(--set SPEC_ACCEPTANCE=$Z)
+      if [ "$cut" != - ]; then read -ra kv <<< "$cut"; for x in "${kv[@]}"; do sets+=(--set "$x"); done; fi
+      step python3 -m scripts.profile --variant $V2 --set WEIGHTS=dummy --set PORT=$port --set SERVE_MAX_NUM_SEQS=256 \
         --set SERVE_KV_CACHE_MEMORY_BYTES=12884901888 --set SERVE_GPU_MEMORY_UTILIZATION=0.2 "${sets[@]}" \
         > "$LOGS/v2profs-$t-$side.log" 2>&1
       echo "v2profs $side: ${cut}"; grep -h "record:" "$LOGS/v2profs-$t-$side.log"
-      grep -h "kit: \|Using V2" $(ls -t results/$V2/logs/profile-*.log | head -1) | sed 's/pid=[0-9]*//' | sort | uniq -c
-      # --kernels: which kernels moved, by name (session 20261130T0158Z's pick hid an unfused cast behind its kinds)
-      a=$(sed -n 's/^record: //p' "$LOGS/v2profs-$t-o.log" | tail -1); b=$(sed -n 's/^record: //p' "$LOGS/v2profs-$t-$side.log" | tail -1)
-      # A side that wrote no record (session 20261130T0512Z: pick's server did not start) is named, not compared
+      # the server's own log: did the patch run (the profile names its log; the newest one may be another job's)
+      srv=$(sed -n 's/^server log: //p' "$LOGS/v2profs-$t-$side.log" | tail -1)
+      grep -h "kit: \|Using V2" ${srv:-$(ls -t results/$V2/logs/profile-*.log | head -1)} | sed 's/pid=[0-9]*//' | sort | uniq -c
+    done
+    a=$(sed -n 's/^record: //p' "$LOGS/v2profs-$t-o.log" | tail -1)
+    for run in "${cuts[@]}"; do
+      side=${run%%=*}; b=$(sed -n 's/^record: //p' "$LOGS/v2profs-$t-$side.log" | tail -1)
+      # --kernels: which kernels moved, by name (session 20261130T0158Z's pick hid an unfused cast behind its kinds).
+      # A side that wrote no record (session 20261130T0512Z: pick's server did not start) is named, not compared.
       if [ -z "$a" ] || [ -z "$b" ]; then echo "v2profs $side: no record on $([ -z "$a" ] && echo o || echo $side); see $LOGS/v2profs-$t-*.log"
         grep -h "^error:" "$LOGS/v2profs-$t-$side.log" | cut -c1-600
-      elif [ $side != o ]; then step python3 -m scripts.profile --compare "$a" "$b" --kernels 16; fi
+      else echo "v2profs $side against o: ${run#*=}"; step python3 -m scripts.profile --compare "$a" "$b" --kernels 16; fi
     done ;;
   cut)  # KEY=VALUE [KEY=VALUE...]: issue 29 items 2-3, one change measured alone: Qwen3.5 FP8 -dvg ($V if set, e.g.
     # V=qwen3.5-4b-awq-dvg for W4A16_GEMM=kit) with the first KEY=VALUE (e.g. LM_HEAD_W8=int8, GDN_QKV_SPLIT=two_copies)

@@ -55,6 +55,23 @@ PLOT_RECORDS = 4  # newest profile records of the variant drawn by default
 SCOPES_ENV = {"VLLM_CUSTOM_SCOPES_FOR_PROFILING": "1"}
 
 
+def run_name(logs: Path, stamp: str, trace_dir: Path | None) -> str:
+    """profile-<stamp>, or profile-<stamp>-<n> when a run of the same second claimed that name already (two jobs
+    profiling on two GPUs of one host): each run's own trace folder and server log, never another's. Claimed by
+    making the log file (O_EXCL); an explicit --trace-dir keeps the plain name."""
+    logs.mkdir(parents=True, exist_ok=True)
+    for n in range(1, 100):
+        name = f"profile-{stamp}" + ("" if n == 1 else f"-{n}")
+        try:
+            (logs / f"{name}.log").open("x").close()
+        except FileExistsError:
+            if trace_dir is not None:
+                raise KitError(f"{logs / name}.log exists: another run of this second holds that log") from None
+            continue
+        return name
+    raise KitError(f"{logs}: too many profile runs named profile-{stamp}")
+
+
 def profiler_config(trace_dir: Path, with_stack: bool) -> dict:
     """The --profiler-config JSON; every key exists in vLLM 0.26 and 0.32 (vllm/config/profiler.py).
     ignore_frontend: no trace of the API server process, only the workers'. dump_cuda_time_total off:
@@ -245,15 +262,16 @@ def main(argv=None) -> int:
     if "--profiler-config" in argv:
         raise KitError(f"{v.name}'s argv already has --profiler-config; profile drops it in itself")
     w = workload(a)
-    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
-    trace_dir = (a.trace_dir or a.results_dir / v.name / "logs" / f"profile-{stamp}").resolve()
+    name = run_name(a.results_dir / v.name / "logs", time.strftime("%Y%m%dT%H%M%S", time.gmtime()), a.trace_dir)
+    trace_dir = (a.trace_dir or a.results_dir / v.name / "logs" / name).resolve()
     if trace_dir.exists() and any(trace_dir.iterdir()):
         raise KitError(f"--trace-dir {trace_dir} is not empty: its traces would be mistaken for this run's")
     trace_dir.mkdir(parents=True, exist_ok=True)
     pcfg = profiler_config(trace_dir, a.stack)
     argv = argv + ["--profiler-config", json.dumps(pcfg, sort_keys=True)]
     env = {**v.to_env(platform), **SCOPES_ENV}
-    log = a.results_dir / v.name / "logs" / f"profile-{stamp}.log"
+    log = a.results_dir / v.name / "logs" / f"{name}.log"
+    print(f"server log: {rel(log)}", file=sys.stderr)
     proc = ServerProcess(argv, env, v["HOST"], v["PORT"], v["READY_TIMEOUT_S"], log_path=log)
     stop_on_signals()
     started = time.time()

@@ -409,3 +409,16 @@ def test_a_trace_whose_kernels_match_no_phase_says_how_to_split_it():
     say = "no kernel matched a phase rule"
     assert say in P.table_text(bare["phases"], bare["steps"], bare["timeline"], bare["step_ms"])
     assert say not in P.table_text(stacked["phases"], stacked["steps"], stacked["timeline"], stacked["step_ms"])
+
+
+def test_two_runs_of_one_second_get_their_own_trace_folder_and_log(tmp_path):
+    """Two jobs profiling on two GPUs of one host can start in the same second: each claims its own name (the log
+    made with O_EXCL), so neither reduces the other's traces; with an explicit --trace-dir the clash is an error."""
+    from scripts.kit.errors import KitError
+    from scripts.profile import run_name
+    logs = tmp_path / "logs"
+    first, second = run_name(logs, "20261130T070000", None), run_name(logs, "20261130T070000", None)
+    assert (first, second) == ("profile-20261130T070000", "profile-20261130T070000-2")
+    assert (logs / f"{second}.log").is_file()
+    with pytest.raises(KitError, match="another run of this second"):
+        run_name(logs, "20261130T070000", tmp_path / "mine")
