@@ -55,9 +55,10 @@ def trimmed_argmax(hidden, rows, ids, w8=None, fast=False):
     return ids[logits.argmax(dim=-1)]
 
 
-def fast_argmax(rows) -> bool:
+def fast_argmax(rows, ids) -> bool:
     """Whether the kit's argmax kernel serves this set ($KIT_DRAFT_ARGMAX=kit and Triton runs here); its workspace
-    made now, never inside a graph capture. Said either way."""
+    made and the kernel compiled and run once now, never inside a graph capture (a first Triton launch loads its
+    module, which a capture does not allow). Said either way."""
     if os.environ.get(ARGMAX_ENV) != "kit":
         return False
     from scripts.patches.lm_head_w8 import _runs_on
@@ -65,8 +66,13 @@ def fast_argmax(rows) -> bool:
         print("kit: draft argmax kernel NOT used (it needs CUDA or Triton's interpreter): PyTorch's argmax",
               file=sys.stderr, flush=True)
         return False
-    from scripts.patches.argmax_kernel import prepare
-    prepare(rows.device, rows.shape[0])
+    try:
+        from scripts.patches.argmax_kernel import argmax_ids
+        argmax_ids(rows.new_zeros(1, rows.shape[0]), ids)
+    except Exception as e:  # never an exception inside the engine: PyTorch's argmax serves
+        print(f"kit: draft argmax kernel NOT used ({type(e).__name__}: {e}): PyTorch's argmax", file=sys.stderr,
+              flush=True)
+        return False
     print(f"kit: draft argmax kernel over {rows.shape[0]} rows", file=sys.stderr, flush=True)
     return True
 
@@ -147,7 +153,7 @@ def _rows_for(proposer, ids_list: list[int]):
         return False
     print(f"kit: draft vocabulary {len(ids_list)} of {weight.shape[0]} lm_head rows", file=sys.stderr, flush=True)
     scheme = os.environ.get(W8_ENV, "")
-    return rows, ids, (w8_copy(rows, scheme) if scheme == "int8" else None), fast_argmax(rows)
+    return rows, ids, (w8_copy(rows, scheme) if scheme == "int8" else None), fast_argmax(rows, ids)
 
 
 def patch_class_v2(cls, ids_list: list[int]) -> bool:
