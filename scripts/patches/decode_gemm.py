@@ -23,17 +23,19 @@ def remember(kernel, layer) -> int:
     return len(_LAYERS) - 1
 
 
-def op(name: str, small):
-    """torch.ops.kit.<name>, registered once a process: small(x, weight, scale, group) at M <= 16, else the layer's
+def op(name: str, small, with_layer: bool = False):
+    """torch.ops.kit.<name>, registered once a process: small(x, weight, scale, group) at M <= 16 (with_layer:
+    small(x, weight, scale, group, layer), for a kernel that keeps what it reads on the layer), else the layer's
     vLLM kernel."""
     import torch
-    _SMALL[name] = small
+    _SMALL[name] = (small, with_layer)
     if not hasattr(torch.ops.kit, name):
         def body(x, weight, scale, bias, group, index):
-            if x.shape[0] <= M_MAX:
-                y = _SMALL[name](x, weight, scale, group)
-                return y if bias is None else y + bias
             kernel, layer = _LAYERS[index]
+            if x.shape[0] <= M_MAX:
+                fn, needs_layer = _SMALL[name]
+                y = fn(x, weight, scale, group, layer) if needs_layer else fn(x, weight, scale, group)
+                return y if bias is None else y + bias
             return kernel.apply_weights(layer, x, bias)
 
         def fake(x, weight, scale, bias, group, index):

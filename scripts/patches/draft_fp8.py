@@ -11,7 +11,7 @@ How: right after the drafter loads its model (V1: vllm/v1/spec_decode/llm_base_p
 vllm/v1/worker/gpu/spec_decode/speculator.py's), every module of that model whose quant method is vLLM's
 UnquantizedLinearMethod gets an FP8 e4m3 copy of its weight, one scale a row (lm_head_w8.quantize_rows), repacked for
 Marlin (fp8_gemm.marlin_copy), and its quant method is wrapped: a batch of up to 16 rows runs Marlin on the copy through
-one custom op (torch.ops.kit.draft_fp8, the branch inside it as decode_gemm.py explains), a larger one vLLM's 16-bit
+one custom op (torch.ops.kit.draft_fp8, decode_gemm.py's, the branch inside it), a larger one vLLM's 16-bit
 GEMM as before. Only the drafter's own model is walked: the target's layers and the lm_head it shares are left alone.
 The copies are made at load, before vLLM compiles or captures anything.
 
@@ -58,20 +58,9 @@ class _Vllm16:
 
 
 def _op():
-    """torch.ops.kit.draft_fp8: at M <= 16 the layer's FP8 copy, above it the layer's 16-bit GEMM."""
-    import torch
+    """torch.ops.kit.draft_fp8 (decode_gemm's op): at M <= 16 the layer's FP8 copy, above it the layer's 16-bit GEMM."""
     from scripts.patches import decode_gemm as D
-    if not hasattr(torch.ops.kit, "draft_fp8"):
-        def body(x, weight, scale, bias, group, index):
-            vllm16, layer = D._LAYERS[index]
-            if x.shape[0] <= D.M_MAX:
-                return run_copy(layer, x, bias)
-            return vllm16.apply_weights(layer, x, bias)
-
-        def fake(x, weight, scale, bias, group, index):
-            return x.new_empty((x.shape[0], weight.shape[0]))
-        torch.library.custom_op("kit::draft_fp8", mutates_args=(), schema=D.SCHEMA)(body).register_fake(fake)
-    return torch.ops.kit.draft_fp8
+    return D.op("draft_fp8", lambda x, weight, scale, group, layer: run_copy(layer, x, None), with_layer=True)
 
 
 class _DraftFP8Method:

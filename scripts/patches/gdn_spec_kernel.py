@@ -30,9 +30,11 @@ Tile: a program owns BV of a v head's V values (the state rows it updates, [BV, 
 num_warps warps; 32 x 4 by default. $KIT_GDN_SPEC_TILE ("BVxWARPS", the variant key GDN_SPEC_TILE) sets another for
 a measurement, and $KIT_GDN_SPEC_OVERLAP=1 (GDN_SPEC_OVERLAP=on) a loop that asks for the next token's inputs
 while this one computes and takes both reductions over the state from the state before the token's update
-(o = d (h q) + v' (k . q), the same arithmetic in another order): on an H200 a layer's call took 10.5 us at the Qwen3.5 step's 5 tokens, about four times the bytes it
-moves, so the time is the token loop's latency (results/qwen3.5-4b-fp8-v2-gdn/20261130T051957Z-profile.json); fewer
-warps keep the reductions over K inside a warp, a narrower BV puts more programs in flight.
+(o = d (h q) + v' (k . q), the same arithmetic in another order). Why: on an H200 the 24 layers' calls took 0.2515 ms
+a step at the Qwen3.5 step's 5 tokens (results/qwen3.5-4b-fp8-v2-gdn/20261130T051957Z-profile.json), about four times
+what the state they read and write (one slot in, one out a token) takes at the GPU's bandwidth by my count: the time
+is the token loop's latency. Fewer warps keep the reductions over K inside a warp, a narrower BV puts more programs in
+flight.
 
 Tested on CPU under Triton's interpreter (tests/test_gdn_spec_kernel.py) against vLLM's own kernel source, run the
 same way on q, k and v split out as vLLM splits them, and against `reference`. A server runs it with
@@ -108,9 +110,9 @@ def _gdn_spec_packed_kernel(x_ptr, a_ptr, b_ptr, alog_ptr, dtb_ptr, h_ptr, idx_p
         mh = mv[:, None] & mk[None, :]
         hoff = i_hv * V * K + vs[:, None] * K + ks[None, :]
         n_tok = eos - bos
-        # OVERLAP: token 0's inputs requested before the state is
-        nq, nk, nv, na, nb, nslot = _gdn_token(x_ptr, a_ptr, b_ptr, idx_ptr, bos, 0, i_n, i_h, i_hv, ks, vs, mk, mv,
-                                               stride_x, stride_a, stride_b, stride_idx, H, K, V)
+        if OVERLAP:  # token 0's inputs requested before the state is (the plain loop loads nothing early)
+            nq, nk, nv, na, nb, nslot = _gdn_token(x_ptr, a_ptr, b_ptr, idx_ptr, bos, 0, i_n, i_h, i_hv, ks, vs, mk,
+                                                   mv, stride_x, stride_a, stride_b, stride_idx, H, K, V)
         h = tl.load(h_ptr + slot0 * stride_h + hoff, mask=mh, other=0.0).to(tl.float32)
         neg_a = -tl.exp(tl.load(alog_ptr + i_hv).to(tl.float32))
         dtb = tl.load(dtb_ptr + i_hv).to(tl.float32)
