@@ -67,3 +67,37 @@ def test_refuses_ids_of_another_width():
     from scripts.patches.argmax_kernel import argmax_ids
     with pytest.raises(ValueError, match="100 logits a row but 99 ids"):
         argmax_ids(torch.zeros(1, 100), torch.arange(99))
+
+
+W8_THEN_ARGMAX = r'''
+import os, json
+os.environ["TRITON_INTERPRET"] = "1"
+import torch
+from scripts.patches.draft_vocab import trimmed_argmax
+from scripts.patches.lm_head_w8 import quantize_rows
+g = torch.Generator().manual_seed(21)
+rows = torch.randn(2100, 64, generator=g).half()  # the interpreter has no bfloat16; a server's logits are 16-bit too
+ids = torch.randperm(2100, generator=g) + 5
+w8 = quantize_rows(rows, "int8")
+out = []
+for n in (1, 5, 16):
+    h = torch.randn(n, 64, generator=g).half()
+    both = trimmed_argmax(h, rows, ids, w8, fast=True)   # SPEC_DRAFT_VOCAB_W8=int8 with SPEC_DRAFT_ARGMAX=kit
+    w8_only = trimmed_argmax(h, rows, ids, w8, fast=False)
+    out.append({"n": n, "equal": bool(torch.equal(both, w8_only)), "dtype": str(both.dtype)})
+print(json.dumps(out))
+'''
+
+
+def test_the_int8_draft_rows_logits_through_the_kernel_pick_what_torch_argmax_picks():
+    """SPEC_DRAFT_VOCAB_W8=int8 and SPEC_DRAFT_ARGMAX=kit together (qwen3.5-4b-fp8-v3): the W8A16 kernel's 16-bit
+    logits go straight into the argmax kernel, which must pick the ids torch.argmax picks on the same logits (16-bit
+    logits hold many exact ties, which the first index must win), at the draft sizes a step has."""
+    from scripts.kit.paths import ROOT
+    r = subprocess.run([sys.executable, "-c", W8_THEN_ARGMAX], cwd=ROOT, capture_output=True, text=True,
+                       timeout=600, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    assert r.returncode == 0, r.stderr[-3000:]
+    outs = json.loads(r.stdout.strip().splitlines()[-1])
+    assert [o["n"] for o in outs] == [1, 5, 16]
+    for o in outs:
+        assert o["equal"] and o["dtype"] == "torch.int64", o
