@@ -237,11 +237,13 @@ class Variant:
         one must not empty the other's. FP8_GEMM=kit (and =pick) has its own: the op it puts in the graph is invisible to
         vLLM 0.26's AOT key (config and vLLM's environment, no sources), and a graph saved without it loads
         cleanly (compilation/decorators.py, _verify_source_unchanged checks only the sources it inlined).
-        W4A16_GEMM=kit likewise, and SPEC_DRAFT_FP8 (its op in the drafter's graph)."""
+        W4A16_GEMM=kit likewise, SPEC_DRAFT_FP8 (its op in the drafter's graph), and INDUCTOR_PERSISTENT_MAX (a
+        patch to Inductor's code generation, in neither vLLM's key nor Inductor's)."""
         return WEIGHTS / "cache" / (self.name + ("-standby" if self["STANDBY"] else "")
                                     + ({"kit": "-fp8kit", "pick": "-fp8pick"}.get(self["FP8_GEMM"], ""))
                                     + ("-w4kit" if self["W4A16_GEMM"] == "kit" else "")
-                                    + ("-draftfp8" if self["SPEC_DRAFT_FP8"] != "off" else ""))
+                                    + ("-draftfp8" if self["SPEC_DRAFT_FP8"] != "off" else "")
+                                    + (f"-persist{self['INDUCTOR_PERSISTENT_MAX']}" if self["INDUCTOR_PERSISTENT_MAX"] else ""))
 
     # -- server command ---------------------------------------------------------------------
     def speculative_config(self) -> dict | None:
@@ -337,6 +339,8 @@ class Variant:
                 env["KIT_GDN_SPEC_TILE"] = self["GDN_SPEC_TILE"]  # read by the kernel (gdn_spec_kernel.TILE_ENV)
             if self["GDN_SPEC_OVERLAP"] == "on":  # the kernel's overlapped token loop (gdn_spec_kernel.OVERLAP_ENV)
                 env["KIT_GDN_SPEC_OVERLAP"] = "1"
+        if self["INDUCTOR_PERSISTENT_MAX"]:  # as above (scripts/patches/inductor_persistent.py)
+            env["KIT_INDUCTOR_PERSISTENT_MAX"] = str(self["INDUCTOR_PERSISTENT_MAX"])
         if self["GDN_METADATA_REUSE"] == "on":  # as above (scripts/patches/gdn_reuse.py)
             env["KIT_GDN_REUSE"] = "1"
         if self["SPEC_DRAFT_GRAPH"]:  # as above (scripts/patches/draft_graph.py): the largest graphed batch

