@@ -76,6 +76,10 @@ if [ -n "${SPARSE:-}" ]; then
 else
   tree=$(git ls-files -z | du -cb --files0-from=- | tail -1 | cut -f1)
 fi
+# A call counts its files as an archive does, about 1 KiB a file beyond their bytes (header and padding): on 2026-12-01
+# a 24.4 MiB tree of ~2000 files and a 39 MiB piece (63.4 MiB of bytes) were refused as over 64 MiB; 30 MiB went.
+files=$(git ls-files | while read -r f; do [ -f "$f" ] && echo; done | wc -l)
+tree=$((tree + 1024 * files))
 piece=$(( (64 * 1048576 - tree - 524288) / 1048576 ))
 [ "$piece" -ge 2 ] || { echo "the tree ($tree bytes) leaves under 2 MiB a call for the payload" >&2; exit 1; }
 pl=.gpu/pl-${piece}M

@@ -850,3 +850,32 @@ def test_fp8_pick_is_offered_only_where_a_gemm_record_names_the_gpu_and_the_draf
     assert T.fixup(w8, {"SPEC_DRAFT_VOCAB": 0}) == {"SPEC_DRAFT_VOCAB": 0, "SPEC_DRAFT_VOCAB_W8": "off"}
     assert T.fixup(dv, {"SPEC_DRAFT_VOCAB": 0, "SPEC_DRAFT_VOCAB_W8": "int8"})["SPEC_DRAFT_VOCAB_W8"] == "off"
     assert T.fixup(w8, {"SPEC_METHOD": "none", "SPEC_K": 0})["SPEC_DRAFT_VOCAB_W8"] == "off"
+
+
+def test_step_cuts_measured_on_a_gpu_are_levers_there_and_leave_with_what_they_need(tmp_path, monkeypatch):
+    """The step's output-preserving cuts (issue 29) on a GPU: the kit's draft argmax beside the draft set, the
+    drafter's FP8 copies beside speculation, the GDN kernel's overlapped loop beside the GDN levers; none on a CPU
+    host (Triton's CUDA kernels and FP8 Marlin); and each goes where what it acts on goes."""
+    from scripts.kit import draft_vocab
+    v = load("qwen3.5-4b-fp8-v2-gdn")
+    arch = json.loads((ROOT / v["ARCH_CONFIG"]).read_text())
+    monkeypatch.setattr(draft_vocab, "WEIGHTS", tmp_path)
+    f = draft_vocab.path_for(v["MODEL"], T.DRAFT_VOCAB)
+    f.parent.mkdir(parents=True)
+    f.write_text("{}")
+    ls, skipped = T.levers(v.config, "gpu", lambda o: True, arch, (1, 8))
+    got = {lv.name: lv.values for lv in ls}
+    assert got["draft_argmax"] == ({"SPEC_DRAFT_ARGMAX": "kit"}, {"SPEC_DRAFT_ARGMAX": "torch"})
+    assert got["draft_fp8"] == ({"SPEC_DRAFT_FP8": "marlin"}, {"SPEC_DRAFT_FP8": "off"})
+    assert got["gdn_spec_overlap"] == ({"GDN_SPEC_OVERLAP": "on"}, {"GDN_SPEC_OVERLAP": "off"})
+    ls, skipped = T.levers(v.config, "cpu", lambda o: True, arch, (1, 8))
+    assert not {"draft_argmax", "draft_fp8", "gdn_spec_overlap"} & {lv.name for lv in ls}
+    assert any(s.startswith("draft_fp8:") for s in skipped)
+    cut = {**v.config, "SPEC_DRAFT_ARGMAX": "kit", "SPEC_DRAFT_FP8": "marlin", "GDN_SPEC_OVERLAP": "on"}
+    assert T.fixup(cut, {"SPEC_DRAFT_VOCAB": 0}) == {"SPEC_DRAFT_VOCAB": 0, "SPEC_DRAFT_ARGMAX": "torch"}
+    assert T.fixup(cut, {"SPEC_METHOD": "none", "SPEC_K": 0})["SPEC_DRAFT_FP8"] == "off"
+    assert T.fixup(cut, {"GDN_SPEC_PACKED": "off"}) == {"GDN_SPEC_PACKED": "off", "GDN_SPEC_OVERLAP": "off"}
+    assert T.fixup(v.config, {"GDN_SPEC_OVERLAP": "on"}) == {"GDN_SPEC_OVERLAP": "on"}  # the kernel is on: kept
+    for o in ({"SPEC_DRAFT_VOCAB": 0}, {"SPEC_METHOD": "none", "SPEC_K": 0}, {"GDN_SPEC_PACKED": "off"}):
+        load("qwen3.5-4b-fp8-v2-gdn", [f"{k}={x}" for k, x in {**{k: cut[k] for k in
+             ("SPEC_DRAFT_ARGMAX", "SPEC_DRAFT_FP8", "GDN_SPEC_OVERLAP")}, **T.fixup(cut, o)}.items()])  # loads

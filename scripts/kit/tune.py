@@ -204,6 +204,12 @@ def levers(cfg: dict, platform: str, weights_ok, arch: dict | None = None,
         # The drafter's host time (issue 19): a value on an incumbent without speculation is dropped by fixup.
         out.append(Lever("spec_padding", ({"SPEC_PADDED_DRAFTER_BATCH": "off"}, {"SPEC_PADDED_DRAFTER_BATCH": "on"}),
                          "drafter input padding off (disable_padded_drafter_batch) or on"))
+        if gpu:  # FP8 Marlin (scripts/patches/draft_fp8.py); a value on an incumbent without speculation: fixup
+            out.append(Lever("draft_fp8", ({"SPEC_DRAFT_FP8": "marlin"}, {"SPEC_DRAFT_FP8": "off"}),
+                             "the drafter's 16-bit linears from FP8 copies on FP8 Marlin at <= 16 rows (output "
+                             "unchanged), or 16-bit"))
+        else:
+            skipped.append("draft_fp8: FP8 Marlin is a GPU lever")
         if method == "mtp":  # a set made beforehand, as weights are: the tuner writes no files
             from .draft_vocab import path_for
             if path_for(cfg["MODEL"], DRAFT_VOCAB).is_file():
@@ -213,6 +219,10 @@ def levers(cfg: dict, platform: str, weights_ok, arch: dict | None = None,
                     out.append(Lever("draft_vocab_w8", ({"SPEC_DRAFT_VOCAB_W8": "int8"}, {"SPEC_DRAFT_VOCAB_W8": "off"}),
                                      "the draft set's logits from an INT8 copy of its rows (output unchanged), or "
                                      "the 16-bit rows"))
+                    # the kit's argmax kernel (scripts/patches/argmax_kernel.py): the same ids; fixup drops it with the set
+                    out.append(Lever("draft_argmax", ({"SPEC_DRAFT_ARGMAX": "kit"}, {"SPEC_DRAFT_ARGMAX": "torch"}),
+                                     "each draft's winner over the set and its id in one kernel (the same ids), or "
+                                     "PyTorch's argmax and lookup"))
             else:
                 skipped.append(f"draft_vocab: no set of {DRAFT_VOCAB} tokens for MODEL (python -m scripts.kit draft-vocab "
                                f"--variant BASE --set SPEC_DRAFT_VOCAB={DRAFT_VOCAB} makes it)")
@@ -233,6 +243,9 @@ def levers(cfg: dict, platform: str, weights_ok, arch: dict | None = None,
         if method:  # all-spec steps are a drafter's verify (scripts/patches/gdn_spec_packed.py)
             out.append(Lever("gdn_spec_packed", ({"GDN_SPEC_PACKED": "on"}, {"GDN_SPEC_PACKED": "off"}),
                              "GDN verify on the packed conv output, no copies (kit kernel) or vLLM's split and copies"))
+        if method and gpu:  # the same kernel's overlapped token loop; fixup drops it where the kernel goes
+            out.append(Lever("gdn_spec_overlap", ({"GDN_SPEC_OVERLAP": "on"}, {"GDN_SPEC_OVERLAP": "off"}),
+                             "the kit's GDN verify kernel with each token's loads and output overlapped, or in order"))
         if method:  # multi-token steps are a drafter's verify (scripts/patches/gdn_qkv_split.py)
             out.append(Lever("gdn_qkv_split", ({"GDN_QKV_SPLIT": "two_copies"}, {"GDN_QKV_SPLIT": "vllm"}),
                              "GDN q/k/v split for the verify in two copies (kit patch) or four (vLLM)"))
@@ -285,6 +298,12 @@ def fixup(cfg: dict, overrides: dict) -> dict:
         o["SPEC_DRAFT_VOCAB"] = 0  # the set is MTP's (its drafts read the target's lm_head)
     if not o.get("SPEC_DRAFT_VOCAB", eff.get("SPEC_DRAFT_VOCAB")) and eff.get("SPEC_DRAFT_VOCAB_W8", "off") != "off":
         _unset(cfg, o, "SPEC_DRAFT_VOCAB_W8", "off")  # a copy of the set's rows: no set, no copy
+    if not o.get("SPEC_DRAFT_VOCAB", eff.get("SPEC_DRAFT_VOCAB")) and eff.get("SPEC_DRAFT_ARGMAX", "torch") != "torch":
+        _unset(cfg, o, "SPEC_DRAFT_ARGMAX", "torch")  # an argmax over the set: no set, no kernel
+    if eff.get("SPEC_METHOD", "none") == "none" and eff.get("SPEC_DRAFT_FP8", "off") != "off":
+        _unset(cfg, o, "SPEC_DRAFT_FP8", "off")  # copies of the drafter's linears: no drafter, no copies
+    if eff.get("GDN_SPEC_PACKED", "off") != "on" and eff.get("GDN_SPEC_OVERLAP", "off") != "off":
+        _unset(cfg, o, "GDN_SPEC_OVERLAP", "off")  # a loop of the kit's kernel: without it, nothing to overlap
     if eff.get("SPEC_DRAFT_GRAPH") and (eff.get("SPEC_METHOD") != "mtp" or int(eff.get("SPEC_K") or 0) < 2):
         o["SPEC_DRAFT_GRAPH"] = 0  # it graphs MTP passes 2..K: nothing to graph otherwise
     if eff.get("QUANT", "none") != "none" and eff.get("SERVE_QUANTIZATION") == "fp8":
