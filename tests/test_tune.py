@@ -808,6 +808,18 @@ def test_the_catalog_names_what_each_variants_linears_hold():
     assert got["qwen3-4b-awq"]["weight_transformations"][0].startswith("awq_w4a16 g")
 
 
+def _with_draft_set(name, tmp_path, monkeypatch):
+    """(the variant, its architecture), with a draft-token set file for its model under tmp_path (the tuner offers
+    the set's levers only where a set exists; it never makes one)."""
+    from scripts.kit import draft_vocab
+    v = load(name)
+    monkeypatch.setattr(draft_vocab, "WEIGHTS", tmp_path)
+    f = draft_vocab.path_for(v["MODEL"], T.DRAFT_VOCAB)
+    f.parent.mkdir(parents=True)
+    f.write_text("{}")
+    return v, json.loads((ROOT / v["ARCH_CONFIG"]).read_text())
+
+
 def test_fp8_pick_is_offered_only_where_a_gemm_record_names_the_gpu_and_the_draft_copy_goes_with_the_set(
         tmp_path, monkeypatch):
     """FP8_GEMM=pick joins the fp8_gemm lever when a committed gemm record with FP8 kernels names this GPU (a server
@@ -833,12 +845,7 @@ def test_fp8_pick_is_offered_only_where_a_gemm_record_names_the_gpu_and_the_draf
     values, skipped = fp8_lever()
     assert values[-1] == {"FP8_GEMM": "pick"} and not any(s.startswith("fp8_gemm=pick") for s in skipped)
     # The draft set's INT8 copy: offered beside the set on a GPU, never on a CPU, and dropped where the set goes.
-    v = load("qwen3.5-4b-bf16-tuned")
-    arch = json.loads((ROOT / v["ARCH_CONFIG"]).read_text())
-    monkeypatch.setattr(draft_vocab, "WEIGHTS", tmp_path)
-    f = draft_vocab.path_for(v["MODEL"], T.DRAFT_VOCAB)
-    f.parent.mkdir(parents=True)
-    f.write_text("{}")
+    v, arch = _with_draft_set("qwen3.5-4b-bf16-tuned", tmp_path, monkeypatch)
     ls, _ = T.levers(v.config, "gpu", lambda o: True, arch, (1, 8))
     assert next(lv for lv in ls if lv.name == "draft_vocab_w8").values == (
         {"SPEC_DRAFT_VOCAB_W8": "int8"}, {"SPEC_DRAFT_VOCAB_W8": "off"})
@@ -856,13 +863,7 @@ def test_step_cuts_measured_on_a_gpu_are_levers_there_and_leave_with_what_they_n
     """The step's output-preserving cuts (issue 29) on a GPU: the kit's draft argmax beside the draft set, the
     drafter's FP8 copies beside speculation, the GDN kernel's overlapped loop beside the GDN levers; none on a CPU
     host (Triton's CUDA kernels and FP8 Marlin); and each goes where what it acts on goes."""
-    from scripts.kit import draft_vocab
-    v = load("qwen3.5-4b-fp8-v2-gdn")
-    arch = json.loads((ROOT / v["ARCH_CONFIG"]).read_text())
-    monkeypatch.setattr(draft_vocab, "WEIGHTS", tmp_path)
-    f = draft_vocab.path_for(v["MODEL"], T.DRAFT_VOCAB)
-    f.parent.mkdir(parents=True)
-    f.write_text("{}")
+    v, arch = _with_draft_set("qwen3.5-4b-fp8-v2-gdn", tmp_path, monkeypatch)
     ls, skipped = T.levers(v.config, "gpu", lambda o: True, arch, (1, 8))
     got = {lv.name: lv.values for lv in ls}
     assert got["draft_argmax"] == ({"SPEC_DRAFT_ARGMAX": "kit"}, {"SPEC_DRAFT_ARGMAX": "torch"})
