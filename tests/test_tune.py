@@ -824,7 +824,7 @@ def test_fp8_pick_is_offered_only_where_a_gemm_record_names_the_gpu_and_the_draf
         tmp_path, monkeypatch):
     """FP8_GEMM=pick joins the fp8_gemm lever when a committed gemm record with FP8 kernels names this GPU (a server
     without one stops at load); SPEC_DRAFT_VOCAB_W8 joins where the draft set does, on a GPU, and leaves with it."""
-    from scripts.kit import draft_vocab, paths
+    from scripts.kit import paths
     from scripts.patches import fp8_gemm
     base = load("qwen3.5-4b-fp8-dvg").config
     monkeypatch.setattr(paths, "RESULTS", tmp_path / "results")
