@@ -146,3 +146,44 @@ def test_the_kit_kernels_layer_checks_itself_against_its_reference_on_cpu():
     for kernel, o in out.items():
         assert o["err"] < 1e-3 and o["shape"] == [5, 48], (kernel, o)
         assert o["backend"] == "kit Triton null", o  # no autotuner on a CPU: the record would name its choice
+
+
+def test_fp8_mm_times_the_layers_gemm_on_activations_cast_beforehand_stand_in_kernel():
+    """The fp8_mm row's layer (scripts/gemm.py _GemmOnly) on a stand-in for vLLM's FP8 kernel (CUTLASS runs only on a
+    CUDA GPU): prepare() casts with the kernel's own quantizer once; each call runs only apply_scaled_mm on that cast,
+    with the layer's weights and scales, for an output of (M, N). A vLLM whose FP8 layer has no such kernel is one
+    clear error naming the row."""
+    import types
+    torch = pytest.importorskip("torch")
+    from scripts import gemm as G
+    from scripts.kit.errors import KitError
+    calls = {"quant": 0, "mm": []}
+    w, w_s = torch.zeros(256, 96), torch.ones(96)  # B is [K, N], as vLLM keeps it after loading
+
+    class StandInKernel:  # the surface of vLLM 0.26's FP8ScaledMMLinearKernel the row uses
+        def _get_layer_params(self, layer):
+            return layer.weight, layer.weight_scale, None, None
+
+        def quant_fp8(self, x, scale, scale_ub):
+            calls["quant"] += 1
+            return x * 2, torch.ones(x.shape[0], 1)
+
+        def apply_scaled_mm(self, *, A, B, out_dtype, As, Bs, bias, output_shape):
+            calls["mm"].append((A, B is w, Bs is w_s, bias, out_dtype))
+            return (A.float() @ B).to(out_dtype).view(*output_shape)
+
+    layer = types.SimpleNamespace(weight=w, weight_scale=w_s, scheme=types.SimpleNamespace(fp8_linear=StandInKernel()))
+    g = G._GemmOnly(layer)
+    x = torch.randn(5, 256, dtype=torch.bfloat16)
+    g.prepare(x)
+    out1, out2 = g(x), g(x)
+    assert calls["quant"] == 1 and len(calls["mm"]) == 2
+    a, b_is_w, bs_is_ws, bias, dtype = calls["mm"][0]
+    assert torch.equal(a, x * 2) and b_is_w and bs_is_ws and bias is None and dtype == torch.bfloat16
+    assert out1.shape == (5, 96) and torch.equal(out1, out2)
+    assert G._backend(g) == "StandInKernel (GEMM alone, the activations cast beforehand)"
+    with pytest.raises(KitError, match="fp8_mm: .*no scheme.fp8_linear"):
+        G._GemmOnly(types.SimpleNamespace(scheme=types.SimpleNamespace()))
+    r = _gemm("--variant", "qwen3.5-4b-bf16", "--kernels", "fp8,fp8_mm", "--dry-run")
+    assert r.returncode == 0, r.stderr
+    assert sum(x.startswith("fp8_mm ") for x in r.stdout.splitlines()) == 7 + 1  # every shape and the lm_head

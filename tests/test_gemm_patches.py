@@ -269,3 +269,18 @@ def test_fp8_picks_are_saved_beside_the_compile_cache_and_serve_an_image_without
     monkeypatch.setenv(P.PICK_M_ENV, "1")  # another batch size than the bake's: not these picks
     with pytest.raises(P.PickError, match=r"\(cpu\).*make gemm.*nor picks saved for it in .*kit-fp8-picks.json"):
         P.picks()
+
+
+def test_fp8_pick_times_vllms_kernel_by_its_gemm_alone_where_the_record_has_it():
+    """A record with fp8_mm rows (vLLM's GEMM without the activation cast a compiled step fuses into the norm) gives
+    vLLM's time for those shapes from them, not from the fp8 rows or a mix: Marlin, faster than fp8 with its cast but
+    slower than the GEMM alone, is not picked there (session 20261201T2308Z served such a pick for no gain). A shape
+    with no fp8_mm row keeps its fp8 time."""
+    from scripts.patches import fp8_gemm as P
+    rows = [_row("fp8", 96, 256, 5, 0.0160), _row("fp8_mm", 96, 256, 5, 0.0120), _row("fp8_marlin", 96, 256, 5, 0.0135),
+            _row("fp8", 64, 256, 5, 0.0160), _row("fp8_marlin", 64, 256, 5, 0.0135),
+            _row("fp8_mm", 96, 256, 8, 0.0500)]  # another batch size: not read at 5
+    near, picks = P.record_picks(_gemm_record("NVIDIA H200", rows)["payload"], 5)
+    assert near == 5
+    assert picks[(96, 256)] == {"pick": "vllm", "ms": {"vllm": 0.012, "marlin": 0.0135}}
+    assert picks[(64, 256)] == {"pick": "marlin", "ms": {"vllm": 0.016, "marlin": 0.0135}}

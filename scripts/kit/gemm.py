@@ -28,6 +28,12 @@ KERNELS = {
     "w4a16_g32_kit_il": {"bits": 4, "group": 32, "scale_bytes": 2,
                          "desc": "W4A16 group 32, the kit's third Triton kernel: weights repacked so a slice of 32 "
                                  "inputs is a group, split-K (scripts/patches/w4a16_il_kernel.py)"},
+    # vLLM's FP8 op is a per-token cast of the activations and then CUTLASS's GEMM; in a compiled step Inductor fuses
+    # the cast into the norm before it, so the GEMM alone is what a served step pays for the layer. Session
+    # 20261201T2308Z: FP8_GEMM=pick chose Marlin by the fp8 rows (cast included) and gained nothing served.
+    "fp8_mm": {"bits": 8, "group": None, "scale_bytes": 4,
+               "desc": "the fp8 row's kernel, its GEMM alone: the activations cast to FP8 once, outside the timed "
+                       "graph (a compiled step fuses that cast into the norm before the layer)"},
     "fp8_kit": {"bits": 8, "group": None, "scale_bytes": 4,
                 "desc": "FP8 weights, 16-bit activations, the kit's Triton kernel (scripts/patches/w8a16_kernel.py)"},
     # The same weights on the other kernels vLLM 0.26 can pick on a CUDA host, chosen as a server chooses them with

@@ -136,7 +136,7 @@ def pick_unready(cfg: dict) -> str | None:
     try:
         fp8_gemm.read_picks(name, 1 + int(cfg.get("SPEC_K") or 0), paths.RESULTS)
     except fp8_gemm.PickError:
-        return f"no gemm record of {name} under results/ (make gemm VARIANT=<BF16 parent> KERNELS=fp8,fp8_kit,fp8_marlin)"
+        return f"no gemm record of {name} under results/ (make gemm VARIANT=<BF16 parent> KERNELS=fp8,fp8_mm,fp8_kit,fp8_marlin)"
     return None
 
 

@@ -43,7 +43,10 @@ ENV = "KIT_FP8_GEMM"
 PICK_M_ENV = "KIT_FP8_PICK_M"
 PICK_RECORDS_ENV = "KIT_FP8_PICK_RECORDS"  # the directory of records (Variant.to_env: the kit's results/)
 TARGET = "vllm.model_executor.kernels.linear"
-RECORD_KERNELS = {"fp8": "vllm", "fp8_kit": "kit", "fp8_marlin": "marlin"}  # a gemm record's kernel -> the pick
+# A gemm record's kernel -> the pick. vLLM's is fp8_mm where the record has it: its GEMM alone, since a compiled step
+# fuses the activations' FP8 cast into the norm before the layer (the fp8 row, cast included, made Marlin look faster
+# than it was served: session 20261201T2308Z); older records have only fp8.
+RECORD_KERNELS = {"fp8": "vllm", "fp8_mm": "vllm", "fp8_kit": "kit", "fp8_marlin": "marlin"}
 _PICK: dict = {}  # layer index (decode_gemm.remember) -> the kernel it serves M <= 16 with
 _PICKS: list = []  # this process's {(n, k): pick row}, read once
 _SHAPES_SAID: set = set()
@@ -62,14 +65,15 @@ def record_picks(payload: dict, m: int) -> tuple[int, dict]:
     """From one gemm record's payload: the batch size it measured nearest m (the larger on a tie), and for each
     (n, k) it timed there with an FP8 candidate, {"pick": the fastest, "ms": {pick: ms}}. Layers of one shape (Qwen3.5's
     o_proj and out_proj) are one GEMM: a kernel's time for the shape is the mean of its rows, weighted by how many
-    such layers a step has."""
+    such layers a step has. vLLM's time is its fp8_mm row (the GEMM alone) where the record has one for the shape."""
     rows = [r for r in payload.get("rows", []) if r.get("kernel") in RECORD_KERNELS and r.get("ms") is not None]
     if not rows:
         return m, {}
     near = min({r["m"] for r in rows}, key=lambda x: (abs(x - m), -x))
+    alone = {(r["n"], r["k"]) for r in rows if r["m"] == near and r["kernel"] == "fp8_mm"}
     sums: dict = {}
     for r in rows:
-        if r["m"] == near:
+        if r["m"] == near and not (r["kernel"] == "fp8" and (r["n"], r["k"]) in alone):
             t = sums.setdefault((r["n"], r["k"]), {}).setdefault(RECORD_KERNELS[r["kernel"]], [0.0, 0])
             c = r.get("count") or 1
             t[0], t[1] = t[0] + r["ms"] * c, t[1] + c
@@ -96,7 +100,7 @@ def read_picks(device_name: str, m: int, records: Path) -> dict:
     if not seen:
         raise PickError(f"FP8_GEMM=pick: no gemm record with FP8 kernels names this GPU ({device_name}) under "
                         f"{records}; measure one here first (make gemm VARIANT=<the variant's BF16 parent> "
-                        f"KERNELS=fp8,fp8_kit,fp8_marlin M=1,2,4,5,8), or serve with FP8_GEMM=vllm")
+                        f"KERNELS=fp8,fp8_mm,fp8_kit,fp8_marlin M=1,2,4,5,8), or serve with FP8_GEMM=vllm")
     return picks
 
 
