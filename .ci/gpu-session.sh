@@ -65,6 +65,7 @@
 #   bash .ci/gpu-session.sh start13 [N]  issue 32: as committed, LAZY_IMPORTS=1, and that with METADATA_CACHE=1; a py-spy start (~17 min)
 #   bash .ci/gpu-session.sh more N LEG...  startlegs' rounds on the same machine's baked cache, for leftover device time
 #   bash .ci/gpu-session.sh gemm4      issue 29: the kit's split-K FP8 and W4A16 kernels against CUTLASS, Marlin, BF16 per shape (~3 min)
+#   bash .ci/gpu-session.sh gemm5      issue 29: vLLM's FP8 GEMM alone (fp8_mm) beside its op with the cast, FP8 Marlin and the kit's, M=1,5 (~1 min)
 #   bash .ci/gpu-session.sh start14 [N]  issue 32: Qwen3-4B's warm start, as vLLM ships it / fewer graphs / the kit's start keys (~15 min)
 #   bash .ci/gpu-session.sh v2step KEY=VALUE  issue 29: v2cut's step comparison alone, no BF16 server (~11 min)
 #   bash .ci/gpu-session.sh v2profs KEY=VALUE..  issue 29: the V2 variant profiled once as committed and once per cut (~4 min each)
@@ -740,6 +741,12 @@ for c in (1, 8, 8, 3, 8):
     # of 20261128T0932Z took 82 and 29 s). Its 24 configs autotune on each shape's first call.
     step python3 -m scripts.gemm --variant qwen3.5-4b-bf16 --set WEIGHTS=dummy --kernels bf16,w4a16_g32,w4a16_g32_kit,w4a16_g32_kit_il
     ;;
+  gemm5)  # after session 20261201T2308Z (H200: FP8_GEMM=pick served Marlin for no gain): vLLM's FP8 GEMM alone (fp8_mm,
+    # the activations cast beforehand, as a compiled step fuses the cast into the norm) beside its op with the cast
+    # (fp8) and FP8 Marlin, `make gemm` of Qwen3.5 at the verify's 5 rows and M=1. ~1 min. The record's fp8_mm rows are
+    # what FP8_GEMM=pick reads for vLLM's kernel since.
+    step python3 -m scripts.gemm --variant qwen3.5-4b-bf16 --set WEIGHTS=dummy --kernels fp8,fp8_mm,fp8_marlin,fp8_kit \
+      --m 1,5 ;;
   gemm4)  # issue 29 item 2, after 20261128T0932Z (H200: the kit's FP8 kernel at 28.1% of its byte floor over a step at
     # M=1, CUTLASS 42.4%, BF16 70.3%): the kit's FP8 kernel with K split 1-8 ways inside one kernel (partials summed by
     # the program of each column block that counts in last) against CUTLASS, FP8 Marlin and BF16, `make gemm` of
@@ -1493,5 +1500,5 @@ print(m["ratio"])' "$(ls -t results/${VAR[$s]}/*-comparison.json | head -1)")
     echo "still running: $(running | tr '\n' ' ')" ;;
   *) echo "usage: $0 spine | smoke VARIANT... | catalog SECONDS VARIANT [--set K=V ...] | parallel SECONDS KV_BYTES SPEC..." \
           "| shim VARIANT NAME | quantize SECONDS VARIANT KV_BYTES | gates VARIANT KV_BYTES | tune BASE SECONDS | sweep FLAGS.. | wheels DIR TARGET | levers | levers2 | levers3 | levers4 | levers5 | levers6" \
-          "| startprof VARIANT | startcuts VARIANT | start5 [N] | start6 [N] | start7 [N] | start8 [N] | start9 [N] | start10 [N] | start11 [N] | start12 [N] | start13 [N] | start14 [N] | startlegs N LEG.. | more N LEG.. | v2step KEY=VALUE | v2prof KEY=VALUE [N] | v2profs KEY=VALUE.. | kernels | gemm3 | gemm4 | kfit | v2 | cut KEY=VALUE.. | headline [KEY=VALUE..] | stop NAME | chain MODE ARGS.. ++ MODE ARGS.. | detach NAME MODE ARGS.. | collect SECONDS" >&2; exit 2 ;;
+          "| startprof VARIANT | startcuts VARIANT | start5 [N] | start6 [N] | start7 [N] | start8 [N] | start9 [N] | start10 [N] | start11 [N] | start12 [N] | start13 [N] | start14 [N] | startlegs N LEG.. | more N LEG.. | v2step KEY=VALUE | v2prof KEY=VALUE [N] | v2profs KEY=VALUE.. | kernels | gemm3 | gemm4 | gemm5 | kfit | v2 | cut KEY=VALUE.. | headline [KEY=VALUE..] | stop NAME | chain MODE ARGS.. ++ MODE ARGS.. | detach NAME MODE ARGS.. | collect SECONDS" >&2; exit 2 ;;
 esac
