@@ -31,8 +31,8 @@ def test_more_refuses_a_machine_without_the_payload_and_runs_nothing(tmp_path):
 @pytest.mark.parametrize("args, says", [
     (["chain", "start13", "4", "++", "gemm4"], "'++' joins modes only under chain"),  # NAME left out
     (["gemm4"], "no MODE after NAME 'gemm4'"),
-    (["g", "gemm5"], "'gemm5' is not a mode"),
-    (["c", "chain", "start13", "4", "++", "gemm5"], "'gemm5' is not a mode"),
+    (["g", "gemm0"], "'gemm0' is not a mode"),
+    (["c", "chain", "start13", "4", "++", "gemm0"], "'gemm0' is not a mode"),
 ])
 def test_detach_refuses_a_command_it_would_misread_and_detaches_nothing(tmp_path, args, says):
     """Session 20261129T1104Z: `detach chain start13 4 ++ gemm4` ran start13 alone as a job named chain, and
