@@ -2,9 +2,9 @@
 
 Why: in a Qwen3.5-4B FP8 verify step (5 rows), Inductor compiles each RMSNorm with its per-token FP8 cast, and each
 standalone cast, as a *looped* reduction (`triton_red_fused_...`): a row of 2560, 4096 or 9216 values is read in
-blocks, twice (the reduction, then the normalised write). On an H200 those kernels took 0.41 ms of norms and about
-0.14 ms of casts a step (results/qwen3.5-4b-fp8-v2-gdn/20261130T051957Z-profile.json, its kept trace), at a few
-microseconds each for a few kilobytes: latency, not bytes. A persistent reduction (`triton_per_...`) holds the whole
+blocks, twice (the reduction, then the normalised write). On an H200 the norm kernels took 0.41 ms a step, and the
+fused elementwise ones, the standalone casts among them, 0.26 ms (results/qwen3.5-4b-fp8-v2-gdn/20261130T051957Z-
+profile.json, phases/0/kinds), a few microseconds each for a few kilobytes: latency, not bytes. A persistent reduction (`triton_per_...`) holds the whole
 row in registers and reads it once. Inductor makes one persistent only up to 1024 values a row
 (torch/_inductor/choices.py, InductorChoices.should_use_persistent_reduction), 16 times that under
 `triton.multi_kernel`, which benchmarks both forms at run time; that setting stopped vLLM 0.26's compile on an H200
