@@ -11,7 +11,8 @@ What it does, and refuses:
 - the ledger's new lines are appended only if the repo's ledger is, byte for byte, the start of the device's (a
   device that ran from another tree, or an import run twice, would otherwise rewrite history or add lines twice);
   each appended line's sha256 must match its record;
-- server logs and traces go gzipped into results/gpu-sessions/SESSION/logs/<variant>/, job logs into logs/, and
+- server logs and traces go gzipped into results/gpu-sessions/SESSION/logs/<variant>/, job logs into logs/,
+  `vllm bench serve` results (jobs/bench/*.json) as they are into logs/bench/, and
   py-spy start profiles (jobs/startprof-<variant>-HHMMSS.json) into results/profiles/ as
   <date>T<HHMMSS>Z-<variant>-startprof.speedscope.json.gz, and `make profile`'s traces (collect brings them
   back loose beside the tarballs, <stamp>-<variant>.trace.json.gz) into results/profiles/ as they are; files
@@ -94,6 +95,10 @@ def plan(staged: Path, root: Path, session: str) -> dict:
             logs.append((f, sess / f.parent.parent.name / (f.name + ".gz")))
     for f in sorted(staged.glob("jobs/*.log")):
         logs.append((f, sess / (f.name + ".gz")))
+    # `vllm bench serve`'s result files (gpu-session.sh bs): a headline's upstream cross-check, kept as written (small
+    # JSON, read by the session README). Session 20261202T0238Z's six came back in logs.tgz and were left there.
+    for f in sorted(staged.glob("jobs/bench/*.json")):
+        logs.append((f, sess / "bench" / f.name))
     day = session[:8]
     for f in sorted(staged.glob("jobs/startprof-*.json")):
         m = PROFILE.match(f.name)
@@ -115,7 +120,7 @@ def apply(p: dict, staged: Path, root: Path) -> None:
             f.write("".join(line + "\n" for line in p["ledger"]))
     for src, dst in p["logs"]:
         dst.parent.mkdir(parents=True, exist_ok=True)
-        if src.parent.name == "traces":  # gzipped already
+        if src.parent.name in ("traces", "bench"):  # gzipped already; bench JSON kept as the client wrote it
             shutil.copyfile(src, dst)
             continue
         with open(src, "rb") as i, gzip.open(dst, "wb") as o:

@@ -44,7 +44,8 @@ def setup(tmp_path: Path, device_ledger: str | None = None, new_bytes: bytes = b
     ledger = device_ledger if device_ledger is not None else line(OLD, old) + line(NEW, new_bytes)
     tgz(dev / "r.tgz", {OLD: old, NEW: new_bytes, "results/ledger.tsv": ledger.encode(),
                         f"experiments/{V}/measurements.json": b"{}", "results/mtp_k_sweep.json": b"{}"})
-    tgz(dev / "logs.tgz", {"jobs/main.log": b"job\n", f"jobs/startprof-{V}-075238.json": b'{"profiles": []}'})
+    tgz(dev / "logs.tgz", {"jobs/main.log": b"job\n", f"jobs/startprof-{V}-075238.json": b'{"profiles": []}',
+                           "jobs/bench/bench-headline-1-a-x.json": b'{"median_tpot_ms": 3.4}'})
     tgz(dev / "srvlogs.tgz", {f"results/{V}/logs/verify-20261129T074236.log": b"server\n"})
     return repo, dev
 
@@ -59,8 +60,9 @@ def test_new_records_ledger_lines_and_logs_come_in_once(tmp_path, capsys):
     assert gzip.decompress((sess / V / "verify-20261129T074236.log.gz").read_bytes()) == b"server\n"
     assert gzip.decompress((sess / "main.log.gz").read_bytes()) == b"job\n"
     assert (repo / f"results/profiles/20261129T075238Z-{V}-startprof.speedscope.json.gz").exists()
+    assert (sess / "bench/bench-headline-1-a-x.json").read_bytes() == b'{"median_tpot_ms": 3.4}'
     assert not (repo / "experiments").exists() and not (repo / "results/mtp_k_sweep.json").exists()
-    assert "1 record(s), 1 ledger line(s), 3 log/profile file(s)" in capsys.readouterr().out
+    assert "1 record(s), 1 ledger line(s), 4 log/profile file(s)" in capsys.readouterr().out
     # The same tarballs again (run twice, or a later collect of the same session): nothing more.
     snapshot = {p: p.read_bytes() for p in repo.rglob("*") if p.is_file()}
     assert gpu_import.main(["20261129T0735Z", str(dev)], root=repo) == 0
@@ -81,7 +83,7 @@ def test_make_profiles_loose_trace_comes_in_as_is_and_torchs_trace_folder_stays_
     sess = repo / "results/gpu-sessions/20261129T0735Z/logs" / V
     assert sorted(p.name for p in sess.iterdir()) == ["profile-20261129T183751.log.gz"]
     assert not list(repo.rglob("notes.json"))
-    assert "1 record(s), 1 ledger line(s), 4 log/profile file(s)" in capsys.readouterr().out
+    assert "1 record(s), 1 ledger line(s), 5 log/profile file(s)" in capsys.readouterr().out
 
 
 def test_a_call_that_brought_back_only_traces_is_imported_beside_the_others(tmp_path, capsys):
