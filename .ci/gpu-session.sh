@@ -1074,14 +1074,18 @@ print(m["ratio"])' "$(ls -t results/${VAR[$s]}/*-comparison.json | head -1)")
     # after (session 20261129T2159Z). V2_BASE=<variant> times another V2 variant instead, e.g. qwen3.5-4b-fp8-v2-gdn
     # (with its own key as KEY=VALUE that is an A/A run). Records since 7f2e872 keep each pass's CPU steal and pressure
     # and the servers' scheduler counters (make compare), for the slow TPOT mode.
+    # KEY=VALUE may be several, space-separated in one argument, as in v2profs: after session 20261202T0238Z,
+    # V2_BASE=qwen3.5-4b-fp8-v2-gdn v2step 'GDN_SPEC_OVERLAP=on SPEC_DRAFT_ARGMAX=kit SPEC_DRAFT_VOCAB_W8=int8
+    # SPEC_DRAFT_FP8=marlin' times qwen3.5-4b-fp8-v3's four cuts against its parent (~8 min from cold caches).
     cut=$2; kv12=12884901888; V2=${V2_BASE:-qwen3.5-4b-fp8-v2}; S="SERVE_MAX_NUM_SEQS=256"; Z=0,0,0,0
     mem="--set SERVE_KV_CACHE_MEMORY_BYTES=$kv12 --set SERVE_GPU_MEMORY_UTILIZATION=0.2"
+    read -ra kv <<< "$cut"; cs=(); cb=(); for x in "${kv[@]}"; do cs+=(--set "$x"); cb+=(--set-b "$x"); done
     step python3 -m scripts.kit draft-vocab --variant $V2 --set WEIGHTS=dummy
     bash "$0" up o 8102 $kv12 $V2 --set "$S" --set SPEC_ACCEPTANCE=$Z
-    bash "$0" up c 8104 $kv12 $V2 --set "$S" --set SPEC_ACCEPTANCE=$Z --set "$cut"
+    bash "$0" up c 8104 $kv12 $V2 --set "$S" --set SPEC_ACCEPTANCE=$Z "${cs[@]}"
     bash "$0" ready 900 8102 8104; grep -h "kit: \|Using V2" "$LOGS"/up-[oc].log | sed 's/pid=[0-9]*//' | sort | uniq -c
     bash "$0" ready 5 8102 8104 && bash "$0" cmp 8102 8104 $V2 $V2 $mem --set "$S" --set SPEC_ACCEPTANCE=$Z \
-      --set-a PORT=8102 --set-b PORT=8104 --set-b "$cut" --concurrency 1 --requests 8
+      --set-a PORT=8102 --set-b PORT=8104 "${cb[@]}" --concurrency 1 --requests 8
     bash "$0" down o c ;;
   gdncheck)  # the kit's GDN verify kernel (GDN_SPEC_PACKED) on this GPU with real Triton, float32, float16 and bfloat16,
     # against vLLM's own kernel on vLLM's q/k/v split and a float64 reference (scripts/kit/gdn_check.py, which needs no

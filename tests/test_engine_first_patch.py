@@ -102,6 +102,7 @@ def test_knows_reads_the_order_in_a_source():
     assert not EF.calls_in_order("r = renderer_from_config(c)")
 
 
+@pytest.mark.slow  # a fresh interpreter importing vLLM's engine client, ~13 s: `make test` stays under its 10 minutes
 def test_vllm_032_asyncllm_is_known_and_patched_on_import():
     code = ("import vllm.v1.engine.async_llm as m, vllm.v1.engine.utils as u; "
             "print(getattr(m.AsyncLLM.__init__, '_kit_engine_first', False), "

@@ -43,6 +43,7 @@ PROBE = ("import json, sys, vllm.entrypoints.openai.api_server, transformers.uti
          "'says': u.is_sklearn_available()}))")
 
 
+@pytest.mark.slow  # fresh interpreters importing vLLM's API server, ~13 s: `make test` stays under its 10 minutes
 def test_sitecustomize_keeps_the_real_api_servers_import_lean_when_switched_on():
     """Without the switch the same import loads sklearn here: the shared tiny server's trace shows it
     (tests/test_startup_trace.py), so this test can fail."""

@@ -103,6 +103,7 @@ def test_multi_turn_probe_on_the_real_tiny_server(tiny_server, tmp_path, monkeyp
     assert len(firsts) == 2 and firsts[1][0] < firsts[0][1]
 
 
+@pytest.mark.slow  # ~10 s of make compare on the shared tiny server: `make test` stays under its 10 minutes
 @pytest.mark.e2e
 def test_compare_takes_turns_on_the_real_tiny_server(tiny_server, tmp_path, capsys):
     """make compare draws the same conversations (--turns is a workload flag): both sides of an A/A comparison on

@@ -58,6 +58,7 @@ def test_probe_starts_its_own_server_with_prefix_reset(tmp_path):
     assert any(w.startswith("concurrency 2: the server ran at most 1 of the 2 requests") for w in p["validity"]["warnings"])
 
 
+@pytest.mark.slow  # ~30 s of probing at the CPU defaults: `make test` stays under its 10 minutes
 def test_probe_defaults_on_a_cpu_host_fit_tiny_and_end_in_minutes(tiny_server, tmp_path, monkeypatch):
     """Issue 20: with no workload flags, tiny (2048-token context) on a CPU host got the GPU plan:
     488 requests, 4096-token prompts, hours. The CPU defaults fit and take seconds of requests."""

@@ -130,6 +130,7 @@ def test_a_vllm_without_the_function_is_left_as_it_is(capsys):
     assert "has no _try_get_processor_chat_template: vLLM's processor probe runs" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # fresh interpreters importing vLLM's API server, ~25 s: `make test` stays under its 10 minutes
 def test_sitecustomize_installs_it_in_a_fresh_interpreter_only_when_switched_on():
     probe = ("import vllm.renderers.hf as m; "
              f"print(getattr(m.{PP.FUNC}, '{PP._MARK}', False))")

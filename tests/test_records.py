@@ -212,6 +212,7 @@ def test_log_ref_keeps_only_existing_files(tmp_path):
     assert log_ref(ROOT / "pyproject.toml") == "pyproject.toml"
 
 
+@pytest.mark.slow  # ~40 s: make report over a copy of the tree: `make test` stays under its 10 minutes
 def test_a_record_written_refreshes_what_derives_from_it(kit_copy, tmp_path):
     """Issue #20: after `make eval-quality`, `make check-schemas` failed ("derived files are stale")
     until `make report`. On a copy of the tree: a new record makes report --check fail, the refresh

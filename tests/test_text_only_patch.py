@@ -142,6 +142,7 @@ def test_the_key_sets_the_switch_and_needs_language_model_only(tree):
     assert d.is_dir()
 
 
+@pytest.mark.slow  # a fresh interpreter importing vLLM's API server, ~12 s: `make test` stays under its 10 minutes
 def test_sitecustomize_wraps_the_real_032_check_on_import_only_when_switched_on():
     code = ("import sys; from vllm.config.model import ModelConfig as M; "
             "print(getattr(M._supports_multimodal_inputs, '_kit_text_only', False))")

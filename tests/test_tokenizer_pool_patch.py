@@ -102,6 +102,7 @@ def test_the_key_sets_the_switch():
     assert load("tiny", ["API_TOKENIZER_POOL_LATE=1"]).config_sha256 == load("tiny").config_sha256
 
 
+@pytest.mark.slow  # a fresh interpreter importing vLLM's renderer, ~15 s: `make test` stays under its 10 minutes
 def test_sitecustomize_wraps_the_real_renderer_and_wait_on_import():
     code = ("import vllm.renderers.hf as r, vllm.v1.engine.utils as u; "
             "print(getattr(r.maybe_make_thread_pool, '_kit_tokenizer_pool_late', False), "
