@@ -66,6 +66,7 @@ def test_turns_count_in_the_context_check():
         probe.workload(probe.parser().parse_args(["--variant", "tiny", "--turns", "0"]))
 
 
+@pytest.mark.slow  # the shared tiny server's start (~95 s on CI) is test-all's: `make test` stays under its 10 minutes
 @pytest.mark.e2e
 def test_multi_turn_probe_on_the_real_tiny_server(tiny_server, tmp_path, monkeypatch, capsys):
     sent = []  # (prompt length, start, end) of every request, timed around the real stream

@@ -16,6 +16,7 @@ TINY = ["--concurrency", "1,2", "--repeats", "1", "--input-lens", "16,48,96", "-
         "--prefix-requests", "3"]
 
 
+@pytest.mark.slow  # the shared tiny server's start (~95 s on CI) is test-all's: `make test` stays under its 10 minutes
 def test_probe_real_tiny_server_via_url(tiny_server, tmp_path):
     rc = probe.main(["--variant", "tiny", "--set", f"PORT={tiny_server.variant['PORT']}", "--url", tiny_server.url,
                      "--results-dir", str(tmp_path), "--plot", str(tmp_path / "latency.png"), *TINY])

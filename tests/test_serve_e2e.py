@@ -20,6 +20,7 @@ def cli(*args, timeout=120):
                           capture_output=True, text=True, timeout=timeout)
 
 
+@pytest.mark.slow  # the shared tiny server's start (~95 s on CI) is test-all's: `make test` stays under its 10 minutes
 @pytest.mark.e2e
 def test_tiny_answers_on_all_endpoints(tiny_server):
     url, name = tiny_server.url, tiny_server.variant.name

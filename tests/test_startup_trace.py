@@ -16,6 +16,7 @@ from scripts.kit import startup
 from scripts.kit.paths import ROOT
 
 
+@pytest.mark.slow  # the shared tiny server's start (~95 s on CI) is test-all's: `make test` stays under its 10 minutes
 @pytest.mark.e2e
 def test_the_shared_tiny_servers_start_is_traced_phase_by_phase(tiny_server):
     import requests
