@@ -961,20 +961,28 @@ print(m["ratio"])' "$(ls -t results/${VAR[$s]}/*-comparison.json | head -1)")
   # v2reuse (run in session 20261128T2033Z, tree cd02f74: `git show cd02f74:.ci/gpu-session.sh` has its steps) measured
   # GDN_METADATA_REUSE=on against fp8-v2 without it. fp8-v2 sets it since, so that pair is now `v2cut
   # GDN_METADATA_REUSE=off` (sides swapped; acceptance 0 first, and BF16 against it only at the published rates).
+  cpus)  # the host's CPUs as ENGINE_CPU sees them (scripts/patches/engine_cpu.py): cores, SMT siblings, NUMA. Seconds.
+    lscpu; lscpu -e 2>/dev/null || true
+    for d in /sys/devices/system/cpu/cpu[0-9]*; do echo "${d##*/}: $(cat $d/topology/thread_siblings_list 2>/dev/null)"; done
+    python3 -c "import os; from scripts.patches import engine_cpu as E; a = os.sched_getaffinity(0); print('allowed', E.format_list(a), 'auto ->', E.resolved('auto', a))" ;;
   v2cut)  # KEY=VALUE: one switch measured on the V2 runner: qwen3.5-4b-fp8-v2 as committed (o) against the same with KEY=VALUE
     # (c), and BF16 (a) against c; three servers at 12 GiB of KV. In order of worth: o against c at acceptance 0 (the
     # step, c=1: a host-time cut shows there first), o against c at the published rates (c=1,8), BF16 against c
-    # (c=1..32) with vLLM's own client (2 rounds). ~18 min. E.g. GDN_SPEC_SLICE=on.
-    cut=$2; kv12=12884901888; A=qwen3.5-4b-bf16; V2=qwen3.5-4b-fp8-v2; S="SERVE_MAX_NUM_SEQS=256"
+    # (c=1..32) with vLLM's own client (2 rounds). ~18 min. E.g. GDN_SPEC_SLICE=on. V2_BASE=<variant> and several
+    # KEY=VALUE in one argument as in v2step: after session 20261202T0238Z (v3's step 3.66-6.59 ms between passes at
+    # the published rates, tokens a step within 5%, its engine thread busy 94-97%), V2_BASE=qwen3.5-4b-fp8-v3 v2cut
+    # ENGINE_CPU=auto times the engine's loop on a CPU of its own, and BF16 against it.
+    cut=$2; kv12=12884901888; A=qwen3.5-4b-bf16; V2=${V2_BASE:-qwen3.5-4b-fp8-v2}; S="SERVE_MAX_NUM_SEQS=256"
     R=0.98,0.82,0.70,0.54; Z=0,0,0,0
     mem="--set SERVE_KV_CACHE_MEMORY_BYTES=$kv12 --set SERVE_GPU_MEMORY_UTILIZATION=0.2"
+    read -ra kv <<< "$cut"; cs=(); cb=(); for x in "${kv[@]}"; do cs+=(--set "$x"); cb+=(--set-b "$x"); done
     pair() { local pa=$1 pb=$2 a=$3 r=$4; shift 4; bash "$0" ready 5 $pa $pb && bash "$0" cmp $pa $pb $a $V2 $mem --set "$S" \
-      --set-a PORT=$pa --set-b PORT=$pb --set-b SPEC_ACCEPTANCE=$r --set-b "$cut" "$@" --requests 8; }
+      --set-a PORT=$pa --set-b PORT=$pb --set-b SPEC_ACCEPTANCE=$r "${cb[@]}" "$@" --requests 8; }
     step python3 -m scripts.kit draft-vocab --variant $V2 --set WEIGHTS=dummy
     bash "$0" up a 8100 $kv12 $A --set "$S"
     for r in $Z $R; do
       bash "$0" up o 8102 $kv12 $V2 --set "$S" --set SPEC_ACCEPTANCE=$r
-      bash "$0" up c 8104 $kv12 $V2 --set "$S" --set SPEC_ACCEPTANCE=$r --set "$cut"
+      bash "$0" up c 8104 $kv12 $V2 --set "$S" --set SPEC_ACCEPTANCE=$r "${cs[@]}"
       bash "$0" ready 900 8100 8102 8104; grep -h "kit: \|Using V2" "$LOGS"/up-[oc].log | sed 's/pid=[0-9]*//' | sort | uniq -c
       if [ $r = $Z ]; then pair 8102 8104 $V2 $r --set-a SPEC_ACCEPTANCE=$r --concurrency 1
       else pair 8102 8104 $V2 $r --set-a SPEC_ACCEPTANCE=$r --concurrency 1,8

@@ -222,6 +222,8 @@ class ServerProcess:
         bad = unknown_flags(self.argv)
         if bad:
             raise KitError(bad)
+        env = dict(self.env)
+        cpus = self._engine_cpu(env)  # before anything starts: a CPU this server may not use is refused here
         # Its own temp folder, removed once the group is gone: vLLM leaves a vllm_dist_* FileStore file
         # (and IPC sockets) in the temp folder at every stop. Not in self.env: records keep that.
         # Caches torch keeps under the temp folder stay where they were (torch's own default), so a
@@ -233,7 +235,7 @@ class ServerProcess:
         self._tmp = tempfile.mkdtemp(prefix=f"kit-server-{self.port}-")
         full_env = {**os.environ, "TMPDIR": self._tmp}
         full_env.setdefault("TORCHINDUCTOR_CACHE_DIR", inductor)
-        full_env.update(self.env)
+        full_env.update(env)
         # The repo root first on the server's path, however the kit was started (make sets it; a bare
         # `python -m scripts.serve` did not): sitecustomize.py must load in every server process, or the
         # variant's patches (KIT_*) and the start-up trace are silently off.
@@ -264,7 +266,7 @@ class ServerProcess:
             self._release_start_lock()  # nothing started: nothing to hold the GPU for
             self._remove_tmp()
             raise
-        _pin(self.proc.pid, self.cpus)
+        _pin(self.proc.pid, cpus or self.cpus)
         if not self._log:
             import threading
             self._relays = [threading.Thread(target=self._relay, args=(pipe, fd), daemon=True)
@@ -272,6 +274,26 @@ class ServerProcess:
             for t in self._relays:
                 t.start()
         return self
+
+    def _engine_cpu(self, env: dict) -> set[int] | None:
+        """ENGINE_CPU (scripts/patches/engine_cpu.py) resolved here, once, against the CPUs this server may use: the
+        server gets `<cpu>:<rest>` and starts on the rest (so this process's own pin below cannot undo the patch's).
+        None where the key is not set or cannot act (auto with one CPU: said, and left out)."""
+        from scripts.patches import engine_cpu
+        spec = env.get(engine_cpu.ENV) or os.environ.get(engine_cpu.ENV)
+        if not spec:
+            return None
+        allowed = self.cpus or os.sched_getaffinity(0)
+        try:
+            loop, rest = engine_cpu.resolve(spec, allowed)
+        except ValueError as e:
+            if spec == "auto":
+                print(f"kit: ENGINE_CPU=auto left out: {e}", file=sys.stderr)
+                env[engine_cpu.ENV] = ""  # off (sitecustomize reads an empty switch as unset), whatever ours says
+                return None
+            raise KitError(f"ENGINE_CPU={spec}: {e}") from None
+        env[engine_cpu.ENV] = f"{loop}:{engine_cpu.format_list(rest)}"
+        return rest
 
     def _relay(self, pipe, fd: int) -> None:
         """Copy the server's output to our fd line by line until it closes; once we are stopping the

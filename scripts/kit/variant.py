@@ -369,6 +369,8 @@ class Variant:
             env["KIT_METADATA_CACHE"] = str(self.cache_root / "kit-metadata")
         if self["ENGINE_PRESTART"]:  # as above (scripts/patches/engine_prestart.py): read by scripts/kit/vllm_main.py
             env["KIT_ENGINE_PRESTART"] = "1"
+        if self["ENGINE_CPU"] != "off":  # as above (scripts/patches/engine_cpu.py): resolved by procs.ServerProcess
+            env["KIT_ENGINE_CPU"] = self["ENGINE_CPU"]
         if self["STARTUP_PLAN_KEY"] == "first":  # as above (scripts/patches/startup_plan_key.py): the engine's workers
             env["KIT_STARTUP_PLAN_KEY"] = "1"
         if self["STARTUP_PROFILE_RUN"] == "skip":  # as above (scripts/patches/profile_skip.py): the engine's workers

