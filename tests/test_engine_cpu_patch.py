@@ -29,6 +29,12 @@ from scripts.patches import engine_cpu as EC
 TWO_CPUS = pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs this process may use")
 
 
+@pytest.fixture(autouse=True)
+def own_claims(tmp_path, monkeypatch):
+    """Each test claims CPUs in a folder of its own (children inherit it), not the host's /tmp/kit-engine-cpu."""
+    monkeypatch.setenv(EC.CLAIMS_ENV, str(tmp_path / "claims"))
+
+
 def sysfs(tmp_path, pairs):
     """A stand-in /sys/devices/system/cpu: each tuple is one core's SMT threads."""
     for core in pairs:
@@ -72,6 +78,23 @@ def test_a_named_cpu_and_a_resolved_spec(tmp_path):
 def test_specs_that_cannot_be_met_say_why(spec, allowed, match):
     with pytest.raises(ValueError, match=match):
         EC.resolve(spec, allowed)
+
+
+def test_two_servers_on_one_host_never_share_the_loops_cpu(tmp_path):
+    root = str(tmp_path / "no-sysfs")
+    a = EC.claim("auto", {0, 1, 2, 3}, root)
+    b = EC.claim("auto", {0, 1, 2, 3}, root)
+    assert a[:2] == (3, {0, 1, 2}) and b[:2] == (2, {0, 1})  # the second keeps its threads off the first's loop
+    with pytest.raises(ValueError, match=r"CPU 3 is the engine loop's CPU of another server on this host .*cpu3.lock"):
+        EC.claim("3", {0, 1, 2, 3}, root)
+    assert EC.claim("15:0-6,8-14", {0, 1}, root) == (15, set(range(15)) - {7}, None)  # resolved: its parent holds it
+    os.close(a[2])  # the first server stopped: its CPU is free again
+    c = EC.claim("auto", {0, 1, 2, 3}, root)
+    assert c[0] == 3
+    with pytest.raises(ValueError, match=r"every CPU this process may use \(2-3\) is another server's"):
+        EC.claim("auto", {2, 3}, root)
+    for fd in (b[2], c[2]):
+        os.close(fd)
 
 
 CHILD = textwrap.dedent("""
@@ -211,6 +234,30 @@ def test_server_process_resolves_once_and_starts_the_server_on_the_rest(tmp_path
         srv.stop()
     assert spec == f"{loop}:{EC.format_list(rest)}" and seen == sorted(rest)
     assert env[EC.ENV] == "auto"  # the caller's env (a record's config) keeps the key as set
+    assert EC.claim("auto", allowed)[0] == loop  # stopped: its claim went with it
+
+
+@TWO_CPUS
+def test_server_process_second_server_takes_another_cpu_and_a_named_one_held_is_refused(tmp_path):
+    allowed = os.sched_getaffinity(0)
+    code = "import time; time.sleep(30)"
+    first = ServerProcess([sys.executable, "-S", "-c", code], {EC.ENV: "auto"}, "127.0.0.1", free_port(), 5)
+    second = ServerProcess([sys.executable, "-S", "-c", code], {EC.ENV: "auto"}, "127.0.0.1", free_port(), 5)
+    third = ServerProcess([sys.executable, "-S", "-c", code], {EC.ENV: str(max(allowed))}, "127.0.0.1", free_port(), 5)
+    try:
+        first.start()
+        second.start()
+        assert first._cpu_claim is not None and second._cpu_claim is not None
+        # each started on its own rest: the second's leaves out the first's loop CPU (on two CPUs: the one left)
+        assert os.sched_getaffinity(first.proc.pid) != os.sched_getaffinity(second.proc.pid)
+        with pytest.raises(KitError, match=rf"ENGINE_CPU={max(allowed)}: CPU {max(allowed)} is the engine loop's CPU of "
+                                           "another server"):
+            third.start()
+        assert third.proc is None
+    finally:
+        first.stop()
+        second.stop()
+    assert first._cpu_claim is None and second._cpu_claim is None
 
 
 @pytest.mark.e2e

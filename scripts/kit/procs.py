@@ -206,6 +206,7 @@ class ServerProcess:
         self._start_lock = None  # the shared GPU lock, held from spawn to ready
         self._tmp: str | None = None  # the server's own TMPDIR, removed after stop
         self._relays: list = []  # threads echoing a log-less server's output to ours
+        self._cpu_claim: int | None = None  # ENGINE_CPU's claim on this host (a locked file), released at stop
         self._quiet = False  # set when we stop the server: its shutdown output is not echoed
 
     @property
@@ -264,6 +265,7 @@ class ServerProcess:
                                          stdout=out, stderr=subprocess.STDOUT if self._log else subprocess.PIPE)
         except BaseException:
             self._release_start_lock()  # nothing started: nothing to hold the GPU for
+            self._release_cpu_claim()
             self._remove_tmp()
             raise
         _pin(self.proc.pid, cpus or self.cpus)
@@ -276,8 +278,9 @@ class ServerProcess:
         return self
 
     def _engine_cpu(self, env: dict) -> set[int] | None:
-        """ENGINE_CPU (scripts/patches/engine_cpu.py) resolved here, once, against the CPUs this server may use: the
-        server gets `<cpu>:<rest>` and starts on the rest (so this process's own pin below cannot undo the patch's).
+        """ENGINE_CPU (scripts/patches/engine_cpu.py) resolved here, once, against the CPUs this server may use, and its
+        CPU claimed on this host until stop(): the server gets `<cpu>:<rest>` and starts on the rest (so this
+        process's own pin below cannot undo the patch's).
         None where the key is not set or cannot act (auto with one CPU: said, and left out)."""
         from scripts.patches import engine_cpu
         spec = env.get(engine_cpu.ENV) or os.environ.get(engine_cpu.ENV)
@@ -285,7 +288,7 @@ class ServerProcess:
             return None
         allowed = self.cpus or os.sched_getaffinity(0)
         try:
-            loop, rest = engine_cpu.resolve(spec, allowed)
+            loop, rest, self._cpu_claim = engine_cpu.claim(spec, allowed)  # held until stop()
         except ValueError as e:
             if spec == "auto":
                 print(f"kit: ENGINE_CPU=auto left out: {e}", file=sys.stderr)
@@ -294,6 +297,11 @@ class ServerProcess:
             raise KitError(f"ENGINE_CPU={spec}: {e}") from None
         env[engine_cpu.ENV] = f"{loop}:{engine_cpu.format_list(rest)}"
         return rest
+
+    def _release_cpu_claim(self) -> None:
+        if self._cpu_claim is not None:
+            os.close(self._cpu_claim)
+            self._cpu_claim = None
 
     def _relay(self, pipe, fd: int) -> None:
         """Copy the server's output to our fd line by line until it closes; once we are stopping the
@@ -349,6 +357,7 @@ class ServerProcess:
         """SIGTERM the process group, wait, then SIGKILL; returns when the group is gone."""
         if self.proc is None:
             self._release_start_lock()
+            self._release_cpu_claim()
             self._remove_tmp()
             if self._log:  # opened by a start whose process is gone from our hands (fleet: one that outlived SIGKILL)
                 self._log.close()
@@ -390,6 +399,7 @@ class ServerProcess:
         self._relays = []
         self._remove_tmp()
         self._release_start_lock()  # a server stopped before it was ready
+        self._release_cpu_claim()
         if self._log:
             self._log.close()
             self._log = None

