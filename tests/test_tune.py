@@ -158,6 +158,13 @@ def test_levers_tiny_on_cpu():
     assert names == ["max_num_seqs", "max_num_batched_tokens", "prefix_caching"]
     assert any(s.startswith("weights") for s in skipped) and any(s.startswith("spec") for s in skipped)
     assert any("eager" in s for s in skipped)
+    assert any(s.startswith("engine_cpu: on a CPU host") for s in skipped)
+
+
+def test_engine_cpu_lever_on_a_gpu_host_both_ways():
+    v = load("qwen3.5-4b-fp8-v3")
+    ls, _ = T.levers(v.config, "gpu", lambda o: True, json.loads((ROOT / v["ARCH_CONFIG"]).read_text()), (1, 8))
+    assert next(lv for lv in ls if lv.name == "engine_cpu").values == ({"ENGINE_CPU": "auto"}, {"ENGINE_CPU": "off"})
 
 
 def test_weights_lever_offers_each_made_checkpoint_fp8_too():

@@ -278,6 +278,11 @@ def levers(cfg: dict, platform: str, weights_ok, arch: dict | None = None,
                          "compilation passes: QK-norm + RoPE fusion (off at every -O in vLLM 0.26)"))
     else:
         skipped.append("cudagraph, compilation: the server runs eager on this host (no graphs, no compile passes)")
+    if gpu:  # a host-bound step's lever, no compile (scripts/patches/engine_cpu.py; issue 29, session 20261202T0630Z)
+        out.append(Lever("engine_cpu", ({"ENGINE_CPU": "auto"}, {"ENGINE_CPU": "off"}),
+                         "the engine's loop on a CPU of its own (kit patch) or placed by the operating system"))
+    else:
+        skipped.append("engine_cpu: on a CPU host vLLM binds the engine's loop with its compute threads")
     return out, skipped
 
 
