@@ -143,6 +143,36 @@ def test_real_threads_loop_alone_on_its_cpu_the_others_on_the_rest():
     assert f"the engine's loop (pid" in r.stderr and f"on CPU {loop}" in r.stderr
 
 
+OMP_CHILD = textwrap.dedent("""
+    import json, os, threading
+    from scripts.patches import engine_cpu as EC
+    EC.setup("auto")
+    import torch  # after the setup, as in the engine process (sitecustomize runs first)
+    EC.pin_loop()
+    torch.zeros(1 << 20).add_(1)  # the loop's first parallel region
+    main = threading.get_native_id()
+    out = {}
+    for tid in os.listdir("/proc/self/task"):
+        for line in open(f"/proc/self/task/{tid}/status"):
+            if line.startswith("Cpus_allowed_list:"):
+                out["main" if int(tid) == main else tid] = sorted(EC.parse_list(line.split(":", 1)[1]))
+    print(json.dumps([torch.get_num_threads(), out]))
+""")
+
+
+@TWO_CPUS
+def test_real_torch_thread_pool_stays_off_the_loops_cpu():
+    """torch's OpenMP workers are native threads: made by the pinned loop they would share its CPU."""
+    loop, rest = EC.resolve("auto", os.sched_getaffinity(0))
+    r = subprocess.run([sys.executable, "-c", OMP_CHILD], capture_output=True, text=True, cwd=ROOT, timeout=120,
+                       env={**os.environ, "OMP_NUM_THREADS": "2", "PYTHONPATH": str(ROOT)})
+    assert r.returncode == 0, r.stderr
+    n, threads = json.loads(r.stdout.strip().splitlines()[-1])
+    assert n == 2 and len(threads) >= 2  # a pool was made
+    assert threads.pop("main") == [loop]
+    assert all(cpus == sorted(rest) for cpus in threads.values()), threads
+
+
 def test_real_child_refuses_a_cpu_it_may_not_use_and_changes_nothing():
     bad = max(os.sched_getaffinity(0)) + 64
     code = ("import os; from scripts.patches import engine_cpu as EC; before = os.sched_getaffinity(0); "

