@@ -97,6 +97,14 @@ def test_two_servers_on_one_host_never_share_the_loops_cpu(tmp_path):
         os.close(fd)
 
 
+def test_a_claims_folder_that_cannot_be_made_is_said_with_the_variable_to_set(tmp_path, monkeypatch):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv(EC.CLAIMS_ENV, str(blocker / "claims"))
+    with pytest.raises(ValueError, match=rf"cannot claim CPU 3 in {blocker}/claims .*set {EC.CLAIMS_ENV}"):
+        EC.claim("auto", {0, 3}, str(tmp_path))
+
+
 CHILD = textwrap.dedent("""
     import json, os, sys, threading, time
     from scripts.patches import engine_cpu as EC
@@ -280,8 +288,8 @@ def test_server_process_second_server_takes_another_cpu_and_a_named_one_held_is_
         assert first._cpu_claim is not None and second._cpu_claim is not None
         # each started on its own rest: the second's leaves out the first's loop CPU (on two CPUs: the one left)
         assert os.sched_getaffinity(first.proc.pid) != os.sched_getaffinity(second.proc.pid)
-        with pytest.raises(KitError, match=rf"ENGINE_CPU={max(allowed)}: CPU {max(allowed)} is the engine loop's CPU of "
-                                           "another server"):
+        top = max(allowed)
+        with pytest.raises(KitError, match=rf"ENGINE_CPU={top}: CPU {top} is the engine loop's CPU of another server"):
             third.start()
         assert third.proc is None
     finally:

@@ -4,8 +4,9 @@ gets one CPU to itself; every other thread of the server, the API process's incl
 Why: a speculating Qwen3.5 step on one GPU is host-bound. In the H200 comparison of qwen3.5-4b-fp8-v3 against BF16
 (results/qwen3.5-4b-fp8-v3/20261202T025053Z-comparison.json, c=1, the published rates) the speculating server's step
 moved from 3.66 to 6.59 ms between passes while the tokens a step moved 5%, and its GPU work a step was about 3.65 ms
-(results/qwen3.5-4b-fp8-v3/20261202T030305Z-profile.json): the same host work at different speeds. Linux moves that thread between CPUs and lets the API
-process's threads (streaming the tokens) and the engine's own socket threads share its CPU or its SMT sibling. vLLM on
+(results/qwen3.5-4b-fp8-v3/20261202T030305Z-profile.json): the same host work at different speeds. Linux moves that
+thread between CPUs and lets the API process's threads (streaming the tokens) and the engine's own socket threads
+share its CPU or its SMT sibling. vLLM on
 other accelerators binds it for the same reason: vllm-project/vllm-ascend#6966 (TPOT 11.78 -> 9.90 ms at c=1 with
 CPU binding) and #6569 (token-to-token jitter from CPU migration); vllm-project/vllm#39781 saw the CPU backend's
 EngineCore move off its reserved CPU mid-run and its performance drop.
@@ -29,9 +30,9 @@ does not wrap: one CPU cannot hold several loops), and a process that may use on
 The key is a start setting: not in vLLM's compile key, so a baked cache hits with or without it.
 
 Measured on an H200 (results/gpu-sessions/20261202T0630Z/README.md, qwen3.5-4b-fp8-v3 with and without it, one
-session): TPOT p50 at c=1 and the published rates 1.23x [1.04, 1.32] faster pinned, five rounds of five; at c=8 and at
-acceptance 0 no difference resolved (tree 2ac0e2b: before the host-wide claim and the thread pool's warm-up). qwen3.5-4b-fp8-v3-pin
-sets it.
+session): TPOT p50 at c=1 and the published rates 1.23x [1.04, 1.32], pinned faster in five rounds of five; at c=8
+and at acceptance 0 no difference resolved (tree 2ac0e2b: before the host-wide claim and the thread pool's warm-up).
+qwen3.5-4b-fp8-v3-pin sets it.
 """
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ import sys
 import threading
 
 ENV = "KIT_ENGINE_CPU"
-CLAIMS_ENV = "KIT_ENGINE_CPU_CLAIMS"  # tests point it elsewhere
+CLAIMS_ENV = "KIT_ENGINE_CPU_CLAIMS"  # the claims' folder (default below): tests, or hosts whose servers share no /tmp
 CORE = "vllm.v1.engine.core"
 _MARK = "_kit_engine_cpu"
 SYS_CPU = "/sys/devices/system/cpu"
@@ -124,8 +125,15 @@ def _claim(cpu: int) -> int | None:
     The lock goes with the descriptor: closed (or the holder gone), the CPU is free again."""
     import fcntl
     d = claims_dir()
-    os.makedirs(d, mode=0o777, exist_ok=True)
-    fd = os.open(os.path.join(d, f"cpu{cpu}.lock"), os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o666)
+    try:
+        if not os.path.isdir(d):
+            os.makedirs(d, exist_ok=True)
+            os.chmod(d, 0o1777)  # as /tmp: every user's servers claim here, none removes another's file
+        # Read-only is enough for flock, and opens another user's file (0644 under the usual umask).
+        fd = os.open(os.path.join(d, f"cpu{cpu}.lock"), os.O_CREAT | os.O_RDONLY | os.O_CLOEXEC, 0o644)
+    except OSError as e:
+        raise ValueError(f"cannot claim CPU {cpu} in {d} ({e.strerror or e}); set {CLAIMS_ENV} to a folder every "
+                         "server on this host can write") from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
