@@ -970,8 +970,8 @@ print(m["ratio"])' "$(ls -t results/${VAR[$s]}/*-comparison.json | head -1)")
     # step, c=1: a host-time cut shows there first), o against c at the published rates (c=1,8), BF16 against c
     # (c=1..32) with vLLM's own client (2 rounds). ~18 min. E.g. GDN_SPEC_SLICE=on. V2_BASE=<variant> and several
     # KEY=VALUE in one argument as in v2step: after session 20261202T0238Z (v3's step 3.66-6.59 ms between passes at
-    # the published rates, tokens a step within 5%, its engine thread busy 94-97%), V2_BASE=qwen3.5-4b-fp8-v3 v2cut
-    # ENGINE_CPU=auto times the engine's loop on a CPU of its own, and BF16 against it.
+    # the published rates, tokens a step within 5%, GPU work ~3.65 ms a step), V2_BASE=qwen3.5-4b-fp8-v3 v2cut
+    # ENGINE_CPU=auto timed the engine's loop on a CPU of its own, and BF16 against it (session 20261202T0630Z).
     cut=$2; kv12=12884901888; A=qwen3.5-4b-bf16; V2=${V2_BASE:-qwen3.5-4b-fp8-v2}; S="SERVE_MAX_NUM_SEQS=256"
     R=0.98,0.82,0.70,0.54; Z=0,0,0,0
     mem="--set SERVE_KV_CACHE_MEMORY_BYTES=$kv12 --set SERVE_GPU_MEMORY_UTILIZATION=0.2"

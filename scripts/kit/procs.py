@@ -95,11 +95,8 @@ def parse_cpus(spec: str | None) -> set[int] | None:
     else ("auto", "nobind", "0-1|2-3", empty)."""
     if not spec or not re.fullmatch(r"\d+(-\d+)?(,\d+(-\d+)?)*", spec.strip()):
         return None
-    out: set[int] = set()
-    for part in spec.strip().split(","):
-        lo, _, hi = part.partition("-")
-        out |= set(range(int(lo), int(hi or lo) + 1))
-    return out or None
+    from scripts.patches.engine_cpu import parse_list  # the kernel's list form, parsed in one place
+    return parse_list(spec) or None
 
 
 def group_members(pgid: int) -> list[int]:
