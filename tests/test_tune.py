@@ -789,7 +789,7 @@ def test_issue19_patch_levers_are_offered_where_they_apply(tmp_path, monkeypatch
     assert next(lv for lv in ls if lv.name == "gdn_qkv_split").values == (
         {"GDN_QKV_SPLIT": "two_copies"}, {"GDN_QKV_SPLIT": "vllm"})
     assert next(lv for lv in ls if lv.name == "gdn_spec_slice").values == (
-        {"GDN_SPEC_SLICE": "on"}, {"GDN_SPEC_SLICE": "off"})
+        {"GDN_SPEC_SLICE": "lean"}, {"GDN_SPEC_SLICE": "on"}, {"GDN_SPEC_SLICE": "off"})
     assert next(lv for lv in ls if lv.name == "gdn_spec_packed").values == (
         {"GDN_SPEC_PACKED": "on"}, {"GDN_SPEC_PACKED": "off"})
     assert T.fixup(v.config, {"SPEC_DRAFT_VOCAB": 32768})["SPEC_DRAFT_VOCAB"] == 0

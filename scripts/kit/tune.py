@@ -238,8 +238,10 @@ def levers(cfg: dict, platform: str, weights_ok, arch: dict | None = None,
         out.append(Lever("gdn_reuse", ({"GDN_METADATA_REUSE": "on"}, {"GDN_METADATA_REUSE": "off"}),
                          "GDN metadata built once a step (kit patch) or once per KV-cache group (vLLM)"))
         if method:  # all-spec-decode steps come from a drafter (scripts/patches/gdn_spec_slice.py)
-            out.append(Lever("gdn_spec_slice", ({"GDN_SPEC_SLICE": "on"}, {"GDN_SPEC_SLICE": "off"}),
-                             "GDN spec-decode metadata sliced (kit patch) or gathered with a CPU mask (vLLM 0.26)"))
+            out.append(Lever("gdn_spec_slice", ({"GDN_SPEC_SLICE": "lean"}, {"GDN_SPEC_SLICE": "on"},
+                                                {"GDN_SPEC_SLICE": "off"}),
+                             "GDN spec-decode metadata sliced with fewer host ops, sliced (kit patch), or gathered "
+                             "with a CPU mask (vLLM 0.26)"))
         if method:  # all-spec steps are a drafter's verify (scripts/patches/gdn_spec_packed.py)
             out.append(Lever("gdn_spec_packed", ({"GDN_SPEC_PACKED": "on"}, {"GDN_SPEC_PACKED": "off"}),
                              "GDN verify on the packed conv output, no copies (kit kernel) or vLLM's split and copies"))

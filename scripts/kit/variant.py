@@ -331,8 +331,8 @@ class Variant:
             env["KIT_LM_HEAD_W8"] = self["LM_HEAD_W8"]
         if self["GDN_QKV_SPLIT"] == "two_copies":  # as above (scripts/patches/gdn_qkv_split.py)
             env["KIT_GDN_QKV_SPLIT"] = "1"
-        if self["GDN_SPEC_SLICE"] == "on":  # as above (scripts/patches/gdn_spec_slice.py)
-            env["KIT_GDN_SPEC_SLICE"] = "1"
+        if self["GDN_SPEC_SLICE"] != "off":  # as above (scripts/patches/gdn_spec_slice.py): on or lean
+            env["KIT_GDN_SPEC_SLICE"] = "1" if self["GDN_SPEC_SLICE"] == "on" else self["GDN_SPEC_SLICE"]
         if self["GDN_SPEC_PACKED"] == "on":  # as above (scripts/patches/gdn_spec_packed.py)
             env["KIT_GDN_SPEC_PACKED"] = "1"
             if self["GDN_SPEC_TILE"] != _schema()["properties"]["GDN_SPEC_TILE"]["default"]:
