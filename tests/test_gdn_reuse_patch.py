@@ -499,3 +499,142 @@ def test_026_v2_function_builds_every_group_as_the_patch_expects():
     names = {n.attr for n in ast.walk(fn) if isinstance(n, ast.Attribute)}
     assert "build" in names and "update_block_table" not in names
     assert "for_cudagraph_capture" in [a.arg for a in fn.args.args]
+
+
+# GDN_METADATA_REUSE=shared: equal groups' builders share their batch-level FULL-graph buffers (gdn_reuse.py)
+
+BATCH_BUFFERS = GP._SPEC_STAGED + GP._DECODE_STAGED
+STATE_BUFFERS = ("spec_state_indices_tensor", "non_spec_state_indices_tensor")
+
+
+@pytest.fixture(scope="module")
+def gdn_shared():
+    mod = _load_026("kit_vllm026_gdn_attn_shared")
+    assert GP.patch_class(mod.GDNAttentionMetadataBuilder, mod, shared=True)
+    return mod
+
+
+def test_shared_equal_groups_read_one_set_of_batch_buffers_real_026_builder_fake_config(gdn_shared, gdn):
+    cfg, spec = fake_vllm_config(full=True, mode="none"), mamba_spec("none")
+    bs = [builder(gdn_shared, cfg, spec, str(i)) for i in range(3)]
+    for n in BATCH_BUFFERS:
+        assert getattr(bs[1], n) is getattr(bs[0], n) is getattr(bs[2], n), n
+    for n in STATE_BUFFERS:  # the block-table-dependent ones stay each group's own
+        assert len({getattr(b, n).data_ptr() for b in bs}) == 3, n
+    # another vLLM config, another MambaSpec, or the plain reuse (`on`): buffers of its own
+    others = [builder(gdn_shared, fake_vllm_config(full=True, mode="none"), spec, "cfg"),
+              builder(gdn_shared, cfg, mamba_spec("align"), "spec"), builder(gdn, cfg, spec, "on")]
+    for o in others:
+        assert all(getattr(o, n) is not getattr(bs[0], n) for n in BATCH_BUFFERS)
+
+
+def check_shared_update(gdn_shared, gdn, case, *, full, mode, ncols):
+    """Group 1's update of group 0's build, the two sharing batch buffers, equals 0.26's fresh build of group 1 (a
+    builder of the plain module, buffers of its own) in every value; its state indices sit in group 1's own buffers,
+    its batch-level fields in the shared ones; group 0's metadata keeps its values. Returns the ops the update ran."""
+    from tests.test_gdn_spec_slice_patch import count_ops
+    q, seqs, drafts, acc, ntok = CASES[case]
+    cfg, spec = fake_vllm_config(full=full, mode=mode), mamba_spec(mode)
+    a, b = builder(gdn_shared, cfg, spec, "0"), builder(gdn_shared, cfg, spec, "1")
+    ref = builder(gdn, fake_vllm_config(full=full, mode=mode), spec, "ref")
+    bt_a, bt_b = tables(2, len(q), ncols)
+    cm_a = common(q, seqs, bt_a, ntok)
+    cm_b = dataclasses.replace(cm_a, block_table_tensor=bt_b, slot_mapping=cm_a.slot_mapping + 1000)
+    extra = dict(num_accepted_tokens=torch.tensor(acc, dtype=torch.int32),
+                 num_decode_draft_tokens_cpu=torch.tensor(drafts, dtype=torch.int32))
+    src = a.build(common_prefix_len=0, common_attn_metadata=cm_a, **extra)
+    src_before = snapshot(fields(src))
+    fresh = ref.build(common_prefix_len=0, common_attn_metadata=cm_b, **extra)
+    want, ref_owner = snapshot(fields(fresh)), {k: owner(v, {"r": ref}) for k, v in fields(fresh).items()}
+    for n in STATE_BUFFERS:  # poison group 1's own buffers: the update must write them
+        getattr(b, n).fill_(77)
+    got = {}
+    ops = count_ops(lambda: got.setdefault("md", b.update_block_table(src, cm_b.block_table_tensor,
+                                                                      cm_b.slot_mapping)))
+    f = fields(got["md"])
+    for k, v in want.items():
+        assert same(f[k], v), (case, k, f[k], v)
+        o = ref_owner[k]
+        if o is not None:  # staged by 0.26 in buffer o[1]: here in group 1's own (state) or the shared (batch) one
+            assert f[k].data_ptr() == getattr(b, o[1]).data_ptr(), (case, k)
+            if o[1] in BATCH_BUFFERS:
+                assert getattr(b, o[1]) is getattr(a, o[1])
+    assert all(same(getattr(src, k), v) for k, v in src_before.items()), case
+    return ops
+
+
+@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("full", [True, False], ids=["full_cudagraph", "piecewise"])
+def test_shared_update_equals_fresh_build_real_026_builder_fake_config(gdn_shared, gdn, case, full):
+    check_shared_update(gdn_shared, gdn, case, full=full, mode="none", ncols=1 + K)
+
+
+@pytest.mark.parametrize("case", ["spec_decode_padded", "spec_with_prefills", "decode_no_drafts"])
+def test_shared_update_equals_fresh_build_align_mode_real_026_builder_fake_config(gdn_shared, gdn, case):
+    check_shared_update(gdn_shared, gdn, case, full=True, mode="align", ncols=8)
+
+
+def test_shared_update_writes_only_its_state_indices_real_026_builder_fake_config(gdn_shared, gdn):
+    """What shared is for, on the profiled step (all spec decodes, FULL graph, one padded row): the plain reuse
+    copies the batch-level fields into the group's own buffers, shared copies none of them. Counted with a
+    dispatch mode; the plain count is taken too, so this can fail."""
+    from tests.test_gdn_spec_slice_patch import count_ops
+    shared_ops = check_shared_update(gdn_shared, gdn, "spec_decode_padded", full=True, mode="none", ncols=1 + K)
+    q, seqs, drafts, acc, ntok = CASES["spec_decode_padded"]
+    cfg, spec = fake_vllm_config(full=True, mode="none"), mamba_spec("none")
+    a, b = builder(gdn, cfg, spec, "0"), builder(gdn, cfg, spec, "1")
+    bt_a, bt_b = tables(2, len(q), 1 + K)
+    cm = common(q, seqs, bt_a, ntok)
+    src = a.build(common_prefix_len=0, common_attn_metadata=cm, num_accepted_tokens=torch.tensor(acc, dtype=torch.int32),
+                  num_decode_draft_tokens_cpu=torch.tensor(drafts, dtype=torch.int32))
+    plain_ops = count_ops(lambda: b.update_block_table(src, bt_b, cm.slot_mapping))
+    # the state indices, and four batch fields (the fifth, non_spec_token_indx, is empty on this path)
+    assert plain_ops["copy_"] == 1 + 4, plain_ops
+    assert shared_ops["copy_"] == 1 and shared_ops["fill_"] == plain_ops["fill_"] == 1, (shared_ops, plain_ops)
+
+
+def test_v2_build_attn_metadata_with_shared_buffers_real_026_function_and_builders_fake_config(gdn_shared, gdn,
+                                                                                                monkeypatch):
+    """Qwen3.5's layout in 0.26's V2 function, shared: one build, two updates, every group's values as the function
+    as shipped gives them, at capture too (each group builds into the one set of batch buffers)."""
+    orig = _load_026_build_attn_metadata()
+    fn = GP.wrap_build_attn_metadata(orig)
+    cfg, spec = fake_vllm_config(full=True, mode="none"), mamba_spec("none")
+    gdns = [builder(gdn_shared, cfg, spec, str(i)) for i in range(3)]
+    refs = [builder(gdn, fake_vllm_config(full=True, mode="none"), spec, f"ref{i}") for i in range(3)]
+    for case in ("spec_decode_padded", "spec_with_prefills", "decode_no_drafts", "spec_decode_padded"):
+        bts = tables(4, len(CASES[case][0]), 1 + K, seed=len(case))
+        for capture in (True, False):
+            if capture and case != "spec_decode_padded":
+                continue
+            want = [snapshot(fields(md)) for md in v2_call(orig, gdn, refs + [AttnBuilderStandIn()], case, bts,
+                                                           capture=capture)[:3]]
+            updates = count_updates(monkeypatch, gdn_shared)
+            got = v2_call(fn, gdn_shared, gdns + [AttnBuilderStandIn()], case, bts, capture=capture)
+            assert updates == ([] if capture else gdns[1:]), (case, capture)
+            for g in range(3):
+                for k, v in want[g].items():
+                    assert same(getattr(got[g], k), v), (case, capture, g, k)
+            monkeypatch.undo()
+
+
+def test_reuse_key_reaches_the_server_as_the_patch_reads_it(tmp_path, monkeypatch):
+    """GDN_METADATA_REUSE=on sets KIT_GDN_REUSE=1, shared sets shared, off nothing; install() takes both values and
+    a builder made after the import hook, with shared, shares its batch buffers."""
+    from scripts.kit.variant import load
+    got = {v: load("tiny", [f"GDN_METADATA_REUSE={v}"]).to_env("gpu").get(GP.ENV) for v in ("on", "shared", "off")}
+    assert got == {"on": "1", "shared": "shared", "off": None} and set(GP.MODES) == {"1", "shared"}
+    _require_026()
+    name = "kit026_gdn_reuse_shared_probe"
+    shutil.copy(SRC026, tmp_path / f"{name}.py")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))
+    monkeypatch.setenv(GP.ENV, "shared")
+    try:
+        assert GP.install(name, v2_target="kit026_no_such_v2_module")
+        mod = __import__(name)
+        cfg, spec = fake_vllm_config(full=True, mode="none"), mamba_spec("none")
+        x, y = builder(mod, cfg, spec, "x"), builder(mod, cfg, spec, "y")
+        assert all(getattr(x, n) is getattr(y, n) for n in BATCH_BUFFERS)
+    finally:
+        sys.modules.pop(name, None)

@@ -235,8 +235,10 @@ def levers(cfg: dict, platform: str, weights_ok, arch: dict | None = None,
     else:
         skipped.append("spec: BASE has no MTP head and no draft model (a seed's drafter is measured as that seed)")
     if _has_gdn(arch):  # Qwen3.5, Qwen3-Next: the kit's patch saves host time a step (issue 19)
-        out.append(Lever("gdn_reuse", ({"GDN_METADATA_REUSE": "on"}, {"GDN_METADATA_REUSE": "off"}),
-                         "GDN metadata built once a step (kit patch) or once per KV-cache group (vLLM)"))
+        out.append(Lever("gdn_reuse", ({"GDN_METADATA_REUSE": "shared"}, {"GDN_METADATA_REUSE": "on"},
+                                       {"GDN_METADATA_REUSE": "off"}),
+                         "GDN metadata built once a step with the groups' batch buffers shared, built once a step "
+                         "(kit patch), or once per KV-cache group (vLLM)"))
         if method:  # all-spec-decode steps come from a drafter (scripts/patches/gdn_spec_slice.py)
             out.append(Lever("gdn_spec_slice", ({"GDN_SPEC_SLICE": "lean"}, {"GDN_SPEC_SLICE": "on"},
                                                 {"GDN_SPEC_SLICE": "off"}),

@@ -341,8 +341,8 @@ class Variant:
                 env["KIT_GDN_SPEC_OVERLAP"] = "1"
         if self["INDUCTOR_PERSISTENT_MAX"]:  # as above (scripts/patches/inductor_persistent.py)
             env["KIT_INDUCTOR_PERSISTENT_MAX"] = str(self["INDUCTOR_PERSISTENT_MAX"])
-        if self["GDN_METADATA_REUSE"] == "on":  # as above (scripts/patches/gdn_reuse.py)
-            env["KIT_GDN_REUSE"] = "1"
+        if self["GDN_METADATA_REUSE"] != "off":  # as above (scripts/patches/gdn_reuse.py): on or shared
+            env["KIT_GDN_REUSE"] = "1" if self["GDN_METADATA_REUSE"] == "on" else self["GDN_METADATA_REUSE"]
         if self["SPEC_DRAFT_GRAPH"]:  # as above (scripts/patches/draft_graph.py): the largest graphed batch
             env["KIT_DRAFT_GRAPH"] = str(self["SPEC_DRAFT_GRAPH"])
         if self["API_TEXT_ONLY"]:  # as above (scripts/patches/text_only.py): read in the API server process

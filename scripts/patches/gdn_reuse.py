@@ -42,6 +42,18 @@ group's buffers stay its own, as the V1 half keeps them. Where the function alre
 (`from ...attn_utils import build_attn_metadata`), so the wrapper goes in right after attn_utils executes,
 before they do; those already imported are rebound.
 
+GDN_METADATA_REUSE=shared (KIT_GDN_REUSE=shared): the same reuse, and the builders of equal GDN groups share their
+batch-level FULL-graph buffers (the six fields above that do not depend on the block table: spec_sequence_masks,
+spec/non_spec_token_indx, spec/non_spec_query_start_loc, num_accepted_tokens). Each group's captured graph then reads
+the one copy, the build stages the step there once, and an update's copies of those fields find the source's view
+already in place (`_into` skips them): 5 copies an update go, and only the group's own state indices are written
+(a copy, and a fill when padded rows trail). vLLM 0.32's V2 runner does the same sharing itself ("update_block_table()
+keeps the source group's batch-level FULL graph buffers"). Safe because the fields are the batch's, the same for every
+GDN group of a step, and every write to them is a device op on the step's stream, after the graphs that read them.
+The per-group state-index buffers stay each builder's own. Shared between builders of one vLLM config with equal
+MambaSpec, device, drafts a step and graph batch bound only; a builder that is not this class (a subclass) or cannot
+update (micro-batching) keeps its own.
+
 Why an import hook: the builders live in vLLM's engine process, started with spawn, where only
 sitecustomize can reach them; the patch is applied right after gdn_attn is imported (the runner imports
 it at module level, long before it creates any builder).
@@ -62,7 +74,8 @@ V2_USERS = ("vllm.v1.worker.gpu.model_states.default", "vllm.v1.worker.gpu.model
             "vllm.v1.worker.gpu.spec_decode.dflash.cudagraph")
 # Per thread: the GDN metadata built so far in the running build_attn_metadata call, or None outside one
 _scope = threading.local()
-ENV = "KIT_GDN_REUSE"
+ENV = "KIT_GDN_REUSE"  # "1" (GDN_METADATA_REUSE=on) or "shared"
+MODES = ("1", "shared")
 _MARK = "_kit_gdn_reuse"
 _SIDE = "_kit_gdn_side"  # (spec mask on CPU or None, mask is a leading run, seq_lens, num_reqs), on metadata
 
@@ -70,6 +83,23 @@ _SIDE = "_kit_gdn_side"  # (spec mask on CPU or None, mask is a leading run, seq
 _SPEC_STAGED = ("spec_sequence_masks", "spec_token_indx", "non_spec_token_indx", "spec_query_start_loc",
                 "num_accepted_tokens")
 _DECODE_STAGED = ("non_spec_query_start_loc",)
+# shared: per process, [(vllm_config, kv_cache_spec, device, num_spec, decode_cudagraph_max_bs), {field: buffer}]
+_SHARED: list = []
+
+
+def share_batch_buffers(b) -> bool:
+    """b's batch-level FULL-graph buffers replaced by those of the first builder with the same key (or registered as
+    that key's); True when b now reads another builder's."""
+    dev = b.spec_sequence_masks.device
+    for key, bufs in _SHARED:
+        if (key[0] is b.vllm_config and key[1] == b.kv_cache_spec and key[2] == dev and key[3] == b.num_spec
+                and key[4] == b.decode_cudagraph_max_bs):
+            for name, buf in bufs.items():
+                setattr(b, name, buf)
+            return True
+    _SHARED.append(((b.vllm_config, b.kv_cache_spec, dev, b.num_spec, b.decode_cudagraph_max_bs),
+                    {name: getattr(b, name) for name in _SPEC_STAGED + _DECODE_STAGED}))
+    return False
 
 
 def spec_staged(b, m) -> bool:
@@ -133,9 +163,11 @@ def update_block_table(self, metadata, blk_table, slot_mapping, *, _mod):
     return new
 
 
-def patch_class(cls, mod) -> bool:
-    """Give cls (vLLM 0.26's GDNAttentionMetadataBuilder) update_block_table; False when it has its own
-    (vLLM 0.32+) or is patched already."""
+def patch_class(cls, mod, shared: bool | None = None) -> bool:
+    """Give cls (vLLM 0.26's GDNAttentionMetadataBuilder) update_block_table (and, shared, one set of batch-level
+    buffers for equal groups); False when it has its own (vLLM 0.32+) or is patched already."""
+    if shared is None:
+        shared = os.environ.get(ENV) == "shared"
     orig_build, orig_init = cls.__dict__.get("build"), cls.__dict__.get("__init__")
     if orig_build is None or orig_init is None or getattr(orig_build, _MARK, False):
         return False
@@ -149,6 +181,8 @@ def patch_class(cls, mod) -> bool:
         parallel = getattr(self.vllm_config, "parallel_config", None)
         self.supports_update_block_table = (type(self) is cls
                                             and not getattr(parallel, "use_ubatching", False))
+        if shared and self.supports_update_block_table:
+            share_batch_buffers(self)
 
     def build(self, common_prefix_len, common_attn_metadata, num_accepted_tokens=None,
               num_decode_draft_tokens_cpu=None, fast_build=False):
@@ -246,16 +280,19 @@ def patch_v2_module(mod) -> bool:
 
 def patch_module(mod) -> bool:
     from scripts.patches.on_import import patch_class_of
-    return patch_class_of(mod, "GDNAttentionMetadataBuilder", patch_class, _MARK, "build",
-                          "GDN metadata reuse across KV-cache groups active (update_block_table)",
+    shared = os.environ.get(ENV) == "shared"
+    what = "GDN metadata reuse across KV-cache groups active (update_block_table)" + (
+        ", batch-level graph buffers shared between equal groups" if shared else "")
+    return patch_class_of(mod, "GDNAttentionMetadataBuilder", lambda cls, m: patch_class(cls, m, shared), _MARK,
+                          "build", what,
                           lambda cls: f"GDN metadata reuse NOT active: {mod.__name__}.GDNAttentionMetadataBuilder "
                                       "already has update_block_table (vLLM's own) or no build")
 
 
 def install(target: str = TARGET, v2_target: str = V2_TARGET) -> bool:
     """Patch `target` (the builder) and `v2_target` (V2's build_attn_metadata) when each is imported (now, if
-    it already is), if $KIT_GDN_REUSE is "1"."""
-    if os.environ.get(ENV) != "1":
+    it already is), if $KIT_GDN_REUSE is "1" or "shared"."""
+    if os.environ.get(ENV) not in MODES:
         return False
     from scripts.patches.on_import import after_import
     after_import(target, patch_module)
