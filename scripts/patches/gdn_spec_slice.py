@@ -152,6 +152,8 @@ def lean_case(b, m, num_accepted_tokens, num_decode_draft_tokens_cpu):
         if x >= 0:  # a spec row after a non-spec one: not a leading run, 0.26 gathers
             return None
     qsl = m.query_start_loc_cpu.tolist()
+    if n >= len(qsl):  # more draft counts than requests: not a batch 0.26's build takes either
+        return None
     if qsl[-1] != qsl[n]:  # tokens after the spec rows: a prefill or a plain decode beside them
         return None  # (query lens are >= 0, so a flat tail means every one of them is 0)
     tokens = qsl[-1] - qsl[0]
