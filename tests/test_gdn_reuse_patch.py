@@ -269,13 +269,19 @@ def test_vllm_032_has_its_own_update_and_is_left_alone():
     assert dict(cls.__dict__) == before
 
 
-def test_install_hooks_the_import_only_when_switched_on(tmp_path, monkeypatch):
-    """The sitecustomize path: install() before the import; the module is patched as it is executed."""
+def hook_probe(tmp_path, monkeypatch, name):
+    """0.26's gdn_attn.py importable as `name` from tmp_path, with sys.meta_path restored after the test (for
+    install(), which hooks the import as sitecustomize does)."""
     _require_026()
-    name = "kit026_gdn_hook_probe"
     shutil.copy(SRC026, tmp_path / f"{name}.py")
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))
+    return name
+
+
+def test_install_hooks_the_import_only_when_switched_on(tmp_path, monkeypatch):
+    """The sitecustomize path: install() before the import; the module is patched as it is executed."""
+    name = hook_probe(tmp_path, monkeypatch, "kit026_gdn_hook_probe")
     monkeypatch.delenv(GP.ENV, raising=False)
     assert GP.install(name) is False and not any(isinstance(f, AfterImport) for f in sys.meta_path)
     monkeypatch.setenv(GP.ENV, "0")
@@ -624,11 +630,7 @@ def test_reuse_key_reaches_the_server_as_the_patch_reads_it(tmp_path, monkeypatc
     from scripts.kit.variant import load
     got = {v: load("tiny", [f"GDN_METADATA_REUSE={v}"]).to_env("gpu").get(GP.ENV) for v in ("on", "shared", "off")}
     assert got == {"on": "1", "shared": "shared", "off": None} and set(GP.MODES) == {"1", "shared"}
-    _require_026()
-    name = "kit026_gdn_reuse_shared_probe"
-    shutil.copy(SRC026, tmp_path / f"{name}.py")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))
+    name = hook_probe(tmp_path, monkeypatch, "kit026_gdn_reuse_shared_probe")
     monkeypatch.setenv(GP.ENV, "shared")
     try:
         assert GP.install(name, v2_target="kit026_no_such_v2_module")

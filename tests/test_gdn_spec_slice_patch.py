@@ -21,7 +21,7 @@ from scripts.patches import gdn_reuse as GR
 from scripts.patches import gdn_spec_slice as GS
 from scripts.patches.on_import import AfterImport
 from tests.test_gdn_reuse_patch import (BUFFERS, CASES, K, SRC026, _require_026, builder, common, fake_vllm_config,
-                                        fields, mamba_spec, owner, same, snapshot, tables)
+                                        fields, hook_probe, mamba_spec, owner, same, snapshot, tables)
 
 _N = [0]
 
@@ -198,11 +198,7 @@ def test_vllm_032_is_left_alone():
 
 
 def test_install_hooks_the_import_only_when_switched_on(tmp_path, monkeypatch):
-    _require_026()
-    name = "kit026_gdn_slice_hook_probe"
-    shutil.copy(SRC026, tmp_path / f"{name}.py")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))
+    name = hook_probe(tmp_path, monkeypatch, "kit026_gdn_slice_hook_probe")
     monkeypatch.delenv(GS.ENV, raising=False)
     assert GS.install(name) is False and not any(isinstance(f, AfterImport) for f in sys.meta_path)
     monkeypatch.setenv(GS.ENV, "1")
@@ -219,6 +215,11 @@ def test_install_hooks_the_import_only_when_switched_on(tmp_path, monkeypatch):
 # all-spec steps lean takes besides FAST: a batch padded past the builder's buffers (0.26 cuts its views to them)
 LEAN_MORE = {"padded_past_the_buffers": ([5, 5] + [0] * 40, [20, 33] + [0] * 40, [K, K] + [-1] * 40,
                                           [1, 3] + [1] * 40, 16)}
+
+
+@pytest.fixture(scope="module")
+def plain026():
+    return load_026()
 
 
 @pytest.fixture()
@@ -246,10 +247,9 @@ def random_case(seed):
 
 
 @pytest.mark.parametrize("case", [*FAST, *SLOW, *LEAN_MORE, *(f"random{i}" for i in range(40))])
-def test_lean_case_takes_exactly_the_steps_the_sliced_path_takes_real_026_builder_fake_config(case):
+def test_lean_case_takes_exactly_the_steps_the_sliced_path_takes_real_026_builder_fake_config(plain026, case):
     """Decided from two lists instead of tensor ops, the lean case is the sliced path's, with the same counts."""
-    gdn = load_026()
-    b = builder(gdn, fake_vllm_config(full=True, mode="none"), mamba_spec("none"), "probe")
+    b = builder(plain026, fake_vllm_config(full=True, mode="none"), mamba_spec("none"), "probe")
     spec = {**FAST, **SLOW, **LEAN_MORE}.get(case) or random_case(int(case[6:]))
     cm, extra = inputs(spec)
     want = GS.fast_case(b, cm, extra["num_accepted_tokens"], extra["num_decode_draft_tokens_cpu"])
@@ -334,10 +334,13 @@ def test_lean_build_runs_fewer_tensor_ops_than_the_sliced_one_real_026_builder_f
         counts[name] = count_ops(lambda: b.build(common_prefix_len=0, common_attn_metadata=cm, **extra))
     on_n, lean_n = sum(counts["on"].values()), sum(counts["lean"].values())
     assert lean_n < on_n / 2, counts
+    # the sliced path's device ops (its host-to-device mask copy is a no-op on CPU tensors, so not seen here)
+    assert (counts["on"]["copy_"], counts["on"]["fill_"], counts["on"]["arange"]) == (5, 4, 1), counts
+    assert counts["lean"]["copy_"] == 5, counts
     assert not {"arange", "_pin_memory", "ge", "sum", "sub", "any", "all"} & set(counts["lean"]), counts
     assert counts["on"]["arange"] == 1 and counts["on"]["ge"] >= 1  # the sliced path does them: this can fail
     padded = FAST[case][2][-1] < 0
-    assert (counts["lean"]["fill_"] > 0) == padded, counts
+    assert counts["lean"]["fill_"] == (3 if padded else 0), counts
 
 
 def test_lean_waits_for_its_buffers_outside_graph_capture_fake_cuda_device(monkeypatch):
@@ -363,11 +366,7 @@ def test_lean_then_reuse_both_act_real_026_builder_fake_config(monkeypatch):
 
 
 def test_install_takes_lean_and_refuses_other_values(tmp_path, monkeypatch):
-    _require_026()
-    name = "kit026_gdn_slice_lean_probe"
-    shutil.copy(SRC026, tmp_path / f"{name}.py")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))
+    name = hook_probe(tmp_path, monkeypatch, "kit026_gdn_slice_lean_probe")
     monkeypatch.setenv(GS.ENV, "yes")
     assert GS.install(name) is False
     monkeypatch.setenv(GS.ENV, "lean")

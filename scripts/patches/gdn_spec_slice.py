@@ -234,17 +234,18 @@ def patch_class(cls, mod, lean: bool | None = None) -> bool:
 
     def build(self, common_prefix_len, common_attn_metadata, num_accepted_tokens=None,
               num_decode_draft_tokens_cpu=None, fast_build=False):
-        if lean and type(self) is cls:
-            case = lean_case(self, common_attn_metadata, num_accepted_tokens, num_decode_draft_tokens_cpu)
-            if case is not None:
-                bufs = lean_buffers(self, common_attn_metadata.query_start_loc.device, mod.torch)
-                if bufs is not None:
-                    return lean_build(self, common_attn_metadata, *case, num_accepted_tokens, bufs, _mod=mod)
         if type(self) is cls:  # a subclass may build more than this path knows of
-            case = fast_case(self, common_attn_metadata, num_accepted_tokens, num_decode_draft_tokens_cpu)
+            m, d = common_attn_metadata, num_decode_draft_tokens_cpu
+            if lean:  # one decision (lean_case takes exactly fast_case's steps: tested)
+                case = lean_case(self, m, num_accepted_tokens, d)
+                bufs = None if case is None else lean_buffers(self, m.query_start_loc.device, mod.torch)
+                if bufs is not None:
+                    return lean_build(self, m, *case, num_accepted_tokens, bufs, _mod=mod)
+                case = None if case is None else case[:2]  # during capture, before its buffers: the sliced path
+            else:
+                case = fast_case(self, m, num_accepted_tokens, d)
             if case is not None:
-                return sliced_build(self, common_attn_metadata, *case, num_accepted_tokens,
-                                    num_decode_draft_tokens_cpu, _mod=mod)
+                return sliced_build(self, m, *case, num_accepted_tokens, d, _mod=mod)
         return orig(self, common_prefix_len, common_attn_metadata, num_accepted_tokens,
                     num_decode_draft_tokens_cpu, fast_build)
 
