@@ -993,6 +993,22 @@ print(m["ratio"])' "$(ls -t results/${VAR[$s]}/*-comparison.json | head -1)")
       bash "$0" down o c
     done
     bash "$0" down a ;;
+  loopcheck)  # [KEY=VALUE..] issue 29: SPEC_DRAFT_LOOP_GRAPH=on on V2_BASE at the published rates, with
+    # KIT_DRAFT_LOOP_GRAPH_CHECK=10 (after every replay of the draft loop's graph, 0.26's eager loop runs again on the
+    # same inputs and the drafts are compared; scripts/patches/draft_loop_graph.py), loaded by `vllm bench serve` at
+    # c=1 and c=8. The server's "check:" lines are the result: the synthetic acceptance hides wrong drafts from any
+    # timing. Dummy weights: two computations of the same argmax over random weights, not draft quality. ~3 min.
+    shift; V2=${V2_BASE:-qwen3.5-4b-fp8-v2}; sets=(); for x in "$@"; do sets+=(--set "$x"); done
+    step python3 -m scripts.kit draft-vocab --variant $V2 --set WEIGHTS=dummy
+    KIT_DRAFT_LOOP_GRAPH_CHECK=10 bash "$0" up k 8106 12884901888 $V2 --set SERVE_MAX_NUM_SEQS=256 \
+      --set SPEC_ACCEPTANCE=0.98,0.82,0.70,0.54 --set SPEC_DRAFT_LOOP_GRAPH=on "${sets[@]}"
+    if bash "$0" ready 900 8106; then
+      tok=$(python3 -c 'import sys; from scripts.kit.variant import load; print(load(sys.argv[1], ["WEIGHTS=dummy"]).weights_dir)' "$V2")
+      for c in 1 8; do step python3 -m vllm.entrypoints.cli.main bench serve --backend openai \
+        --base-url http://127.0.0.1:8106 --model $V2 --tokenizer "$tok" --dataset-name random --random-input-len 256 \
+        --random-output-len 128 --num-prompts 16 --max-concurrency $c --ignore-eos --seed $c; done; fi
+    grep -h "SPEC_DRAFT_LOOP_GRAPH" "$LOGS/up-k.log" | tail -8
+    bash "$0" down k ;;
   startlegs)  # N LEG...: issue 32: -quick6 baked alone, then N rounds of one warm start per LEG, in order. A LEG is
     # KEY=VALUE[,KEY=VALUE...] set on top of config.env (start keys: the baked cache must still hit), or - for as
     # committed. start7-start9 are this loop written out, as they ran.

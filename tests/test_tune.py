@@ -797,6 +797,13 @@ def test_issue19_patch_levers_are_offered_where_they_apply(tmp_path, monkeypatch
     # the draft chain graph: MTP on a GPU host with graphs; dropped where nothing is left to graph
     ls, _ = T.levers(v.config, "gpu", lambda o: True, arch, (1, 8))
     assert {"SPEC_DRAFT_GRAPH": T.DRAFT_GRAPH} in next(lv for lv in ls if lv.name == "draft_graph").values
+    assert "draft_loop_graph" not in {lv.name for lv in ls}  # a V1 variant: the V2 drafter's lever is not offered
+    v2 = load("qwen3.5-4b-fp8-v2")
+    ls, _ = T.levers(v2.config, "gpu", lambda o: True, arch, (1, 8))
+    assert next(lv for lv in ls if lv.name == "draft_loop_graph").values == (
+        {"SPEC_DRAFT_LOOP_GRAPH": "on"}, {"SPEC_DRAFT_LOOP_GRAPH": "off"})
+    assert T.fixup(v2.config, {"SPEC_DRAFT_LOOP_GRAPH": "on", "SPEC_K": 1}).get("SPEC_DRAFT_LOOP_GRAPH", "off") == "off"
+    assert T.fixup(v2.config, {"SPEC_DRAFT_LOOP_GRAPH": "on"}).get("SPEC_DRAFT_LOOP_GRAPH", "on") == "on"
     ls, skipped = T.levers(v.config, "cpu", lambda o: True, arch, (1, 8))
     assert "draft_graph" not in [lv.name for lv in ls] and "draft_graph: CUDA graphs, a GPU lever" in skipped
     assert T.fixup(v.config, {"SPEC_METHOD": "mtp", "SPEC_K": 1, "SPEC_DRAFT_GRAPH": 16})["SPEC_DRAFT_GRAPH"] == 0

