@@ -974,6 +974,9 @@ print(m["ratio"])' "$(ls -t results/${VAR[$s]}/*-comparison.json | head -1)")
     # ENGINE_CPU=auto timed the engine's loop on a CPU of its own, and BF16 against it (session 20261202T0630Z).
     # V2_BASE=qwen3.5-4b-fp8-v3-pin chain v2cut GDN_SPEC_SLICE=lean ++ v2profs GDN_SPEC_SLICE=lean: the cut timed and
     # both sides profiled in one 30-min lease (session 20261202T1044Z: ~1355 s of device time, carry included).
+    # V2_BASE=qwen3.5-4b-fp8-v3-lean chain loopcheck ++ v2cut SPEC_DRAFT_LOOP_GRAPH=on ++ v2profs SPEC_DRAFT_LOOP_GRAPH=on
+    # (session 20261202T1501Z) took ~1785 s of the 1800: loopcheck's server paid the cold compile (428 s to ready) and
+    # BF16's own compile came after it (331 s). A lease holds one cut's check, timing and profiles, no more.
     cut=$2; kv12=12884901888; A=qwen3.5-4b-bf16; V2=${V2_BASE:-qwen3.5-4b-fp8-v2}; S="SERVE_MAX_NUM_SEQS=256"
     R=0.98,0.82,0.70,0.54; Z=0,0,0,0
     mem="--set SERVE_KV_CACHE_MEMORY_BYTES=$kv12 --set SERVE_GPU_MEMORY_UTILIZATION=0.2"

