@@ -69,7 +69,8 @@
 #   bash .ci/gpu-session.sh start14 [N]  issue 32: Qwen3-4B's warm start, as vLLM ships it / fewer graphs / the kit's start keys (~15 min)
 #   bash .ci/gpu-session.sh v2step KEY=VALUE  issue 29: v2cut's step comparison alone, no BF16 server (~11 min)
 #   bash .ci/gpu-session.sh v2profs KEY=VALUE..  issue 29: the V2 variant profiled once as committed and once per cut (~4 min each)
-#   bash .ci/gpu-session.sh v2cut KEY=VALUE   issue 29: one switch on fp8-v2, against it as committed and BF16 (~18 min)
+#   bash .ci/gpu-session.sh v2cut KEY=VALUE|VARIANT  issue 29: one switch (or a committed child variant) on fp8-v2 (V2_BASE),
+#                                             against it as committed and BF16 (~18 min)
 #   bash .ci/gpu-session.sh v2h2       issue 29: v2h's winner again at 8 GiB of KV: against FP8 -dvg and BF16, its step, the pessimistic rates (~21 min)
 #   bash .ci/gpu-session.sh x4c        issue 31, after x4b: Qwen3.5 -dvg on two replicas against four (~10 min)
 #   bash .ci/gpu-session.sh x4b        issue 31's rest on a 4-GPU host: Qwen3.5 1 vs 4, longer shared prompts, a busy replica killed
@@ -977,22 +978,26 @@ print(m["ratio"])' "$(ls -t results/${VAR[$s]}/*-comparison.json | head -1)")
     # V2_BASE=qwen3.5-4b-fp8-v3-lean chain loopcheck ++ v2cut SPEC_DRAFT_LOOP_GRAPH=on ++ v2profs SPEC_DRAFT_LOOP_GRAPH=on
     # (session 20261202T1501Z) took ~1785 s of the 1800: loopcheck's server paid the cold compile (428 s to ready) and
     # BF16's own compile came after it (331 s). A lease holds one cut's check, timing and profiles, no more.
+    # A committed variant's name as the cut (CUT = experiments/<name>/, e.g. qwen3.5-4b-fp8-v3-loop, V2_BASE its parent):
+    # c runs that variant as it is, so the BF16 pair is that variant's own record (make report's answer can take it),
+    # and o against c is the parent against it. Else c is V2_BASE with the KEY=VALUEs.
     cut=$2; kv12=12884901888; A=qwen3.5-4b-bf16; V2=${V2_BASE:-qwen3.5-4b-fp8-v2}; S="SERVE_MAX_NUM_SEQS=256"
-    R=0.98,0.82,0.70,0.54; Z=0,0,0,0
+    R=0.98,0.82,0.70,0.54; Z=0,0,0,0; CV=$V2
     mem="--set SERVE_KV_CACHE_MEMORY_BYTES=$kv12 --set SERVE_GPU_MEMORY_UTILIZATION=0.2"
-    read -ra kv <<< "$cut"; cs=(); cb=(); for x in "${kv[@]}"; do cs+=(--set "$x"); cb+=(--set-b "$x"); done
-    pair() { local pa=$1 pb=$2 a=$3 r=$4; shift 4; bash "$0" ready 5 $pa $pb && bash "$0" cmp $pa $pb $a $V2 $mem --set "$S" \
+    cs=(); cb=(); if [ -d "experiments/$cut" ]; then CV=$cut; else read -ra kv <<< "$cut"
+      for x in "${kv[@]}"; do cs+=(--set "$x"); cb+=(--set-b "$x"); done; fi
+    pair() { local pa=$1 pb=$2 a=$3 r=$4; shift 4; bash "$0" ready 5 $pa $pb && bash "$0" cmp $pa $pb $a $CV $mem --set "$S" \
       --set-a PORT=$pa --set-b PORT=$pb --set-b SPEC_ACCEPTANCE=$r "${cb[@]}" "$@" --requests 8; }
     step python3 -m scripts.kit draft-vocab --variant $V2 --set WEIGHTS=dummy
     bash "$0" up a 8100 $kv12 $A --set "$S"
     for r in $Z $R; do
       bash "$0" up o 8102 $kv12 $V2 --set "$S" --set SPEC_ACCEPTANCE=$r
-      bash "$0" up c 8104 $kv12 $V2 --set "$S" --set SPEC_ACCEPTANCE=$r "${cs[@]}"
+      bash "$0" up c 8104 $kv12 $CV --set "$S" --set SPEC_ACCEPTANCE=$r "${cs[@]}"
       bash "$0" ready 900 8100 8102 8104; grep -h "kit: \|Using V2" "$LOGS"/up-[oc].log | sed 's/pid=[0-9]*//' | sort | uniq -c
       if [ $r = $Z ]; then pair 8102 8104 $V2 $r --set-a SPEC_ACCEPTANCE=$r --concurrency 1
       else pair 8102 8104 $V2 $r --set-a SPEC_ACCEPTANCE=$r --concurrency 1,8
         pair 8100 8104 $A $r --concurrency 1,4,8,16,32
-        bash "$0" ready 5 8100 8104 && BS_TAG=v2cut- bash "$0" bs 8100 8104 $A $V2 2; fi
+        bash "$0" ready 5 8100 8104 && BS_TAG=v2cut- bash "$0" bs 8100 8104 $A $CV 2; fi
       bash "$0" down o c
     done
     bash "$0" down a ;;
