@@ -1,7 +1,8 @@
 """SPEC_DRAFT_LOOP_GRAPH (scripts/patches/draft_loop_graph.py) on CPU, against vLLM 0.26's own draft loop.
 
-Real: AutoRegressiveSpeculator's `capture` and `_multi_step_decode`, from 0.26's source (the version the GPU host
-runs; $KIT_VLLM026_SRC, default .cache/vllm-0.26.0/vllm, `make vllm026-src`), run as they are; CUDAGraphMode.
+Real: AutoRegressiveSpeculator's `capture` and `_multi_step_decode`, and attn_utils' `build_slot_mappings_by_layer`,
+from 0.26's source (the version the GPU host runs; $KIT_VLLM026_SRC, default .cache/vllm-0.26.0/vllm, `make
+vllm026-src`), run as they are; CUDAGraphMode.
 Stood in, for what needs a GPU (the names say so): the CUDA graphs, the drafter's forward, the slot-mapping kernel and
 the attention metadata build. The stand-in graph has a CUDA graph's semantics where they matter here: what a function
 does on the "device" (each stand-in op) is recorded while it is captured and replayed in order, with the host values
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 import os
 import sys
 from types import SimpleNamespace
@@ -245,12 +247,22 @@ def _speculator_class(mode_mod):
                                                                     "_multi_step_decode": ns["_multi_step_decode"]})
 
 
-def build_slot_mappings_by_layer(slot_mappings, kv_cache_config):  # 0.26's attn_utils function, same body
-    out = {}
-    for slot_mapping, group in zip(slot_mappings, kv_cache_config.kv_cache_groups):
-        for name in group.layer_names:
-            out[name] = slot_mapping
-    return out
+@functools.lru_cache(maxsize=1)
+def _slot_mappings_by_layer_026():
+    src = vllm026.src_dir() / "v1/worker/gpu/attn_utils.py"
+    if not src.is_file():
+        _require_026()
+        pytest.fail(f"no {src}")
+    (f,) = [n for n in ast.parse(src.read_text()).body
+            if isinstance(n, ast.FunctionDef) and n.name == "build_slot_mappings_by_layer"]
+    ns = {"torch": torch, "KVCacheConfig": object}
+    exec(compile(ast.Module(body=[f], type_ignores=[]), str(src), "exec"), ns)
+    return ns["build_slot_mappings_by_layer"]
+
+
+def build_slot_mappings_by_layer(slot_mappings, kv_cache_config):
+    """0.26's own function (vllm/v1/worker/gpu/attn_utils.py), from its source."""
+    return _slot_mappings_by_layer_026()(slot_mappings, kv_cache_config)
 
 
 @pytest.fixture(scope="module")
