@@ -142,6 +142,8 @@ if [ -f /tmp/kit/.venv/.kit-pins ]; then export PATH=/tmp/kit/.venv/bin:$PATH PY
 # `timeout -s INT -k 120` below: the kit stops its servers on INT (TERM, 30 s grace, then KILL, per server);
 # -k 30 killed a tune mid-stop on 2026-11-24 and left its two servers running.
 step() { echo "=== $(date -u +%H:%M:%S) $*"; "$@"; local rc=$?; echo "=== rc=$rc"; return $rc; }
+# The weights folder a dummy-weight server of variant $1 serves: its tokenizer, for `vllm bench serve`.
+tokdir() { python3 -c 'import sys; from scripts.kit.variant import load; print(load(sys.argv[1], ["WEIGHTS=dummy"]).weights_dir)' "$1"; }
 # A live process, not a zombie: `kill -0` also succeeds on an exited, unreaped one (up's servers are
 # orphans, and who reaps them on the device is not known). The 120 s stops of 2026-11-25 were not that: `up`'s servers
 # had SIGINT ignored (inherited from `&`); every entry point now sets it (stop_on_signals, 2026-11-26).
@@ -656,7 +658,7 @@ for c in (1, 8, 8, 3, 8):
     pa=$2; pb=$3; a=$4; b=$5; n=$6; shift 6; mkdir -p "$LOGS/bench"
     for r in $(seq 1 "$n"); do for side in "a $pa $a" "b $pb $b"; do set -- $side "$@"; s=$1 port=$2 v=$3; shift 3
       # The served weights folder is the tokenizer (dummy folders carry the real Qwen tokenizer).
-      tok=$(python3 -c 'import sys; from scripts.kit.variant import load; print(load(sys.argv[1], ["WEIGHTS=dummy"]).weights_dir)' "$v")
+      tok=$(tokdir "$v")
       step python3 -m vllm.entrypoints.cli.main bench serve --backend openai --base-url "http://127.0.0.1:$port" \
         --model "$v" --tokenizer "$tok" --dataset-name random --random-input-len 256 --random-output-len 256 \
         --num-prompts 12 --max-concurrency 1 --ignore-eos --seed "$r" --save-result --result-dir "$LOGS/bench" \
@@ -1011,7 +1013,7 @@ print(m["ratio"])' "$(ls -t results/${VAR[$s]}/*-comparison.json | head -1)")
     KIT_DRAFT_LOOP_GRAPH_CHECK=10 bash "$0" up k 8106 12884901888 $V2 --set SERVE_MAX_NUM_SEQS=256 \
       --set SPEC_ACCEPTANCE=0.98,0.82,0.70,0.54 --set SPEC_DRAFT_LOOP_GRAPH=on "${sets[@]}"
     if bash "$0" ready 900 8106; then
-      tok=$(python3 -c 'import sys; from scripts.kit.variant import load; print(load(sys.argv[1], ["WEIGHTS=dummy"]).weights_dir)' "$V2")
+      tok=$(tokdir "$V2")
       for c in 1 8; do step python3 -m vllm.entrypoints.cli.main bench serve --backend openai \
         --base-url http://127.0.0.1:8106 --model $V2 --tokenizer "$tok" --dataset-name random --random-input-len 256 \
         --random-output-len 128 --num-prompts 16 --max-concurrency $c --ignore-eos --seed $c; done; fi

@@ -29,7 +29,7 @@ import re
 import shlex
 from dataclasses import dataclass, field
 
-from .variant import CONDITION_KEYS, parse_schedule
+from .variant import CONDITION_KEYS, parse_schedule, v2_runner
 
 # -- budget ------------------------------------------------------------------------------------
 _UNITS = {"s": 1, "m": 60, "h": 3600}
@@ -230,7 +230,7 @@ def levers(cfg: dict, platform: str, weights_ok, arch: dict | None = None,
             if gpu and not eager:  # CUDA graphs (scripts/patches/draft_graph.py); K < 2 is dropped by fixup
                 out.append(Lever("draft_graph", ({"SPEC_DRAFT_GRAPH": DRAFT_GRAPH}, {"SPEC_DRAFT_GRAPH": 0}),
                                  f"MTP draft passes 2..K as one CUDA graph (batches up to {DRAFT_GRAPH}), or vLLM's"))
-                if str(cfg.get("VLLM_USE_V2_MODEL_RUNNER", "")) == "1":  # scripts/patches/draft_loop_graph.py
+                if v2_runner(cfg):  # scripts/patches/draft_loop_graph.py
                     out.append(Lever("draft_loop_graph", ({"SPEC_DRAFT_LOOP_GRAPH": "on"}, {"SPEC_DRAFT_LOOP_GRAPH": "off"}),
                                      "the V2 drafter's steps 2..K as one CUDA graph built inside it, or vLLM 0.26's "
                                      "graph a step with its metadata built on the host"))

@@ -428,6 +428,11 @@ def load(name: str, overrides: list[str] | tuple = ()) -> Variant:
     return resolve(name, overrides)
 
 
+def v2_runner(config: dict) -> bool:
+    """Whether the config serves on vLLM's V2 model runner (VLLM_USE_V2_MODEL_RUNNER=1, passed to the server as is)."""
+    return str(config.get("VLLM_USE_V2_MODEL_RUNNER", "")) == "1"
+
+
 def _validate(v: Variant, schema: dict) -> None:
     from .schema import first_error
     err = first_error(v.config, schema)
@@ -464,7 +469,7 @@ def _validate(v: Variant, schema: dict) -> None:
         raise KitError(f"{where('SPEC_DRAFT_GRAPH')}: SPEC_DRAFT_GRAPH={c['SPEC_DRAFT_GRAPH']} needs SPEC_METHOD=mtp and "
                        f"SPEC_K of 2 or more (is {c['SPEC_METHOD']}, K={c['SPEC_K']}): it graphs draft passes 2..K")
     if c["SPEC_DRAFT_LOOP_GRAPH"] == "on" and (c["SPEC_METHOD"] != "mtp" or c["SPEC_K"] < 2
-                                                or str(c.get("VLLM_USE_V2_MODEL_RUNNER", "")) != "1"):
+                                                or not v2_runner(c)):
         raise KitError(f"{where('SPEC_DRAFT_LOOP_GRAPH')}: SPEC_DRAFT_LOOP_GRAPH=on needs VLLM_USE_V2_MODEL_RUNNER=1, "
                        f"SPEC_METHOD=mtp and SPEC_K of 2 or more (is {c.get('VLLM_USE_V2_MODEL_RUNNER') or 'unset'}, "
                        f"{c['SPEC_METHOD']}, K={c['SPEC_K']}): it graphs the V2 drafter's steps 2..K (V1: SPEC_DRAFT_GRAPH)")
