@@ -120,9 +120,6 @@ def test_answer_names_the_best_record_per_family_and_rate_set():
     assert f"`{top['record']}`: {top['device']}, weights dummy" in first
     assert ("`SERVE_MAX_NUM_SEQS=256`" in first) == (top["run_settings"] == {"SERVE_MAX_NUM_SEQS": "256"})
     assert pessimistic.startswith(opening(best("qwen3.5-4b-bf16", Q35_PESSIMISTIC), Q35_PESSIMISTIC))
-    # -dvg's 2.85x is in the table and lost the answer to a record with a higher lower bound
-    dvg = next(r for r in gpu if r["record"] == DVG)
-    assert top["tpot_p50_ms_c1"]["ci95"][0] >= dvg["tpot_p50_ms_c1"]["ci95"][0] and "`SERVE_MAX_NUM_SEQS=256`" in C.table_row(dvg)
     assert "0,0,0,0" not in qwen35  # acceptance 0 is the drafter's floor, not an answer
     best4 = best("qwen3-4b-bf16", RATES)
     assert plain.split("**Qwen/Qwen3-4B**")[1].split("\n- ")[1].startswith(opening(best4, RATES))
