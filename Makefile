@@ -20,6 +20,8 @@
 #:   KERNELS= M=         gemm: which kernels (bf16,fp8,fp8_online,w4a16_g32,...) and batch sizes (1,2,4,5,8)
 #:   TOP=N               profile-compare: also the N kernels whose time a step moved most, by name
 #:   PYTEST_ARGS=        test, test-all: more pytest arguments, e.g. PYTEST_ARGS="-k compare -x"
+#:   TEST_JOBS=2         test-all: tests run side by side (pytest-xdist); most of a slow test is one process's
+#:                       imports and start, so two run in little more than one's time on two cores. 1: one at a time
 SHELL := bash
 .SHELLFLAGS := -eu -o pipefail -c
 .DEFAULT_GOAL := help
@@ -29,6 +31,7 @@ export PYTHONPATH := $(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH))
 VARIANT ?= tiny
 SET ?=
 PROBE ?=
+TEST_JOBS ?= 2
 PY := $(if $(wildcard .venv/bin/python),.venv/bin/python,python3)
 QPY := $(if $(wildcard .venv-quant/bin/python),.venv-quant/bin/python,python3)
 V := --variant $(VARIANT) $(foreach s,$(SET),--set $(s))
@@ -93,7 +96,7 @@ check-schemas: ## validate schemas, every config.env, every record, freshness of
 test: ## the fast suite (CPU; real vLLM on the tiny model, one shared server): skips and names the slow e2e tests
 	$(PY) -m pytest -m "not gpu and not slow" --durations=10 $(PYTEST_ARGS)
 test-all: ## every CPU test, the slow e2e ones too (bake, tune, quantize, gates, sweep, profile): what CI runs
-	$(PY) -m pytest -m "not gpu" --durations=10 $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not gpu" --durations=10 $(if $(filter-out 1,$(TEST_JOBS)),-n $(TEST_JOBS) --dist worksteal) $(PYTEST_ARGS)
 vllm026-src: ## fetch a few of vLLM 0.26's own files (GDN layers, multimodal registry, tokenizer, V2 drafter, AsyncLLM) into .cache/ (git-ignored) once: the tests that need them skip without them
 	$(PY) -m scripts.kit vllm026-src
 golden: ## regenerate tests/golden/argv from every variant (review the diff)
