@@ -224,6 +224,35 @@ def test_flashinfers_backend_is_warmed_only_where_cuda_is():
     assert "vllm.v1.attention.backends.flashinfer" in EP.after_model(True)
 
 
+def test_the_v2_runner_and_its_mtp_speculator_are_warmed_where_the_server_asks_for_them():
+    """vLLM 0.26's V2 runner is its own module (V1's is not imported beside it), with its MTP drafter's speculator;
+    the variable is read as vLLM reads it (an integer)."""
+    v2 = EP.after_model(True, v2=True, mtp=True)
+    assert v2[:2] == (EP.V2_RUNNER, EP.V2_MTP) and "vllm.v1.worker.gpu_model_runner" not in v2
+    assert v2[2:] == EP.after_model(True)[1:]  # the compile backends and FlashInfer's backend as before
+    assert EP.after_model(False, v2=True) == (EP.V2_RUNNER,) + EP.AFTER_MODEL[1:]
+    assert EP.after_model(False, mtp=True) == EP.AFTER_MODEL  # the V1 runner builds its drafter from other modules
+    for env, want in (({}, False), ({"VLLM_USE_V2_MODEL_RUNNER": "1"}, True), ({"VLLM_USE_V2_MODEL_RUNNER": "0"}, False),
+                      ({"VLLM_USE_V2_MODEL_RUNNER": "yes"}, False)):
+        assert EP.uses_v2_runner(env) is want, env
+
+
+def test_the_v2_modules_warmed_are_vllm_026s_and_its_mtp_speculator_brings_the_one_the_loop_patch_hooks():
+    """Warming the MTP speculator imports the autoregressive one, which SPEC_DRAFT_LOOP_GRAPH patches on import (its
+    hook, registered by sitecustomize before the fork, fires in the pre-started process)."""
+    import ast
+    from scripts.patches import draft_loop_graph
+    root = vllm026.src_dir()
+    files = [root / (name.split(".", 1)[1].replace(".", "/") + ".py") for name in (EP.V2_RUNNER, EP.V2_MTP)]
+    for f in files:
+        if not f.is_file():
+            if os.environ.get(vllm026.ENV):
+                pytest.fail(f"{vllm026.ENV} is set, but {f} does not exist")
+            pytest.skip(f"{vllm026.SKIP}: no {f}")
+    imported = {n.module for n in ast.walk(ast.parse(files[1].read_text())) if isinstance(n, ast.ImportFrom)}
+    assert draft_loop_graph.TARGET in imported, sorted(imported)
+
+
 def test_the_variant_check_refuses_the_key_where_it_cannot_act():
     assert load("tiny", ["ENGINE_PRESTART=1"]).to_env("cpu")["KIT_ENGINE_PRESTART"] == "1"
     with pytest.raises(KitError, match="ENGINE_PRESTART=1 needs SERVER_MAIN=kit"):

@@ -31,7 +31,8 @@ FILES = ("vllm/v1/attention/backends/gdn_attn.py", "vllm/multimodal/registry.py"
          "vllm/model_executor/layers/mamba/gdn/qwen_gdn_linear_attn.py", "vllm/v1/worker/gpu/spec_decode/speculator.py",
          "vllm/v1/worker/gpu/spec_decode/autoregressive/speculator.py", "vllm/v1/engine/async_llm.py",
          "vllm/v1/engine/utils.py", "vllm/v1/worker/gpu/attn_utils.py",
-         "vllm/v1/engine/core.py", "vllm/v1/structured_output/__init__.py", "vllm/v1/worker/gpu_model_runner.py")
+         "vllm/v1/engine/core.py", "vllm/v1/structured_output/__init__.py", "vllm/v1/worker/gpu_model_runner.py",
+         "vllm/v1/worker/gpu/model_runner.py", "vllm/v1/worker/gpu/spec_decode/mtp/speculator.py")
 ENV = "KIT_VLLM026_SRC"
 # Every such skip starts with this; `make test`'s summary counts them and says how to run them.
 SKIP = "no vLLM 0.26 source (run: make vllm026-src)"

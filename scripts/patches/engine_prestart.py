@@ -64,13 +64,30 @@ MODULES = ("vllm.v1.engine.core", "vllm.v1.executor.uniproc_executor", "vllm.v1.
 # session 20261129T0735Z (1.25 s of samples in all; the model runner 0.25 s, vLLM's compile backends 0.15 s with the
 # Inductor modules they bring), imported by every CUDA engine whatever its config.
 AFTER_MODEL = ("vllm.v1.worker.gpu_model_runner", "vllm.compilation.backends")
+# vLLM 0.26's V2 model runner (VLLM_USE_V2_MODEL_RUNNER=1) is another module, which V1's is not imported beside, and
+# an MTP drafter brings its speculator (the autoregressive one, which SPEC_DRAFT_LOOP_GRAPH patches on import: here
+# too, as sitecustomize ran before the fork).
+V2_RUNNER = "vllm.v1.worker.gpu.model_runner"
+V2_MTP = "vllm.v1.worker.gpu.spec_decode.mtp.speculator"
 # And on CUDA: the model runner's sampler checks FlashInfer's sampling support by importing its attention backend
 # (VLLM_USE_FLASHINFER_SAMPLER is on by default), 0.25 s of the same profile's samples after the hand-over.
 CUDA_AFTER_MODEL = ("vllm.v1.attention.backends.flashinfer",)
 
 
-def after_model(cuda: bool) -> tuple:
-    return AFTER_MODEL + (CUDA_AFTER_MODEL if cuda else ())
+def after_model(cuda: bool, v2: bool = False, mtp: bool = False) -> tuple:
+    """What to warm after the model's modules. v2: the server's environment asks for the V2 model runner; mtp: its
+    --speculative-config asks for MTP (model_modules reads the same argument)."""
+    runner = ((V2_RUNNER, V2_MTP) if mtp else (V2_RUNNER,)) if v2 else AFTER_MODEL[:1]
+    return runner + AFTER_MODEL[1:] + (CUDA_AFTER_MODEL if cuda else ())
+
+
+def uses_v2_runner(env=os.environ) -> bool:
+    """VLLM_USE_V2_MODEL_RUNNER as vLLM 0.26 reads it (an integer). Unset: vLLM decides from the model, and the V1
+    runner is warmed (what every variant of the kit that leaves it unset serves on)."""
+    try:
+        return int(env.get("VLLM_USE_V2_MODEL_RUNNER", "0")) != 0
+    except ValueError:  # vLLM refuses it at start and says so
+        return False
 
 # In the API process: (the pre-started Process, the parent's end of its pipe), until handed over or released.
 _pre: tuple | None = None
@@ -127,7 +144,8 @@ def _warm(got: threading.Event) -> None:
         names += model_modules(sys.argv, ModelRegistry)
     except Exception as e:  # noqa: BLE001 - best-effort, as below
         _say(f"the model's module is left for vLLM to import ({type(e).__name__}: {e})")
-    names += after_model(torch.cuda.is_available())
+    spec = sys.argv[sys.argv.index("--speculative-config") + 1] if "--speculative-config" in sys.argv[:-1] else ""
+    names += after_model(torch.cuda.is_available(), uses_v2_runner(), '"mtp"' in spec)
     for name in names:
         if got.is_set():
             return
