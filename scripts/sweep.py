@@ -48,7 +48,7 @@ from scripts.kit.procs import run_logged
 from scripts.kit.record import load_record, log_ref, make_record, records, write_record
 from scripts.report import refresh_after_write
 from scripts.kit.summaries import sweep as S
-from scripts.kit.variant import load
+from scripts.kit.variant import load, v2_runner
 from scripts.serve import add_variant_args
 from scripts.kit.paths import rel as _rel
 
@@ -82,6 +82,10 @@ def point_sets(v, key: str, value: str, rates: list[str]) -> list[str]:
     old = v["SPEC_K"] + 1
     if sizes and all(s.isdigit() and int(s) % old == 0 for s in sizes):
         out.append("SERVE_CUDAGRAPH_CAPTURE_SIZES=" + " ".join(str(int(s) // old * (k + 1)) for s in sizes))
+    elif sizes and all(s.isdigit() for s in sizes) and v2_runner(v.config):
+        # V2's lists mix the drafter's request counts (kept) with the target's tokens, 1+K a request (rescaled).
+        new = {int(s) if int(s) % old else int(s) // old * (k + 1) for s in sizes}
+        out.append("SERVE_CUDAGRAPH_CAPTURE_SIZES=" + " ".join(map(str, sorted(new))))
     return out
 
 

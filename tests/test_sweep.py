@@ -40,6 +40,13 @@ def test_spec_k_points_turn_speculation_off_truncate_rates_and_rescale_graph_siz
     assert sweep.point_sets(v, "QUANT_GROUP_SIZE", "64", rates) == ["QUANT_GROUP_SIZE=64"]
 
 
+def test_spec_k_points_of_a_v2_variant_keep_the_drafters_sizes_and_rescale_the_targets():
+    v = load("qwen3.5-4b-fp8-v3-loop-quick")  # V2, K=4: 1 2 4 8 16 32 for the drafter, 40 80 160 for the target
+    rates = "0.98,0.82,0.70,0.54".split(",")
+    assert "SERVE_CUDAGRAPH_CAPTURE_SIZES=1 2 4 8 16 24 32 48 96" in sweep.point_sets(v, "SPEC_K", "2", rates)
+    assert "SERVE_CUDAGRAPH_CAPTURE_SIZES=1 2 4 8 16 32" in sweep.point_sets(v, "SPEC_K", "0", rates)
+
+
 def test_bad_value_fails_before_any_server_starts(tmp_path):
     with pytest.raises(KitError, match="QUANT_GROUP_SIZE"):
         sweep.main(["--variant", "tiny", "--over", "QUANT_GROUP_SIZE=32,33", "--results-dir", str(tmp_path)])

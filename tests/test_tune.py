@@ -47,6 +47,17 @@ def test_fixup_rederives_graph_sizes_and_acceptance():
     assert "SERVE_CUDAGRAPH_CAPTURE_SIZES" not in T.fixup({"SPEC_K": 0}, {"SERVE_MAX_NUM_SEQS": "4"})
 
 
+def test_fixup_gives_the_v2_runners_drafter_a_graph_at_each_request_count():
+    """V2 pads the target's decode in tokens (1+K a request) and the drafter's steps 2..K in requests."""
+    cfg = {"SPEC_K": 4, "SERVE_MAX_NUM_SEQS": "8", "SERVE_CUDAGRAPH_CAPTURE_SIZES": "1 2 4 8 40",
+           "VLLM_USE_V2_MODEL_RUNNER": "1"}
+    assert T.fixup(cfg, {"SPEC_K": 2})["SERVE_CUDAGRAPH_CAPTURE_SIZES"] == "1 2 3 4 5 6 7 8 9 12 15 18 21 24"
+    assert T.fixup(cfg, {"SERVE_MAX_NUM_SEQS": "2"})["SERVE_CUDAGRAPH_CAPTURE_SIZES"] == "1 2 5 10"
+    assert T.fixup(cfg, {"SPEC_K": 0, "SPEC_METHOD": "none"})["SERVE_CUDAGRAPH_CAPTURE_SIZES"] == "1 2 3 4 5 6 7 8"
+    v1 = {**cfg, "VLLM_USE_V2_MODEL_RUNNER": "0"}
+    assert T.fixup(v1, {"SERVE_MAX_NUM_SEQS": "2"})["SERVE_CUDAGRAPH_CAPTURE_SIZES"] == "5 10"
+
+
 def test_score_bands():
     s = T.score(payload([level(1, 100, 10.0, 1.0, 90, 110), level(4, 300, 13.0, 2.0, 270, 330)], 4))
     assert s["goodput_req_per_s"] == 2.0 and s["goodput_concurrency"] == 4

@@ -296,15 +296,19 @@ def levers(cfg: dict, platform: str, weights_ok, arch: dict | None = None,
 
 def fixup(cfg: dict, overrides: dict) -> dict:
     """Keep coupled keys consistent: explicit CUDA-graph capture sizes are multiples of 1+K (vLLM
-    rounds them so), up to max_num_seqs x (1+K); a change of K or max seqs re-derives them.
+    rounds them so), up to max_num_seqs x (1+K); a change of K or max seqs re-derives them. On vLLM
+    0.26's V2 runner the drafter's steps 2..K pad to a size in requests (one token each), so the
+    request counts 1..max_num_seqs join them: without, one sequence drafts in a graph of 1+K.
     An explicit size list and a --performance-mode do not mix: the mode wins and the list goes."""
     o = dict(overrides)
     eff = {**cfg, **o}
     if "SERVE_CUDAGRAPH_CAPTURE_SIZES" in cfg and ({"SPEC_K", "SERVE_MAX_NUM_SEQS"} & set(o)):
         step = 1 + int(eff["SPEC_K"] or 0)
         n = int(eff.get("SERVE_MAX_NUM_SEQS") or 8)
-        sizes = [step * i for i in range(1, n + 1) if step * i <= 512]
-        o["SERVE_CUDAGRAPH_CAPTURE_SIZES"] = " ".join(map(str, sizes))
+        sizes = {step * i for i in range(1, n + 1)}
+        if v2_runner(eff) and step > 1:
+            sizes |= set(range(1, n + 1))
+        o["SERVE_CUDAGRAPH_CAPTURE_SIZES"] = " ".join(map(str, sorted(x for x in sizes if x <= 512)))
     if eff.get("SPEC_METHOD") == "none" and eff.get("SPEC_PADDED_DRAFTER_BATCH") == "off":
         o["SPEC_PADDED_DRAFTER_BATCH"] = "on"  # padding is a drafter's; without speculation it is the default
     if eff.get("SPEC_METHOD") != "mtp" and eff.get("SPEC_DRAFT_VOCAB"):
