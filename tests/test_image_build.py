@@ -30,6 +30,16 @@ def engine_or_skip() -> str:
         pytest.skip(f"{e} (.ci/run installs podman)")
 
 
+def _link(src, dst) -> None:
+    """os.link, but a temporary file of an atomic write (a dot-name) gone since the folder was listed is skipped:
+    under `make test-all`'s two jobs a tiny server of another test can be writing into tiny's cache root."""
+    try:
+        os.link(src, dst)
+    except FileNotFoundError:
+        if not os.path.basename(src).startswith("."):
+            raise
+
+
 def copy_context(dest, v) -> None:
     """What the CPU build reads, hard-linked (the wheelhouse is GBs); a file to change is replaced, never
     written through its link."""
@@ -39,7 +49,7 @@ def copy_context(dest, v) -> None:
         src, dst = ROOT / r, dest / r
         dst.parent.mkdir(parents=True, exist_ok=True)
         if src.is_dir():
-            shutil.copytree(src, dst, copy_function=os.link, ignore=shutil.ignore_patterns("__pycache__"))
+            shutil.copytree(src, dst, copy_function=_link, ignore=shutil.ignore_patterns("__pycache__"))
         else:
             os.link(src, dst)
 
