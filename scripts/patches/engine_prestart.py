@@ -76,7 +76,7 @@ CUDA_AFTER_MODEL = ("vllm.v1.attention.backends.flashinfer",)
 
 def after_model(cuda: bool, v2: bool = False, mtp: bool = False) -> tuple:
     """What to warm after the model's modules. v2: the server's environment asks for the V2 model runner; mtp: its
-    --speculative-config asks for MTP (model_modules reads the same argument)."""
+    --speculative-config asks for MTP (asks_mtp)."""
     runner = ((V2_RUNNER, V2_MTP) if mtp else (V2_RUNNER,)) if v2 else AFTER_MODEL[:1]
     return runner + AFTER_MODEL[1:] + (CUDA_AFTER_MODEL if cuda else ())
 
@@ -108,6 +108,11 @@ def _mark(ev: str, **extra) -> None:
 
 # ---- the pre-started process -------------------------------------------------------------------------------
 
+def asks_mtp(argv: list[str]) -> bool:
+    """Whether the server's `--speculative-config` asks for MTP."""
+    return "--speculative-config" in argv[:-1] and '"mtp"' in argv[argv.index("--speculative-config") + 1]
+
+
 def model_modules(argv: list[str], registry) -> list[str]:
     """The vLLM modules of the model `--model DIR` names (its config.json's architectures), and of its MTP head when
     `--speculative-config` asks for MTP. `registry`: vLLM's ModelRegistry. [] where any of it is missing."""
@@ -117,9 +122,8 @@ def model_modules(argv: list[str], registry) -> list[str]:
             archs = json.load(f).get("architectures") or []
     except (ValueError, IndexError, OSError, json.JSONDecodeError):
         return []
-    spec = argv[argv.index("--speculative-config") + 1] if "--speculative-config" in argv[:-1] else ""
     wanted = list(archs)
-    if '"mtp"' in spec:
+    if asks_mtp(argv):
         wanted += [a.split("For", 1)[0] + "MTP" for a in archs]
     out = []
     for arch in wanted:
@@ -144,8 +148,7 @@ def _warm(got: threading.Event) -> None:
         names += model_modules(sys.argv, ModelRegistry)
     except Exception as e:  # noqa: BLE001 - best-effort, as below
         _say(f"the model's module is left for vLLM to import ({type(e).__name__}: {e})")
-    spec = sys.argv[sys.argv.index("--speculative-config") + 1] if "--speculative-config" in sys.argv[:-1] else ""
-    names += after_model(torch.cuda.is_available(), uses_v2_runner(), '"mtp"' in spec)
+    names += after_model(torch.cuda.is_available(), uses_v2_runner(), asks_mtp(sys.argv))
     for name in names:
         if got.is_set():
             return
