@@ -17,7 +17,9 @@ not a re-tokenization guess. The tap also sets thinking on/off per gate (chat_te
 Output: one `quality` record (results/<variant>/<UTC>-quality.json, schemas/payloads/quality.schema.json)
 with per gate score, 95% bootstrap CI, cut-off rate, recovery vs the BASELINE variant's latest
 comparable quality record, verdict; per-item lm-eval samples under results/<variant>/logs/.
-Exit 0 all gates pass, 1 a gate failed (verdict printed, record written), 2 usage error.
+Exit 0 all gates pass, 1 a gate failed (verdict printed, record written), 2 usage error or a server that does not
+answer: a --url with no server or another model behind it is refused before any gate, and a server that stops
+answering mid-gate ends the run with the gate, the URL and the first failure named (nothing written).
 
     python -m scripts.evaluate --variant qwen3-4b-awq --sample                  # start server, gate, stop
     python -m scripts.evaluate --variant tiny --gates ci --sample --url http://127.0.0.1:8000
@@ -109,12 +111,15 @@ class FinishTap(http.server.ThreadingHTTPServer):
     byte for byte, and records finish_reason of each generated choice. Requests with `echo`
     (lm-eval's loglikelihood scoring) are not generations and are not counted."""
     daemon_threads = True
+    request_queue_size = 64  # socketserver's 5 is under a gate's num_concurrent (8 in default.yaml)
 
     def __init__(self, upstream: str):
         self.upstream, self.lock = upstream.rstrip("/"), threading.Lock()
         self.finish: list[str | None] = []
         self.completion_tokens: list[int] = []
         self.inject: dict = {}
+        # Requests the server never answered (refused, dropped): lm-eval only sees a 502 and retries.
+        self.failed: list[str] = []
         super().__init__(("127.0.0.1", free_port()), _TapHandler)
         threading.Thread(target=self.serve_forever, daemon=True).start()
 
@@ -124,7 +129,7 @@ class FinishTap(http.server.ThreadingHTTPServer):
 
     def reset(self, inject: dict) -> None:
         with self.lock:
-            self.finish, self.completion_tokens, self.inject = [], [], inject
+            self.finish, self.completion_tokens, self.inject, self.failed = [], [], inject, []
 
 
 class _TapHandler(http.server.BaseHTTPRequestHandler):
@@ -141,8 +146,23 @@ class _TapHandler(http.server.BaseHTTPRequestHandler):
             body = json.dumps(payload).encode()
         elif body:
             payload = json.loads(body)
-        r = requests.request(self.command, tap.upstream + self.path, data=body, timeout=3600,
-                             headers={"Content-Type": "application/json"})
+        try:
+            r = requests.request(self.command, tap.upstream + self.path, data=body, timeout=3600,
+                                 headers={"Content-Type": "application/json"})
+        except requests.RequestException as e:
+            # Answered, not dropped: a handler that raised closed lm-eval's connection with no reply, and all
+            # that reached the user was aiohttp's "Server disconnected" (CI, 2026-12-03), never the cause.
+            why = f"{self.command} {self.path}: {type(e).__name__}: {e}"
+            with tap.lock:
+                tap.failed.append(why)
+            msg = json.dumps({"error": {"message": f"kit tap: the server at {tap.upstream} did not answer "
+                                                   f"({why})", "type": "upstream_unreachable"}}).encode()
+            self.send_response(502)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(msg)))
+            self.end_headers()
+            self.wfile.write(msg)
+            return
         if r.status_code == 200 and payload is not None and not payload.get("echo"):
             out = r.json()
             with tap.lock:
@@ -332,6 +352,32 @@ def run_gate(v, name: str, gate: dict, tap: FinishTap, tokenizer: Path, mode: st
                         for t in ran}, "log": R.log_ref(log)}
 
 
+def check_url(url: str, model: str) -> None:
+    """Refuse a --url that nobody answers or that serves another model before any gate starts (lm-eval would
+    retry each request, then fail with its own traceback)."""
+    import requests
+    try:
+        r = requests.get(url.rstrip("/") + "/v1/models", timeout=30)
+        r.raise_for_status()
+        models = [m["id"] for m in r.json().get("data", [])]
+    except (requests.RequestException, ValueError, KeyError, TypeError) as e:
+        raise KitError(f"--url {url}: no OpenAI server answers GET /v1/models ({type(e).__name__}: {e})") from None
+    if model not in models:
+        raise KitError(f"--url {url} serves {models}, not variant {model!r} (gate the right server or variant)")
+
+
+def unanswered(gate: str, url: str, failed: list[str], srv: ServerProcess | None) -> str:
+    """The one message for a gate whose server stopped answering: what failed, and why where we can tell
+    (the log of a server we started and saw exit)."""
+    msg = (f"gate {gate}: the server at {url} stopped answering ({len(failed)} request(s) got no reply; "
+           f"first: {failed[0]}); no record written")
+    if srv is None:
+        return msg + " (a --url server: is it still up? its own log says why)"
+    if srv.alive():
+        return msg + f"; the server process is still running{srv._log_hint()}"
+    return msg + f"; the server exited with code {srv.proc.returncode}{srv._log_hint()}"
+
+
 # -- baseline ----------------------------------------------------------------------------------
 def baseline_score(v, name: str, mode: str, sample_sha: str | None, now: dict) -> tuple[float | None, str]:
     """Score of the gate in the baseline variant's latest comparable quality record, or why none."""
@@ -396,7 +442,9 @@ def main(argv=None) -> int:
             from scripts.kit.gates_data import offline
             stack.enter_context(offline(data_dir))
         url, srv = a.url, None
-        if not url:
+        if url:
+            check_url(url, v.name)
+        else:
             platform = host_platform()
             srv = stack.enter_context(ServerProcess(v.to_argv(platform), v.to_env(platform), v["HOST"], v["PORT"],
                                                     v["READY_TIMEOUT_S"], log_path=log_dir / "server.log"))
@@ -409,7 +457,12 @@ def main(argv=None) -> int:
         for name, g in bar:
             bar.set_postfix_str(name)
             gate = {"max_cutoff_rate": gdoc["max_cutoff_rate"], "num_concurrent": gdoc.get("num_concurrent", 1), **g}
-            run = run_gate(v, name, gate, tap, tokenizer, mode, sample, a.limit, gdoc["seed"], log_dir)
+            try:
+                run = run_gate(v, name, gate, tap, tokenizer, mode, sample, a.limit, gdoc["seed"], log_dir)
+            except Exception as e:
+                if isinstance(e, KitError) or not tap.failed:
+                    raise
+                raise KitError(unanswered(name, url, tap.failed, srv)) from e
             how = {"tasks": list(gate["tasks"]), "api": gate["api"], "metric": gate["metric"],
                    "thinking": bool(gate.get("thinking")), "max_gen_toks": gate["max_gen_toks"],
                    "task_versions": run["task_versions"]}

@@ -109,12 +109,30 @@ def tiny_server(tmp_path_factory):
         yield srv
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failed test that used the shared tiny server gets the server's state and its log's last lines in its report.
+    CI, 2026-12-03: the default-gates test failed on "Server disconnected" and the server's log, the only place
+    that says why, stayed in the runner's temp folder."""
+    outcome = yield
+    rep = outcome.get_result()
+    srv = item.funcargs.get("tiny_server") if rep.failed and rep.when == "call" else None
+    if srv is not None:
+        state = "still running" if srv.alive() else f"exited with code {srv.proc.returncode}"
+        mem = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/meminfo").read_text().splitlines()
+                    if ln.startswith("MemAvailable")), "?") if Path("/proc/meminfo").exists() else "?"
+        rep.sections.append(("shared tiny server", f"{srv.url} {state} (host MemAvailable {mem}); "
+                                                   f"last lines of {srv.log_path}:\n{srv.tail(80)}"))
+
+
 def pytest_configure(config):
     """SIGTERM (a CI timeout, `kill`) ends the run as Ctrl-C does, so fixtures' teardown stops the servers
     they started. Without it, a terminated run left the session's tiny server and two fleet replicas
     running (2026-11-26)."""
     import signal
     import threading
+    from tests import server_slots
+    server_slots.install()  # no more tiny servers at once than this host's memory holds (tests/server_slots.py)
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _term_as_interrupt)
 

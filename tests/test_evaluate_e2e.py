@@ -77,3 +77,27 @@ def test_failing_gate_exits_1_with_verdict(tiny_server, results, monkeypatch, ca
     assert mm["recovery_pct"] == pytest.approx(100 * mm["score"] / first[1]["payload"]["gates"]["mmlu_pro_mini"]["score"])
     assert ifb["recovery_pct"] is None
     assert "FAIL" in err and "ifbench" in err and "< floor 0.5" in err
+
+
+
+def test_a_server_gone_is_one_error_and_no_record(tmp_path, monkeypatch):
+    """Real lm-eval through the tap to a port nobody serves. A --url that is already gone is refused before any gate;
+    one that goes between that check and the gate (the check skipped here) fails the gate with one KitError naming it
+    and the URL, after lm-eval's own retries. Nothing is written either way. Before (CI, 2026-12-03): lm-eval's
+    "Server disconnected" traceback, no cause."""
+    from scripts.kit.errors import KitError
+    from scripts.kit.procs import free_port
+    results = tmp_path / "results"
+    monkeypatch.setattr(R, "RESULTS", results)
+    url = f"http://127.0.0.1:{free_port()}"
+    argv = ["--variant", "tiny", "--gates", "ci", "--limit", "1", "--url", url]
+    with pytest.raises(KitError, match=rf"^--url {url}: no OpenAI server answers GET /v1/models \(ConnectionError"):
+        evaluate.main(argv)
+    monkeypatch.setattr(evaluate, "check_url", lambda *a: None)
+    with pytest.raises(KitError) as e:
+        evaluate.main(argv)
+    msg = str(e.value)
+    assert msg.startswith(f"gate mmlu_pro_mini: the server at {url} stopped answering (")
+    assert "first: POST /v1/completions: ConnectionError" in msg and "no record written" in msg
+    assert not results.exists() or not any(results.rglob("*-quality.json"))
+

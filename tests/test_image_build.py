@@ -19,6 +19,7 @@ from scripts.kit import record
 from scripts.kit.errors import KitError
 from scripts.kit.paths import ROOT
 from scripts.kit.variant import load
+from tests import server_slots
 
 pytestmark = pytest.mark.slow
 
@@ -63,7 +64,8 @@ def test_tiny_image_builds_serves_and_rebuilds_only_the_code_layer(tmp_path, mon
     first = image.load_builds(tag)[-1]
 
     monkeypatch.setattr(record, "RESULTS", tmp_path / "results")
-    assert image.main(["verify", "--variant", "tiny", "--engine", engine]) == 0
+    with server_slots.slot("the image's tiny server"):  # a container's server: no ServerProcess here to take one
+        assert image.main(["verify", "--variant", "tiny", "--engine", engine]) == 0
     [path] = (tmp_path / "results" / "tiny").glob("*-image_verify.json")
     rec = record.load_record(path)  # validated against the schema on the way in and out
     p = rec["payload"]
