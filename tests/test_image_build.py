@@ -17,9 +17,9 @@ import pytest
 from scripts import image
 from scripts.kit import record
 from scripts.kit.errors import KitError
+from scripts.kit.procs import server_slot
 from scripts.kit.paths import ROOT
 from scripts.kit.variant import load
-from tests import server_slots
 
 pytestmark = pytest.mark.slow
 
@@ -64,7 +64,7 @@ def test_tiny_image_builds_serves_and_rebuilds_only_the_code_layer(tmp_path, mon
     first = image.load_builds(tag)[-1]
 
     monkeypatch.setattr(record, "RESULTS", tmp_path / "results")
-    with server_slots.slot("the image's tiny server"):  # a container's server: no ServerProcess here to take one
+    with server_slot("the image's tiny server"):  # a container's server: no ServerProcess here to take one
         assert image.main(["verify", "--variant", "tiny", "--engine", engine]) == 0
     [path] = (tmp_path / "results" / "tiny").glob("*-image_verify.json")
     rec = record.load_record(path)  # validated against the schema on the way in and out

