@@ -1,6 +1,7 @@
 """KIT_SERVER_SLOTS (scripts/kit/procs.py): a host-wide cap on vLLM servers started at once; the tests' count."""
 from __future__ import annotations
 
+import re
 import sys
 import tempfile
 
@@ -24,6 +25,9 @@ def test_a_slot_is_held_until_given_back_and_a_full_set_waits_then_starts_anyway
     procs.give_server_slot(a)
     c = procs.take_server_slot("c", wait_s=0.2)
     assert c is not None
+    [log] = tmp_path.glob("kit-server-slots-*/waits.log")
+    assert re.search(r"pid \d+ c: all 2 server slots \(KIT_SERVER_SLOTS\) still taken after \d+ s; starting anyway",
+                     log.read_text())
     procs.give_server_slot(b)
     procs.give_server_slot(c)
 
@@ -46,15 +50,21 @@ def test_a_vllm_server_holds_its_slot_from_start_to_stop_and_a_router_takes_none
     srv.start()
     try:
         assert procs.take_server_slot("other", wait_s=0.2) is None  # the one slot is the server's
+        import threading
+        got = []
+        t = threading.Thread(target=lambda: got.append(procs.take_server_slot("waiter", wait_s=30)))
+        t.start()
         router = procs.ServerProcess([sys.executable, "-c", "import time; time.sleep(60)"], {}, "127.0.0.1",
                                      procs.free_port(), log_path=tmp_path / "r.log")
         router.start()  # not vLLM: starts at once, holds nothing
         router.stop()
     finally:
         srv.stop()
-    fd = procs.take_server_slot("other", wait_s=0.2)
-    assert fd is not None
-    procs.give_server_slot(fd)
+    t.join(timeout=30)
+    assert got and got[0] is not None  # the stop handed the slot over
+    [log] = tmp_path.glob("kit-server-slots-*/waits.log")
+    assert "waiter: slot 0 after" in log.read_text()
+    procs.give_server_slot(got[0])
 
 
 def test_the_tests_count_follows_the_hosts_memory(tmp_path):

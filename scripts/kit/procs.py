@@ -160,8 +160,9 @@ def flock(path: Path | None, shared: bool = False, waiting: str = ""):
 # server mid-test, as the kernel's OOM killer takes the biggest process. An flock on one of N files, held from start
 # to stop (the kernel drops it if its holder dies). A start that waits while its process holds slots (a fleet's
 # second replica) could wait on another doing the same, so the wait is bounded: after SLOT_WAIT_S it starts anyway.
+# Every wait's end is said and kept in the slots' folder (waits.log).
 SLOTS_ENV = "KIT_SERVER_SLOTS"
-SLOT_WAIT_S = 300.0
+SLOT_WAIT_S = 600.0
 
 
 def is_vllm(argv: list[str]) -> bool:
@@ -191,18 +192,27 @@ def take_server_slot(what: str, wait_s: float = SLOT_WAIT_S) -> int | None:
             fd = os.open(d / f"slot-{i}", os.O_RDWR | os.O_CREAT, 0o600)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                if said:
+                    _slot_wait(d, f"{what}: slot {i} after {time.monotonic() - t0:.0f} s")
                 return fd
             except BlockingIOError:
                 os.close(fd)
         waited = time.monotonic() - t0
         if waited > wait_s:
-            print(f"{what}: all {n} server slots ({SLOTS_ENV}) still taken after {waited:.0f} s; starting anyway",
-                  file=sys.stderr, flush=True)
+            _slot_wait(d, f"{what}: all {n} server slots ({SLOTS_ENV}) still taken after {waited:.0f} s; "
+                          f"starting anyway")
             return None
         if not said:
             print(f"{what}: waiting for one of {n} server slots ({SLOTS_ENV})", file=sys.stderr, flush=True)
             said = True
         time.sleep(0.5)
+
+
+def _slot_wait(d: Path, msg: str) -> None:
+    """A wait's end, said and kept in the slots' folder (waits.log), where a host's waits can be counted."""
+    print(msg, file=sys.stderr, flush=True)
+    with open(d / "waits.log", "a") as f:
+        f.write(f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} pid {os.getpid()} {msg}\n")
 
 
 def give_server_slot(fd: int | None) -> None:
