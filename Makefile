@@ -22,7 +22,7 @@
 #:   PYTEST_ARGS=        test, test-all: more pytest arguments, e.g. PYTEST_ARGS="-k compare -x"
 #:   TEST_JOBS=2         test-all: tests run side by side (pytest-xdist); most of a slow test is one process's
 #:                       imports and start, so two run in little more than one's time on two cores. 1: one at a time
-#:                       (never more tiny vLLM servers at once than memory holds, ~3.3 GB each:
+#:                       (never more tiny vLLM servers at once than memory holds, ~2.7 GB each:
 #:                       KIT_SERVER_SLOTS=N sets the count, tests/server_slots.py)
 SHELL := bash
 .SHELLFLAGS := -eu -o pipefail -c

@@ -31,7 +31,7 @@ from scripts.kit import weights
 from scripts.kit.device import host_platform
 from scripts.kit.errors import KitError, run_main
 from scripts.kit.paths import RESULTS, rel as _rel
-from scripts.kit.procs import ServerProcess, free_port, port_free, stop_on_signals
+from scripts.kit.procs import ServerProcess, check_serves, free_port, port_free, server_slots, stop_on_signals
 from scripts.kit.record import facts_from_argv, make_record, write_record
 from scripts.kit.variant import load
 from scripts.report import refresh_after_write
@@ -144,8 +144,9 @@ def main(argv=None) -> int:
     from tqdm import tqdm
     try:
         with contextlib.ExitStack() as stack:
-            for s in sides.values():  # both start at once: their start-ups overlap, timing never does
-                if s.proc:
+            starts = [s for s in sides.values() if s.proc]
+            with server_slots(len(starts), "compare's two sides"):
+                for s in starts:  # both start at once: their start-ups overlap, timing never does
                     stack.callback(s.proc.stop)
                     s.proc.start()
             for s in sides.values():
@@ -158,9 +159,7 @@ def main(argv=None) -> int:
                     s.srv = P.Server(s.url, metrics_urls=getattr(a, f"metrics_url_{s.key}"))
                     if not s.srv.alive():
                         raise KitError(f"--url-{s.key} {s.url}: GET /health does not answer 200")
-                models = [m["id"] for m in s.srv.get("/v1/models", 30).json().get("data", [])]
-                if s.v.name not in models:
-                    raise KitError(f"{s.srv.url} serves {models}, not variant {s.v.name!r} (side {s.key.upper()})")
+                check_serves(s.srv.url, s.v.name, s.srv.url, f"side {s.key.upper()}")
                 s.pids = procstat.server_pids(s.srv.url)
             per_level = sum(L.level_size(w, c) for c in a.concurrency)
             total = 2 * per_level * (a.warmup_waves + a.rounds)

@@ -48,7 +48,7 @@ from scripts.kit import weights
 from scripts.kit.device import host_platform
 from scripts.kit.errors import KitError, run_main
 from scripts.kit.paths import EVAL, ROOT
-from scripts.kit.procs import ServerProcess, free_port
+from scripts.kit.procs import ServerProcess, check_serves, free_port
 from scripts.kit.variant import load
 from scripts.kit.paths import rel as _rel
 
@@ -355,15 +355,7 @@ def run_gate(v, name: str, gate: dict, tap: FinishTap, tokenizer: Path, mode: st
 def check_url(url: str, model: str) -> None:
     """Refuse a --url that nobody answers or that serves another model before any gate starts (lm-eval would
     retry each request, then fail with its own traceback)."""
-    import requests
-    try:
-        r = requests.get(url.rstrip("/") + "/v1/models", timeout=30)
-        r.raise_for_status()
-        models = [m["id"] for m in r.json().get("data", [])]
-    except (requests.RequestException, ValueError, KeyError, TypeError) as e:
-        raise KitError(f"--url {url}: no OpenAI server answers GET /v1/models ({type(e).__name__}: {e})") from None
-    if model not in models:
-        raise KitError(f"--url {url} serves {models}, not variant {model!r} (gate the right server or variant)")
+    check_serves(url, model, f"--url {url}", "gate the right server or variant")
 
 
 def unanswered(gate: str, url: str, failed: list[str], srv: ServerProcess | None) -> str:

@@ -35,7 +35,7 @@ from scripts.kit import weights
 from scripts.kit.device import conditions, device_provenance, gpu_compute_processes, host_platform
 from scripts.kit.errors import KitError, run_main
 from scripts.kit.paths import EXPERIMENTS, RESULTS, ROOT, rel as _rel
-from scripts.kit.procs import ServerProcess, stop_on_signals
+from scripts.kit.procs import ServerProcess, check_serves, stop_on_signals
 from scripts.kit.record import make_record, records, write_record
 from scripts.kit.variant import load
 from scripts.report import refresh_after_write
@@ -677,9 +677,7 @@ def main(argv=None) -> int:
                 ready = proc.wait_ready()
             srv = Server(proc.url, proc, a.metrics_url)
         stage = "the check of the served model"
-        models = [m["id"] for m in srv.get("/v1/models", 30).json().get("data", [])]
-        if v.name not in models:
-            raise KitError(f"{srv.url} serves {models}, not variant {v.name!r} (probe the right server or variant)")
+        check_serves(srv.url, v.name, srv.url, "probe the right server or variant")
         port = str(urlsplit(srv.url).port)
         stage = "the wait at --barrier"
         check_in(barrier, port, a.barrier_timeout_s)

@@ -44,7 +44,7 @@ from pathlib import Path
 from scripts.kit.device import host_platform
 from scripts.kit.errors import KitError, run_main
 from scripts.kit.paths import RESULTS, ROOT, atomic_write
-from scripts.kit.procs import run_logged
+from scripts.kit.procs import run_logged, slots_for_children
 from scripts.kit.record import load_record, log_ref, make_record, records, write_record
 from scripts.report import refresh_after_write
 from scripts.kit.summaries import sweep as S
@@ -141,7 +141,7 @@ def measured(a, v, key: str, value: str, sets: list[str], into: Path, wsha: str)
 
 
 def run_point(a, v, key: str, value: str, sets: list[str], into: Path, log: Path, port: int,
-              lock: Path | None = None, barrier: tuple[Path, int] | None = None) -> dict:
+              lock: Path | None = None, barrier: tuple[Path, int] | None = None, env: dict | None = None) -> dict:
     """Serve VARIANT with sets on `port`, probe it into `into` (the point's own folder); the point's
     summary. With --jobs, `lock` keeps the concurrent servers' timed requests apart and `barrier`
     (dir, batch size) holds every probe until the whole batch is up or gone."""
@@ -153,7 +153,7 @@ def run_point(a, v, key: str, value: str, sets: list[str], into: Path, log: Path
     cmd = [sys.executable, "-m", "scripts.serve", "--variant", v.name, *flags, "--then", shlex.join(probe)]
     before = {p for p, _ in records(v.name, "latency", into)}  # an earlier sweep's, on a re-run
     t0 = time.time()
-    rc = run_logged(cmd, log, ROOT)
+    rc = run_logged(cmd, log, ROOT, env)
     from scripts.probe import leave
     leave(barrier, str(port))
     new = [(p, r) for p, r in records(v.name, "latency", into) if p not in before]
@@ -211,10 +211,10 @@ def main(argv=None) -> int:
     bar = tqdm(total=len(plan), desc=f"sweep {key}", unit="point")
     logs = into / "logs"
 
-    def one(i: int, val: str, sets: list[str], port: int, barrier) -> dict:
+    def one(i: int, val: str, sets: list[str], port: int, barrier, env=None) -> dict:
         # Each point's records in their own folder: concurrent points must not take each other's.
         pt = run_point(a, v, key, val, sets, into / f"{i:02d}-{val}", logs / f"{stamp}-{key}-{val}.log",
-                       port, lock=a.lock or (logs / f"{stamp}.lock" if a.jobs > 1 else None), barrier=barrier)
+                       port, lock=a.lock or (logs / f"{stamp}.lock" if a.jobs > 1 else None), barrier=barrier, env=env)
         bar.update(1)
         tqdm.write(f"{key}={val}: {pt['status']}" + (f" ({pt['reason']})" if pt.get("reason") else ""))
         return pt
@@ -236,8 +236,10 @@ def main(argv=None) -> int:
     for b0 in range(0, len(todo), a.jobs):
         batch = todo[b0:b0 + a.jobs]
         barrier = shared or ((logs / f"{stamp}.barrier-{b0 // a.jobs}", len(batch)) if len(batch) > 1 else None)
-        with ThreadPoolExecutor(max_workers=len(batch)) as pool:
-            done = list(pool.map(lambda j_ivs: one(j_ivs[1][0], *j_ivs[1][1], v["PORT"] + j_ivs[0], barrier),
+        # The batch's server slots (KIT_SERVER_SLOTS) at once, held here: its probes wait for each other.
+        with slots_for_children(len(batch), f"sweep's batch of {len(batch)}") as env, \
+                ThreadPoolExecutor(max_workers=len(batch)) as pool:
+            done = list(pool.map(lambda j_ivs: one(j_ivs[1][0], *j_ivs[1][1], v["PORT"] + j_ivs[0], barrier, env),
                                  enumerate(batch)))
         points.update({i: pt for (i, _), pt in zip(batch, done)})
     points = [points[i] for i in range(len(plan))]

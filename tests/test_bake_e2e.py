@@ -41,7 +41,7 @@ def test_bake_then_verify_then_export_on_real_tiny_server(tree, tmp_path, monkey
     assert ok, why
     manifest = json.loads(cachekey.manifest_path(v).read_text())
     assert manifest["key"]["model_path"] == str(v.weights_dir)
-    assert manifest["key"]["env"]["VLLM_CPU_KVCACHE_SPACE"] == "1"
+    assert manifest["key"]["env"]["VLLM_CACHE_ROOT"] == str(v.cache_root)  # the variant's env reaches the key
     (_, rec), = records("tinybake", "bake", root=tree.res)
     p = rec["payload"]
     assert p["argv"] == v.to_argv("cpu")  # serve's exact command line

@@ -20,7 +20,7 @@ import requests
 from scripts.kit import fleet as fleet_mod
 from scripts.kit.fleet import Fleet
 from scripts.kit.paths import ROOT
-from scripts.kit.procs import free_port, group_members, spare_ports
+from scripts.kit.procs import free_port, group_members, server_slots, spare_ports
 from scripts.kit.variant import load
 from tests.conftest import tiny_ready
 
@@ -261,8 +261,9 @@ def test_two_router_policies_compared_on_shared_prefixes(tmp_path):
     from scripts import compare
     from scripts.kit.record import records
     from scripts.kit.summaries import comparison as S
-    # rr's ports are chosen once ca is up (`with` builds its second fleet after starting the first).
-    with Fleet(load("tiny"), 2, **fleet_ports(), log_dir=tmp_path) as ca, \
+    # rr's ports are chosen once ca is up (`with` builds its second fleet after starting the first). The four
+    # replicas' server slots are taken at once: fleet by fleet, this test and another worker's could each hold some.
+    with server_slots(4, "two fleets of two"), Fleet(load("tiny"), 2, **fleet_ports(), log_dir=tmp_path) as ca, \
             Fleet(load("tiny", ["FLEET_POLICY=round_robin"]), 2, **fleet_ports(), log_dir=tmp_path) as rr:
         assert (ca.policy, rr.policy) == ("cache_aware", "round_robin")
         metrics = [a for k, f in (("a", ca), ("b", rr)) for r in f.replicas for a in (f"--metrics-url-{k}", r.url)]

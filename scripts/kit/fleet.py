@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 
 from .errors import KitError
-from .procs import ServerProcess, parse_cpus, port_free
+from .procs import ServerProcess, parse_cpus, port_free, server_slots
 
 ROUTER_PACKAGE = "vllm-router"
 
@@ -209,10 +209,11 @@ class Fleet:
         argv = self.router_command()  # a missing router fails before any replica costs a start
         self.check_ports()
         try:
-            for r in self.replicas:
-                r.start()
-                pin = "".join(f" {k}={r.env[k]}" for k in PLACEMENT_KEYS if k in r.env)
-                self.say(f"replica {r.index}: starting on {r.url}{pin} (log {r.log_path})")
+            with server_slots(len(self.replicas), f"fleet of {len(self.replicas)} on {self.host}:{self.router_port}"):
+                for r in self.replicas:
+                    r.start()
+                    pin = "".join(f" {k}={r.env[k]}" for k in PLACEMENT_KEYS if k in r.env)
+                    self.say(f"replica {r.index}: starting on {r.url}{pin} (log {r.log_path})")
             for r in self.replicas:
                 try:
                     ready = r.wait_ready()

