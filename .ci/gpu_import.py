@@ -9,7 +9,9 @@ What it does, and refuses:
 - records (results/<variant>/*.json) the repo lacks are copied; one the repo holds must be byte-identical there,
   else it stops before writing anything (a committed record keeps its first bytes: never replace one);
 - the ledger's new lines are appended only if the repo's ledger is, byte for byte, the start of the device's (a
-  device that ran from another tree, or an import run twice, would otherwise rewrite history or add lines twice);
+  device that ran from another tree, or an import run twice, would otherwise rewrite history or add lines twice), or,
+  for a second lease from one tree after a first one's import, if both start with that tree's committed ledger (the
+  records' git_commit, read with git): then the device's lines past it that the repo lacks;
   each appended line's sha256 must match its record;
 - server logs and traces go gzipped into results/gpu-sessions/SESSION/logs/<variant>/, job logs into logs/,
   `vllm bench serve` results (jobs/bench/*.json) as they are into logs/bench/, and
@@ -62,6 +64,25 @@ def sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def tree_ledger(staged: Path, root: Path) -> bytes | None:
+    """The ledger as committed in the tree the device ran (the one git_commit the records that came back name, from
+    git here); None where they name none, or more than one, or git does not know it."""
+    import json
+    import subprocess
+    commits = set()
+    for f in staged.glob("results/*/*.json"):
+        if not RECORD.match(f.relative_to(staged).as_posix()):
+            continue
+        try:
+            commits.add((json.loads(f.read_text()).get("provenance") or {}).get("git_commit"))
+        except (ValueError, AttributeError):
+            return None
+    if len(commits) != 1 or None in commits:
+        return None
+    r = subprocess.run(["git", "-C", str(root), "show", f"{commits.pop()}:results/ledger.tsv"], capture_output=True)
+    return r.stdout if r.returncode == 0 else None
+
+
 def plan(staged: Path, root: Path, session: str) -> dict:
     """What would be written, after every check; raises ImportRefused before anything is."""
     records = []
@@ -79,10 +100,18 @@ def plan(staged: Path, root: Path, session: str) -> dict:
     new_lines: list[str] = []
     if theirs.exists():
         have, got = ledger.read_bytes() if ledger.exists() else b"", theirs.read_bytes()
-        if not got.startswith(have):
-            raise ImportRefused("results/ledger.tsv: the repo's ledger is not the start of the device's (another tree, "
-                                "or imported already and committed since?)")
-        new_lines = [line for line in got[len(have):].decode().splitlines() if line]
+        if got.startswith(have):
+            new_lines = [line for line in got[len(have):].decode().splitlines() if line]
+        else:
+            # A second lease from the same tree (the first taken back mid-job, 2026-12-03): the repo's ledger has the
+            # first lease's lines, the device's this one's, both after the tree's own ledger.
+            base = tree_ledger(staged, root)
+            if base is None or not got.startswith(base) or not have.startswith(base):
+                raise ImportRefused("results/ledger.tsv: the repo's ledger is not the start of the device's, nor do both "
+                                    "start with the ledger of the tree the device ran (another tree, or imported "
+                                    "already and committed since?)")
+            mine = set(have.decode().splitlines())
+            new_lines = [line for line in got[len(base):].decode().splitlines() if line and line not in mine]
         for line in new_lines:
             digest, _, rel = line.partition("  ")
             src = staged / rel

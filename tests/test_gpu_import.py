@@ -116,6 +116,38 @@ def test_a_ledger_the_repos_is_not_the_start_of_stops_the_import(tmp_path, capsy
     _refused(repo, dev, capsys, "is not the start of the device's")
 
 
+def test_a_second_lease_from_the_same_tree_brings_its_own_lines_after_the_first_ones(tmp_path, capsys):
+    """Two leases ran one tree (the first taken back mid-job): the first's import added its line, so the repo's ledger
+    is no longer the start of the second device's. Both start with the tree's committed ledger (real git here): the
+    second's new line comes in after the first's, once; a device whose ledger is not the tree's is still refused."""
+    import json
+    import subprocess
+    repo, dev = setup(tmp_path)
+    git = lambda *a: subprocess.run(["git", "-C", str(repo), *a], check=True, capture_output=True, text=True).stdout
+    git("init", "-q")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m", "tree")
+    git("add", "-A")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "tree")
+    sha = git("rev-parse", "HEAD").strip()
+    old = (repo / OLD).read_bytes()
+    first = f"results/{V}/20261129T074100Z-bake.json"
+    first_bytes = json.dumps({"provenance": {"git_commit": sha}}).encode()
+    (repo / first).write_bytes(first_bytes)  # the first lease's import
+    with open(repo / "results/ledger.tsv", "a") as f:
+        f.write(line(first, first_bytes))
+    second = json.dumps({"provenance": {"git_commit": sha}, "n": 2}).encode()
+    tgz(dev / "r.tgz", {NEW: second, "results/ledger.tsv": (line(OLD, old) + line(NEW, second)).encode()})
+    before = (repo / "results/ledger.tsv").read_text()
+    assert gpu_import.main(["20261129T0735Z", str(dev)], root=repo) == 0
+    assert (repo / "results/ledger.tsv").read_text() == before + line(NEW, second)
+    assert gpu_import.main(["20261129T0735Z", str(dev)], root=repo) == 0  # again: nothing more
+    assert (repo / "results/ledger.tsv").read_text() == before + line(NEW, second)
+    third = f"results/{V}/20261129T074500Z-bake.json"
+    other = json.dumps({"provenance": {"git_commit": sha}, "n": 3}).encode()
+    tgz(dev / "r.tgz", {third: other, "results/ledger.tsv": line(third, other).encode()})  # not the tree's ledger
+    _refused(repo, dev, capsys, "nor do both start with the ledger of the tree the device ran")
+
+
 def test_a_ledger_line_without_its_record_stops_the_import(tmp_path, capsys):
     repo, dev = setup(tmp_path, new_bytes=b'{"new": 1}\n')
     tgz(dev / "r.tgz", {OLD: b'{"old": 1}\n', NEW: b'{"new": "other"}\n',
