@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -67,3 +68,24 @@ def test_pass_summary_takes_differences_and_leaves_out_threads_born_in_the_windo
                  "busiest": {"comm": "engine", "run_s": 0.8, "wait_s": 0.4, "run_pct": 40.0, "wait_pct": 20.0,
                              "forced_switches": 4}}
     assert procstat.pass_summary({}, after, 2.0) is None and procstat.pass_summary(before, after, 0) is None
+
+
+def test_a_descriptor_closed_while_the_scan_reads_does_not_hide_its_process(tmp_path, monkeypatch):
+    """The compare tests' fake servers run in the pytest process, whose connections open and close while /proc is
+    read: a descriptor listed and then gone made the whole process look like it held no listening socket (its
+    passes then had no server_sched, in one test order). A stand-in /proc tree; the vanished fd raises as a real one
+    does."""
+    proc = tmp_path / "proc"
+    (proc / "net").mkdir(parents=True)
+    (proc / "net" / "tcp").write_text("  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  "
+                                      "timeout inode\n   0: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 "
+                                      "00000000     0        0 4242 1 0000000000000000 100 0 0 10 0\n")
+    fd = proc / "77" / "fd"
+    fd.mkdir(parents=True)
+    for i in range(8):  # gone before it is read: listed first or not, it must not end the process's scan
+        (fd / str(i)).symlink_to(f"pipe:[{i}]")
+    (fd / "9").symlink_to("socket:[4242]")
+    real = os.readlink
+    monkeypatch.setattr(os, "readlink", lambda p: (_ for _ in ()).throw(FileNotFoundError(p))
+                        if Path(p).name in {str(i) for i in range(8)} else real(p))
+    assert procstat.pids_listening(8080, proc) == [77]

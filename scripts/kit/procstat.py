@@ -46,11 +46,21 @@ def pids_listening(port: int, proc: Path = PROC) -> list[int]:
         if not d.name.isdigit():
             continue
         try:
-            if any(os.readlink(fd) in want for fd in (d / "fd").iterdir()):
-                out.append(int(d.name))
+            fds = list((d / "fd").iterdir())
         except OSError:  # gone, or not ours to read
             continue
+        if any(_link(fd) in want for fd in fds):
+            out.append(int(d.name))
     return sorted(out)
+
+
+def _link(fd: Path) -> str | None:
+    """What a descriptor points at; None for one closed since it was listed (a busy server opens and closes
+    connections all the time: one such fd used to drop the whole process from pids_listening)."""
+    try:
+        return os.readlink(fd)
+    except OSError:
+        return None
 
 
 def descendants(roots: list[int], proc: Path = PROC) -> list[int]:
