@@ -17,13 +17,22 @@ PER_SERVER_GB = 2.8
 HEADROOM_GB = 6.0  # two pytest processes with torch, lm-eval and llm-compressor loaded, and the page cache
 
 
-def for_memory(meminfo: Path = Path("/proc/meminfo")) -> int:
-    """What this host's memory holds after the headroom, at least 2 (two workers' shared servers); 4 unread."""
+CGROUP_LIMITS = (Path("/sys/fs/cgroup/memory.max"), Path("/sys/fs/cgroup/memory/memory.limit_in_bytes"))
+
+
+def for_memory(meminfo: Path = Path("/proc/meminfo"), limits: tuple[Path, ...] = CGROUP_LIMITS) -> int:
+    """What this host's memory holds after the headroom, at least 2 (two workers' shared servers); 4 unread. A
+    container's memory limit (cgroup v2 or v1) counts where it is below MemTotal, which shows the whole host's."""
     try:
-        kb = next(int(ln.split()[1]) for ln in meminfo.read_text().splitlines() if ln.startswith("MemTotal:"))
+        gib = next(int(ln.split()[1]) for ln in meminfo.read_text().splitlines() if ln.startswith("MemTotal:")) / 2**20
     except (OSError, StopIteration, ValueError):
         return 4
-    return max(2, int((kb / 2**20 - HEADROOM_GB) // PER_SERVER_GB))
+    for f in limits:
+        try:
+            gib = min(gib, int(f.read_text().strip()) / 2**30)  # "max" (no limit) is not a number
+        except (OSError, ValueError):
+            pass
+    return max(2, int((gib - HEADROOM_GB) // PER_SERVER_GB))
 
 
 def install() -> None:

@@ -121,10 +121,15 @@ def test_a_batch_of_children_is_counted_by_its_parent(tmp_path, monkeypatch):
 def test_the_tests_count_follows_the_hosts_memory(tmp_path):
     m = tmp_path / "meminfo"
     m.write_text("MemTotal:       24683664 kB\nMemFree: 1 kB\n")
-    assert server_slots.for_memory(m) == 6  # (23.5 GiB - 6) / 2.8
+    none = (tmp_path / "no-cgroup",)
+    assert server_slots.for_memory(m, none) == 6  # (23.5 GiB - 6) / 2.8
+    (tmp_path / "memory.max").write_text("max\n")  # cgroup v2 without a limit
+    assert server_slots.for_memory(m, (tmp_path / "memory.max",)) == 6
+    (tmp_path / "limit_in_bytes").write_text(f"{16 * 2**30}\n")  # a 16 GiB container on that host
+    assert server_slots.for_memory(m, (tmp_path / "memory.max", tmp_path / "limit_in_bytes")) == 3
     m.write_text("MemTotal:       8000000 kB\n")
-    assert server_slots.for_memory(m) == 2
-    assert server_slots.for_memory(tmp_path / "none") == 4
+    assert server_slots.for_memory(m, none) == 2
+    assert server_slots.for_memory(tmp_path / "none", none) == 4
 
 
 def test_only_vllm_servers_count():
