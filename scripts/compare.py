@@ -159,7 +159,7 @@ def main(argv=None) -> int:
                     s.srv = P.Server(s.url, metrics_urls=getattr(a, f"metrics_url_{s.key}"))
                     if not s.srv.alive():
                         raise KitError(f"--url-{s.key} {s.url}: GET /health does not answer 200")
-                check_serves(s.srv.url, s.v.name, s.srv.url, f"side {s.key.upper()}")
+                check_serves(s.srv.url, s.v.name, f"side {s.key.upper()}")
                 s.pids = procstat.server_pids(s.srv.url)
             per_level = sum(L.level_size(w, c) for c in a.concurrency)
             total = 2 * per_level * (a.warmup_waves + a.rounds)

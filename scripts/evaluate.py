@@ -355,7 +355,7 @@ def run_gate(v, name: str, gate: dict, tap: FinishTap, tokenizer: Path, mode: st
 def check_url(url: str, model: str) -> None:
     """Refuse a --url that nobody answers or that serves another model before any gate starts (lm-eval would
     retry each request, then fail with its own traceback)."""
-    check_serves(url, model, f"--url {url}", "gate the right server or variant")
+    check_serves(url, model, "gate the right server or variant", where=f"--url {url}")
 
 
 def unanswered(gate: str, url: str, failed: list[str], srv: ServerProcess | None) -> str:

@@ -677,7 +677,7 @@ def main(argv=None) -> int:
                 ready = proc.wait_ready()
             srv = Server(proc.url, proc, a.metrics_url)
         stage = "the check of the served model"
-        check_serves(srv.url, v.name, srv.url, "probe the right server or variant")
+        check_serves(srv.url, v.name, "probe the right server or variant")
         port = str(urlsplit(srv.url).port)
         stage = "the wait at --barrier"
         check_in(barrier, port, a.barrier_timeout_s)

