@@ -187,7 +187,7 @@ def run_server(v, argv, env, log: Path, cap: int | None, platform: str) -> dict:
     env = dict(env, KIT_STARTUP_TRACE=str(tdir))
     srv = ServerProcess(argv, env, v["HOST"], v["PORT"], v["READY_TIMEOUT_S"], log_path=log, on_wait=watcher.poll)
     try:
-        with srv:
+        with srv.shown(f"starting {v.name}"):
             watcher.poll(srv.ready_s)
             print(f"ready after {srv.ready_s:.1f} s; sending warm-up requests", file=sys.stderr)
             # The warm-up compiles shapes on the GPU as a start-up does: it holds the GPU lock shared too.

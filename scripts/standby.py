@@ -87,9 +87,12 @@ def main(argv=None) -> int:
     log = RESULTS / v.name / "logs" / f"standby-{time.strftime('%Y%m%dT%H%M%S')}.log"
     stop_on_signals()
     srv = ServerProcess(argv_, env, v["HOST"], v["PORT"], v["READY_TIMEOUT_S"], log_path=log)
-    with srv:
+    with srv.shown(f"starting {v.name} as a standby"):
         print(f"ready after {srv.ready_s:.1f} s (log: {_rel(log)})", file=sys.stderr)
-        payload = measure(srv.url, v.name, a.cycles)
+        try:
+            payload = measure(srv.url, v.name, a.cycles)
+        except KitError as e:
+            raise KitError(f"{e}; the server is {'up' if srv.alive() else 'gone'}, its log: {_rel(log)}") from None
         if not srv.alive():
             raise KitError(f"the server died during the cycles (log: {_rel(log)})")
     payload.update(ready_s=round(srv.ready_s, 2), argv=argv_, log=log_ref(log))

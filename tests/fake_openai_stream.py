@@ -37,7 +37,8 @@ class _QuietServer(ThreadingHTTPServer):
 class FakeOpenAIStream:
     def __init__(self, model: str, ttft_s: float = 0.05, itl_s: float = 0.01, dev_mode: bool = False,
                  die_after: int | None = None, spec_rates: list | None = None, text: str = " tok",
-                 capacity: int | None = None, sleep_mode: bool = False, wake_s: float = 0.0):
+                 capacity: int | None = None, sleep_mode: bool = False, wake_s: float = 0.0,
+                 fail_after_first: bool = False):
         self.model, self.ttft_s, self.itl_s, self.dev_mode, self.text = model, ttft_s, itl_s, dev_mode, text
         self.die_after, self.spec_rates = die_after, spec_rates
         self.completions = 0
@@ -50,6 +51,9 @@ class FakeOpenAIStream:
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         self.dead = False
         self.sleep_mode, self.wake_s, self.asleep, self.sleeps, self.wakes = sleep_mode, wake_s, False, [], 0
+        # After a wake, a stream gives its first token, then vLLM's streamed error and [DONE]: what a completion
+        # gets when the engine dies under it.
+        self.fail_after_first, self.engine_dead = fail_after_first, False
 
     def _metrics_text(self) -> str:
         lines = [f'{k}{{model_name="{self.model}",engine="0"}} {v}' for k, v in self.counters.items()]
@@ -113,6 +117,7 @@ class FakeOpenAIStream:
                 if fake.sleep_mode and self.path == "/wake_up":
                     time.sleep(fake.wake_s)
                     fake.asleep, fake.wakes = False, fake.wakes + 1
+                    fake.engine_dead = fake.fail_after_first
                     return self._send(200, b"")
                 if self.path != "/v1/completions":
                     return self._send(404, b'{"detail":"Not Found"}')
@@ -155,9 +160,16 @@ class FakeOpenAIStream:
                         return
                     # Sleep to an absolute deadline so jitter does not accumulate over tokens.
                     time.sleep(max(0.0, t0 + fake.ttft_s + i * fake.itl_s - time.perf_counter()))
-                    chunk({"choices": [{"index": 0, "text": fake.text, "finish_reason": None}]})
-                chunk({"choices": [], "usage": {"prompt_tokens": len(body["prompt"]),
-                                                "completion_tokens": body["max_tokens"]}})
+                    if fake.engine_dead and i == 1:
+                        chunk({"error": {"message": "EngineCore encountered an issue. See stack trace (above) for "
+                                                    "the root cause.", "type": "BadRequestError", "param": None,
+                                         "code": 400}})
+                        break
+                    last = i == body["max_tokens"] - 1  # vLLM: the last token's chunk carries the finish_reason
+                    chunk({"choices": [{"index": 0, "text": fake.text, "finish_reason": "length" if last else None}]})
+                else:
+                    chunk({"choices": [], "usage": {"prompt_tokens": len(body["prompt"]),
+                                                    "completion_tokens": body["max_tokens"]}})
                 chunk(b"[DONE]")
                 self.wfile.write(b"0\r\n\r\n")
                 self.wfile.flush()

@@ -467,14 +467,20 @@ def test_install_hooks_the_import_only_when_switched_on(tmp_path, monkeypatch, c
     assert DL.install(name) is False and not any(isinstance(f, AfterImport) for f in sys.meta_path)
     monkeypatch.setenv(DL.ENV, "0")
     assert DL.install(name) is False
+    bt_name = "kit026_block_table_hook_probe"
+    (tmp_path / f"{bt_name}.py").write_text(
+        "class BlockTables:\n    def init_block_table_layout_tensors(self):\n        pass\n")
     monkeypatch.setenv(DL.ENV, "1")
     try:
-        assert DL.install(name)
+        assert DL.install(name, bt_name)
         mod = __import__(name)
         assert getattr(mod.AutoRegressiveSpeculator, DL._MARK) is True
         assert "V2 drafter patched" in capfd.readouterr().err
+        bt = __import__(bt_name)
+        assert getattr(bt.BlockTables.init_block_table_layout_tensors, DL._MARK) is True
     finally:
         sys.modules.pop(name, None)
+        sys.modules.pop(bt_name, None)
 
 
 def test_variant_key_sets_the_switch_and_needs_the_v2_runner_and_mtp(tmp_path):
@@ -488,3 +494,112 @@ def test_variant_key_sets_the_switch_and_needs_the_v2_runner_and_mtp(tmp_path):
         load("qwen3.5-4b-bf16-tuned", ["SPEC_DRAFT_LOOP_GRAPH=on"])
     with pytest.raises(KitError, match="SPEC_DRAFT_LOOP_GRAPH"):
         load("qwen3.5-4b-fp8-v2", ["SPEC_DRAFT_LOOP_GRAPH=on", "SPEC_K=1"])
+
+
+# A standby's wake (vLLM's sleep mode) against 0.26's own BlockTables layout refresh ---------------------------------
+def _block_tables_class_026():
+    """A BlockTables holding what 0.26's `init_block_table_layout_tensors` and `_make_ptr_tensor` read, those two
+    methods from 0.26's source, and 0.26's slot-mapping kernel stood in (it needs a GPU) reading the block sizes and
+    table addresses from the layout tensors, as the Triton kernel does."""
+    src = vllm026.src_dir() / "v1/worker/gpu/block_table.py"
+    if not src.is_file():
+        _require_026()
+        pytest.fail(f"no {src}")
+    (c,) = [n for n in ast.parse(src.read_text()).body if isinstance(n, ast.ClassDef) and n.name == "BlockTables"]
+    body = [n for n in c.body if isinstance(n, ast.FunctionDef)
+            and n.name in ("init_block_table_layout_tensors", "_make_ptr_tensor")]
+    assert len(body) == 2, "0.26's BlockTables lost a method the test runs"
+    ns = {"torch": torch, "Iterable": object}
+    exec(compile(ast.Module(body=body, type_ignores=[]), str(src), "exec"), ns)
+
+    class BlockTables:
+        def __init__(self):
+            self.device = torch.device("cpu")
+            self.kernel_block_sizes = [BLOCK]
+            self.block_sizes = [BLOCK]
+            self.block_tables = [SimpleNamespace(gpu=torch.arange(MAX_REQS * BLOCKS, dtype=torch.int32)
+                                                 .reshape(MAX_REQS, BLOCKS))]
+            self.input_block_tables = [torch.zeros(MAX_REQS, BLOCKS, dtype=torch.int32)]
+            self.init_block_table_layout_tensors()
+
+        def stand_in_slot_kernel(self, out, row, pos):
+            """Captured like a kernel launch: the tensors it reads are bound now, their values read at replay."""
+            sizes, ptrs, table = self.block_sizes_tensor, self.block_table_ptrs, self.block_tables[0].gpu
+
+            def op():
+                assert int(ptrs.view(torch.int64)[0]) == table.data_ptr(), "the graph's block-table address is not the table's"
+                bs = int(sizes[0])
+                out[0] = int(table[row, pos // bs]) * bs + pos % bs
+            DEV.op(op)
+    BlockTables.init_block_table_layout_tensors = ns["init_block_table_layout_tensors"]
+    BlockTables._make_ptr_tensor = ns["_make_ptr_tensor"]
+    return BlockTables
+
+
+def _sleep_and_wake(bt):
+    """/sleep then /wake_up as 0.26 does them for the layout tensors: their memory (the KV cache's CuMem pool) comes
+    back with undefined contents (here: garbage), then post_kv_cache_wake_up calls init_block_table_layout_tensors."""
+    for t in (bt.block_table_ptrs, bt.block_table_strides, bt.block_sizes_tensor, bt.input_block_table_ptrs):
+        t.view(torch.uint8).fill_(0xA5)
+    bt.init_block_table_layout_tensors()
+
+
+def _replay_after_wake(patched: bool):
+    cls = _block_tables_class_026()
+    if patched:
+        assert DL.keep_addresses(cls, "init_block_table_layout_tensors")
+        assert not DL.keep_addresses(cls, "init_block_table_layout_tensors")  # once
+    bt, out = cls(), torch.zeros(1, dtype=torch.int64)
+    DEV.tape = tape = []
+    try:
+        bt.stand_in_slot_kernel(out, 2, 5)  # captured, as in the loop's graph
+    finally:
+        DEV.tape = None
+    want = int(out[0])
+    assert want == int(bt.block_tables[0].gpu[2, 5 // BLOCK]) * BLOCK + 5 % BLOCK
+    bt.captured = (bt.block_table_ptrs, bt.block_table_strides, bt.block_sizes_tensor, bt.input_block_table_ptrs)
+    _sleep_and_wake(bt)
+    out.zero_()
+    for fn in tape:
+        fn()
+    return want, int(out[0]), bt
+
+
+def test_the_loops_graph_reads_the_refreshed_layout_after_a_wake():
+    """With the patch, the wake's refresh writes into the tensors the graph was captured with: a replay after
+    /wake_up computes the slot it computed before /sleep. The tensors keep their identity; their values are 0.26's."""
+    want, got, bt = _replay_after_wake(patched=True)
+    assert got == want
+    assert all(a is b for a, b in zip(bt.captured, (bt.block_table_ptrs, bt.block_table_strides,
+                                                     bt.block_sizes_tensor, bt.input_block_table_ptrs)))
+    assert bt.block_table_ptrs.view(torch.int64).tolist() == [bt.block_tables[0].gpu.data_ptr()]
+    assert bt.block_sizes_tensor.tolist() == [BLOCK] and bt.block_table_strides.tolist() == [BLOCKS]
+    assert bt.input_block_table_ptrs.view(torch.int64).tolist() == [bt.input_block_tables[0].data_ptr()]
+
+
+def test_without_the_refresh_in_place_the_graph_reads_the_dropped_memory():
+    """0.26 as it is: the refresh makes new tensors, and the graph, holding the old ones, reads the memory sleep
+    dropped (on the H200: an illegal memory access at the first step after a wake)."""
+    with pytest.raises(AssertionError, match="block-table address"):
+        _replay_after_wake(patched=False)
+
+
+def test_keep_addresses_leaves_a_reshaped_tensor_to_its_new_object(capfd):
+    """A refresh that changes a tensor's shape cannot be written into the old one: the new one stays, and stderr
+    says a graph captured with the old one reads stale values."""
+    class T:
+        def __init__(self):
+            self.n = 1
+            self.init()
+
+        def init(self):
+            self.a = torch.full((self.n,), self.n)
+            self.b = torch.full((2,), self.n)
+    assert DL.keep_addresses(T, "init")
+    t = T()
+    a0, b0 = t.a, t.b
+    t.n = 3
+    t.init()
+    assert t.b is b0 and t.b.tolist() == [3, 3]
+    assert t.a is not a0 and t.a.tolist() == [3, 3, 3]
+    assert "T.a changed shape" in capfd.readouterr().err

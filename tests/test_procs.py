@@ -40,6 +40,24 @@ def test_ready_then_whole_group_stopped(tmp_path):
     assert group_members(pgid) == []
 
 
+def test_a_shown_start_counts_the_wait_on_stderr_and_keeps_the_callers_on_wait(tmp_path, capfd):
+    """`srv.shown(desc)` (bake, standby): a seconds counter while the server starts, the caller's on_wait still
+    called, the group stopped at the end; a start that fails still raises and leaves nothing up."""
+    srv, seen = standin(tmp_path, delay=2.5), []
+    srv.on_wait = seen.append
+    with srv.shown("starting the stand-in") as s:
+        assert s is srv and srv.alive() and srv.ready_s >= 2.5
+        pgid = srv.proc.pid
+    assert group_members(pgid) == [] and seen and max(seen) >= 2.0 and srv.on_wait == seen.append
+    err = capfd.readouterr().err
+    assert "starting the stand-in" in err and "2s" in err
+    bad = standin(tmp_path, delay=60, timeout=2)
+    with pytest.raises(KitError, match="not ready after 2 s"):
+        with bad.shown("starting a slow one"):
+            pass
+    assert group_members(bad.proc.pid) == []
+
+
 def test_crash_before_ready_is_reported_as_crash(tmp_path):
     port = free_port()
     srv = ServerProcess([sys.executable, "-c", "print('boom: bad flag'); raise SystemExit(3)"], {}, "127.0.0.1",

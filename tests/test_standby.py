@@ -70,3 +70,32 @@ def test_measure_cycles_make_a_valid_standby_payload_against_a_FAKE_server():
     assert p["request_wake_first_token_s"] == {"median": pytest.approx(sum(ft) / 2, abs=0.001), "max": max(ft)}
     p.update(ready_s=1.0, argv=["python"], log=None)
     assert first_error(p, load_schema("payloads/standby.schema.json")) is None
+
+
+def test_a_wake_whose_engine_dies_after_the_first_token_fails_the_cycle_against_a_FAKE_server():
+    """2026-12-03, H200: after /wake_up the first token came, then the next step killed the engine, and the cycle
+    would have counted as a wake. The completion is now read to its end: vLLM's streamed error fails the cycle."""
+    with FakeOpenAIStream(model="m", ttft_s=0.01, sleep_mode=True, fail_after_first=True) as fake:
+        with pytest.raises(KitError, match="the completion failed after its first token: EngineCore encountered"):
+            standby_cmd.measure(fake.url, "m", cycles=2)
+        assert fake.wakes == 1 and fake.completions == 4  # three awake, one after the wake: no second cycle
+
+
+def test_a_stream_cut_after_its_first_token_is_not_a_wake_against_a_FAKE_server():
+    """A completion whose connection is cut after its first token (the server gone) is an error, not a first token."""
+    with FakeOpenAIStream(model="m", ttft_s=0.01, die_after=0) as fake:
+        with pytest.raises(KitError, match="POST /v1/completions: the stream broke"):
+            standby.first_token(fake.url, "m")
+
+
+def test_first_token_at_reads_a_whole_completion_only_when_asked_against_a_FAKE_server():
+    """whole=False (bake's first request) returns at the first token; whole=True waits for the finish_reason."""
+    import time
+    from scripts.kit.procs import first_token_at
+    with FakeOpenAIStream(model="m", ttft_s=0.01, itl_s=0.3) as fake:
+        t = time.monotonic()
+        at = first_token_at(fake.url, "m", [1, 2], whole=False)
+        assert at - t < 0.25
+        t = time.monotonic()
+        at = first_token_at(fake.url, "m", [1, 2], whole=True)
+        assert at - t < 0.25 and time.monotonic() - t >= 0.9  # 4 tokens, 0.3 s apart

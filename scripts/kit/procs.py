@@ -333,20 +333,39 @@ def busy_port_message(host: str, port: int) -> str:
             f"or --set PORT={alt} with python -m scripts.<verb>")
 
 
-def first_token_at(url: str, model: str, prompt_ids: list[int], timeout: float = 600) -> float | None:
+def first_token_at(url: str, model: str, prompt_ids: list[int], timeout: float = 600,
+                   whole: bool = False) -> float | None:
     """time.monotonic() when the first streamed token of one short completion of `prompt_ids` arrived, None if
-    none did; KitError naming the status when the server refuses it (bake's first request, a standby's wake)."""
+    none did; KitError naming the status when the server refuses it (bake's first request, a standby's wake).
+    whole: also read the stream to its end, and raise KitError unless the completion finished (a finish_reason,
+    no error): a first token alone does not show the engine can go on (2026-12-03, H200: a woken standby's
+    first token came, and its next step killed the engine)."""
     import json
     import requests
+    at, finished = None, False
     with requests.post(url + "/v1/completions", stream=True, timeout=timeout, json={
             "model": model, "prompt": prompt_ids, "max_tokens": 4, "temperature": 0,
             "ignore_eos": True, "stream": True}) as r:
         if r.status_code != 200:
             raise KitError(f"first request answered {r.status_code}: {r.text[:300]}")
         for line in r.iter_lines():
-            if line.startswith(b"data: ") and line != b"data: [DONE]" and json.loads(line[6:]).get("choices"):
-                return time.monotonic()
-    return None
+            if not line.startswith(b"data: ") or line == b"data: [DONE]":
+                continue
+            obj = json.loads(line[6:])
+            if "error" in obj:  # vLLM streams its error, then [DONE]
+                err = obj["error"]
+                raise KitError(f"the completion failed{' after its first token' if at else ''}: "
+                               f"{err.get('message', err) if isinstance(err, dict) else err}")
+            choices = obj.get("choices") or []
+            if choices and at is None:
+                at = time.monotonic()
+                if not whole:
+                    return at
+            finished = finished or any(c.get("finish_reason") for c in choices)
+    if whole and at is not None and not finished:
+        raise KitError("the completion's stream ended before it finished (no finish_reason): the engine may have "
+                       "died after its first token")
+    return at
 
 
 class ServerProcess:
@@ -629,6 +648,27 @@ class ServerProcess:
 
     def __exit__(self, *exc):
         self.stop()
+
+    @contextlib.contextmanager
+    def shown(self, desc: str):
+        """`with srv.shown("starting X"):` is `with srv:`, the wait for ready shown on stderr as a seconds counter
+        (a cold start compiles for minutes, its output going to the log); on_wait still gets every poll."""
+        from tqdm import tqdm
+        inner = self.on_wait
+        with tqdm(desc=desc, unit="s", file=sys.stderr, leave=False) as bar:
+            def tick(elapsed: float) -> None:
+                bar.update(max(0, round(elapsed) - bar.n))
+                if inner:
+                    inner(elapsed)
+            self.on_wait = tick
+            try:
+                self.__enter__()
+            finally:
+                self.on_wait = inner
+        try:
+            yield self
+        finally:
+            self.stop()
 
 
 def run_logged(argv: list[str], log: Path, cwd: Path | None = None, env: dict | None = None) -> int:

@@ -34,7 +34,10 @@ def _post(url: str, path: str, timeout: float = 300) -> float:
     """Seconds the call took; KitError naming the endpoint when it is refused."""
     import requests
     t = time.monotonic()
-    r = requests.post(url + path, timeout=timeout)
+    try:
+        r = requests.post(url + path, timeout=timeout)
+    except requests.RequestException as e:  # a dead engine leaves /sleep unanswered (2026-12-03, H200)
+        raise KitError(f"POST {path}: no answer ({type(e).__name__}, {timeout:.0f} s allowed)") from None
     if r.status_code != 200:
         raise KitError(f"POST {path} answered {r.status_code}: {r.text[:200]} (is the server in sleep mode, "
                        "with VLLM_SERVER_DEV_MODE=1? STANDBY=1 sets both)")
@@ -50,9 +53,14 @@ def is_sleeping(url: str) -> bool:
 
 
 def first_token(url: str, model: str) -> float:
-    """time.monotonic() at the first token of one short completion (procs.first_token_at, bake's first request)."""
+    """time.monotonic() at the first token of one short completion (procs.first_token_at, bake's first request),
+    read to its end: KitError unless it finished."""
+    import requests
     from .procs import first_token_at
-    at = first_token_at(url, model, PROMPT, timeout=300)
+    try:
+        at = first_token_at(url, model, PROMPT, timeout=300, whole=True)
+    except requests.RequestException as e:
+        raise KitError(f"POST /v1/completions: the stream broke or went unanswered ({type(e).__name__})") from None
     if at is None:
         raise KitError("the completion streamed no token")
     return at

