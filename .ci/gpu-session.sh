@@ -69,7 +69,9 @@
 #   bash .ci/gpu-session.sh start14 [N]  issue 32: Qwen3-4B's warm start, as vLLM ships it / fewer graphs / the kit's start keys (~15 min)
 #   bash .ci/gpu-session.sh start17 [N]  issue 32: qwen3.5-4b-fp8-v3-loop's warm start, as committed / its -quick child (~22 min)
 #   bash .ci/gpu-session.sh warm1 VARIANT [N]  issue 32: one variant baked, then N warm starts (~8 min for v3-loop-quick on an H200)
-#   bash .ci/gpu-session.sh standby1 VARIANT [CYCLES]  issue 32: one variant's standby, wake -> first token (~6 min)
+#   bash .ci/gpu-session.sh standby1 VARIANT [CYCLES [--set K=V..]]  issue 32: one variant's standby, wake -> first
+#       token (~9 min cold on an H200); after `warm1 VARIANT 1`, `standby1 VARIANT 5 --set STANDBY_CACHE=variant`
+#       starts it on that bake
 #   bash .ci/gpu-session.sh v2step KEY=VALUE  issue 29: v2cut's step comparison alone, no BF16 server (~11 min)
 #   bash .ci/gpu-session.sh v2profs KEY=VALUE..  issue 29: the V2 variant profiled once as committed and once per cut (~4 min each)
 #   bash .ci/gpu-session.sh v2cut KEY=VALUE|VARIANT  issue 29: one switch (or a committed child variant) on fp8-v2 (V2_BASE),
@@ -1064,10 +1066,12 @@ print(m["ratio"])' "$(ls -t results/${VAR[$s]}/*-comparison.json | head -1)")
     W="--set WEIGHTS=dummy --max-concurrency 8"
     step python3 -m scripts.bake --variant "$2" $W || exit 1
     for i in $(seq 1 "${3:-2}"); do step python3 -m scripts.bake --variant "$2" $W --verify || exit 1; done ;;
-  standby1)  # VARIANT [CYCLES]: issue 32 item 3 for one variant: `make standby` (STANDBY=1, sleep level 1; CYCLES sleeps
-    # woken by a call, CYCLES by the request itself), alone on the GPU. No bake first: a standby's compile key holds
-    # sleep mode, so its start compiles cold (~5 min for v3-loop-quick on an H200) either way.
-    step python3 -m scripts.standby --variant "$2" --set WEIGHTS=dummy --cycles "${3:-5}" ;;
+  standby1)  # VARIANT [CYCLES [--set K=V..]]: issue 32 item 3 for one variant: `make standby` (STANDBY=1, sleep level
+    # 1; CYCLES sleeps woken by a call, CYCLES by the request itself), alone on the GPU. No bake first: a standby's
+    # compile key holds sleep mode, so its start compiles cold either way (468 s for v3-loop-quick on an H200,
+    # session 20261203T1701Z), unless `--set STANDBY_CACHE=variant` after a plain bake (warm1) shares that bake.
+    v=$2; n=${3:-5}; shift 3 2>/dev/null || shift $#
+    step python3 -m scripts.standby --variant "$v" --set WEIGHTS=dummy --cycles "$n" "$@" ;;
   start17)  # [N] issue 32 for the best Qwen3.5 variant: qwen3.5-4b-fp8-v3-loop-quick (V2 graph sizes + the start keys,
     # made 2026-12-03 without a GPU) and qwen3.5-4b-fp8-v3-loop (before: vLLM's 51 default sizes, no start key), each
     # baked alone (cold compiles: 421 s for v3-loop on the H100 in session 20261202T2055Z), then N rounds (default 2)
@@ -1565,5 +1569,5 @@ print(m["ratio"])' "$(ls -t results/${VAR[$s]}/*-comparison.json | head -1)")
     echo "still running: $(running | tr '\n' ' ')" ;;
   *) echo "usage: $0 spine | smoke VARIANT... | catalog SECONDS VARIANT [--set K=V ...] | parallel SECONDS KV_BYTES SPEC..." \
           "| shim VARIANT NAME | quantize SECONDS VARIANT KV_BYTES | gates VARIANT KV_BYTES | tune BASE SECONDS | sweep FLAGS.. | wheels DIR TARGET | levers | levers2 | levers3 | levers4 | levers5 | levers6" \
-          "| startprof VARIANT | startcuts VARIANT | start5 [N] | start6 [N] | start7 [N] | start8 [N] | start9 [N] | start10 [N] | start11 [N] | start12 [N] | start13 [N] | start14 [N] | start17 [N] | warm1 VARIANT [N] | standby1 VARIANT [CYCLES] | startlegs N LEG.. | more N LEG.. | v2step KEY=VALUE | v2prof KEY=VALUE [N] | v2profs KEY=VALUE.. | kernels | gemm3 | gemm4 | gemm5 | kfit | v2 | cut KEY=VALUE.. | headline [KEY=VALUE..] | stop NAME | chain MODE ARGS.. ++ MODE ARGS.. | detach NAME MODE ARGS.. | collect SECONDS" >&2; exit 2 ;;
+          "| startprof VARIANT | startcuts VARIANT | start5 [N] | start6 [N] | start7 [N] | start8 [N] | start9 [N] | start10 [N] | start11 [N] | start12 [N] | start13 [N] | start14 [N] | start17 [N] | warm1 VARIANT [N] | standby1 VARIANT [CYCLES [--set K=V..]] | startlegs N LEG.. | more N LEG.. | v2step KEY=VALUE | v2prof KEY=VALUE [N] | v2profs KEY=VALUE.. | kernels | gemm3 | gemm4 | gemm5 | kfit | v2 | cut KEY=VALUE.. | headline [KEY=VALUE..] | stop NAME | chain MODE ARGS.. ++ MODE ARGS.. | detach NAME MODE ARGS.. | collect SECONDS" >&2; exit 2 ;;
 esac

@@ -232,3 +232,7 @@ def test_a_warm_pool_of_standbys_is_a_deployment_the_router_does_not_select(caps
     for d in docs:
         validate(d)
     assert "Warm pool: 2 standby pod(s)" in k8s.header(v, 1, None, 2) and "Warm pool" not in k8s.header(v, 1)
+    # whether a standby pod finds the image's baked cache (STANDBY_CACHE) is said where the pool is set up
+    assert "Each standby compiles cold" in k8s.header(v, 1, None, 2)
+    shared = k8s.header(load("qwen3-4b-bf16", ["STANDBY_CACHE=variant"]), 1, None, 2)
+    assert "share the image's baked cache" in shared and "compiles cold" not in shared

@@ -25,7 +25,7 @@ def test_a_start_key_sets_its_rows_switch_only_when_set_and_leaves_the_variants_
     from scripts.kit.variant import START_KEYS, load
     props = load_schema("variant.schema.json")["properties"]
     needs = {"API_TEXT_ONLY": ["SERVE_LANGUAGE_MODEL_ONLY=true"],  # the variant's own checks ask for these
-             "API_TOKENIZER_PREFETCH": ["API_TOKENIZER_CACHE=1"]}
+             "API_TOKENIZER_PREFETCH": ["API_TOKENIZER_CACHE=1"], "STANDBY_CACHE": ["STANDBY=1"]}
     rows = [p for p in PATCHES if p.key in START_KEYS]
     assert {"STARTUP_PLAN_KEY", "STARTUP_PROFILE_RUN", "API_LEAN_IMPORTS"} <= {p.key for p in rows}
     for p in rows:

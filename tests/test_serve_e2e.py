@@ -42,6 +42,12 @@ def test_tiny_answers_on_all_endpoints(tiny_server):
     assert len(chunks) > 2 and "".join(chunks).strip() and "".join(chunks) == whole
     out = smoke(tiny_server, name)
     assert set(out) == {"GET /health", "GET /v1/models", "POST /v1/completions", "POST /v1/chat/completions stream"}
+    # make standby's check that a completion finished (finish_reason in vLLM's own stream), read to its end
+    from scripts.kit.procs import first_token_at
+    import time
+    t = time.monotonic()
+    at = first_token_at(url, name, [1, 2, 3], timeout=120, whole=True)
+    assert at is not None and t < at < time.monotonic()
 
 
 @pytest.mark.e2e

@@ -150,7 +150,8 @@ def key_inputs(variant, platform: str | None = None, argv: list[str] | None = No
         "versions": versions(),
         "vllm_path": _package_dir("vllm"),
         "model_path": str(variant.weights_dir),
-        "flags": key_flags(argv),
+        # STANDBY_CACHE=variant (scripts/patches/sleep_key.py): sleep mode is out of vLLM's key, so out of ours
+        "flags": [f for f in key_flags(argv) if not (f == "--enable-sleep-mode" and env.get("KIT_SLEEP_KEY") == "1")],
         "env": key_env(env),
         "speculative": {"method": variant["SPEC_METHOD"], "k": variant["SPEC_K"]},
         "gpu": presented_gpu(env),

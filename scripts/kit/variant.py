@@ -45,7 +45,7 @@ START_KEYS = ("VLLM_WORKER_MULTIPROC_METHOD", "VLLM_ENABLE_STARTUP_PLAN", "STAND
               "API_TOKENIZER_CACHE", "API_TOKENIZER_PREFETCH", "STARTUP_PROFILE_RUN", "API_ENGINE_FIRST",
               "ENGINE_TOKENIZER_EARLY", "ENGINE_PRESTART", "HUMMING_DISABLE_PARALLEL_BUILD",
               "GC_EARLY_FREEZE", "LAZY_IMPORTS", "METADATA_CACHE", "SERVE_CHAT_TEMPLATE_CONTENT_FORMAT",
-              "API_SKIP_PROCESSOR_PROBE")
+              "API_SKIP_PROCESSOR_PROBE", "STANDBY_CACHE")
 # FLEET_*: how many servers run behind which router policy, restarted how often, not how one of them runs.
 CONDITION_KEYS = ("HOST", "PORT", "READY_TIMEOUT_S", "WEIGHTS", "SPEC_ACCEPTANCE", "DUMMY_TOKENIZER", "GATES",
                   "DATA_DIR", "FLEET_REPLICAS", "FLEET_POLICY", "FLEET_MAX_RESTARTS", "FLEET_CACHE_THRESHOLD",
@@ -235,12 +235,12 @@ class Variant:
     def cache_root(self) -> Path:
         """Per-variant VLLM_CACHE_ROOT: vLLM's compile key misses num_speculative_tokens (vllm#53366). A
         standby (STANDBY=1) has its own: sleep mode's allocator is in vLLM's compile key, and a bake of
-        one must not empty the other's. FP8_GEMM=kit (and =pick) has its own: the op it puts in the graph is invisible to
+        one must not empty the other's (unless STANDBY_CACHE=variant takes it out of that key). FP8_GEMM=kit (and =pick) has its own: the op it puts in the graph is invisible to
         vLLM 0.26's AOT key (config and vLLM's environment, no sources), and a graph saved without it loads
         cleanly (compilation/decorators.py, _verify_source_unchanged checks only the sources it inlined).
         W4A16_GEMM=kit likewise, SPEC_DRAFT_FP8 (its op in the drafter's graph), and INDUCTOR_PERSISTENT_MAX (a
         patch to Inductor's code generation, in neither vLLM's key nor Inductor's)."""
-        return WEIGHTS / "cache" / (self.name + ("-standby" if self["STANDBY"] else "")
+        return WEIGHTS / "cache" / (self.name + ("-standby" if self["STANDBY"] and self["STANDBY_CACHE"] == "own" else "")
                                     + ({"kit": "-fp8kit", "pick": "-fp8pick"}.get(self["FP8_GEMM"], ""))
                                     + ("-w4kit" if self["W4A16_GEMM"] == "kit" else "")
                                     + ("-draftfp8" if self["SPEC_DRAFT_FP8"] != "off" else "")
@@ -380,6 +380,8 @@ class Variant:
             env["KIT_SKIP_PROFILE_RUN"] = "1"
         if self["STANDBY"]:  # vLLM's /sleep and /wake_up exist only in its dev mode (not in its compile hash)
             env["VLLM_SERVER_DEV_MODE"] = "1"
+            if self["STANDBY_CACHE"] == "variant":  # scripts/patches/sleep_key.py: sleep mode out of the compile key
+                env["KIT_SLEEP_KEY"] = "1"
         if platform == "cpu" and self.eager(platform):
             # --enforce-eager keeps torch.compile off the model, not off vLLM's sampler: it compiles its logprob
             # rank count (batched_count_greater_than, vllm/v1/sample/ops/logprobs.py; Inductor's C++ on a CPU)

