@@ -68,6 +68,7 @@
 #   bash .ci/gpu-session.sh gemm5      issue 29: vLLM's FP8 GEMM alone (fp8_mm) beside its op with the cast, FP8 Marlin and the kit's, M=1,5 (~1 min)
 #   bash .ci/gpu-session.sh start14 [N]  issue 32: Qwen3-4B's warm start, as vLLM ships it / fewer graphs / the kit's start keys (~15 min)
 #   bash .ci/gpu-session.sh start17 [N]  issue 32: qwen3.5-4b-fp8-v3-loop's warm start, as committed / its -quick child (~22 min)
+#   bash .ci/gpu-session.sh start18 [N]  issue 32 on the H100: -quick warm starts, its standby on that bake, the parent
 #   bash .ci/gpu-session.sh warm1 VARIANT [N]  issue 32: one variant baked, then N warm starts (~8 min for v3-loop-quick on an H200)
 #   bash .ci/gpu-session.sh standby1 VARIANT [CYCLES [--set K=V..]]  issue 32: one variant's standby, wake -> first
 #       token (~9 min cold on an H200); after `warm1 VARIANT 1`, `standby1 VARIANT 5 --set STANDBY_CACHE=variant`
@@ -1072,6 +1073,13 @@ print(m["ratio"])' "$(ls -t results/${VAR[$s]}/*-comparison.json | head -1)")
     # session 20261203T1701Z), unless `--set STANDBY_CACHE=variant` after a plain bake (warm1) shares that bake.
     v=$2; n=${3:-5}; shift 3 2>/dev/null || shift $#
     step python3 -m scripts.standby --variant "$v" --set WEIGHTS=dummy --cycles "$n" "$@" ;;
+  start18)  # [N] issue 32's H100 records in one lease, the most needed first: qwen3.5-4b-fp8-v3-loop-quick baked and N
+    # (default 2) warm starts (after); its standby on that bake (STANDBY_CACHE=variant: if the key does not share,
+    # it compiles cold, ~8 min); then the parent baked and N warm starts (before). ~20-27 min on an H100: the lease's
+    # whole job after its carry, and each part's records come back with the next collect.
+    step bash "$0" warm1 qwen3.5-4b-fp8-v3-loop-quick "${2:-2}"
+    step bash "$0" standby1 qwen3.5-4b-fp8-v3-loop-quick 5 --set STANDBY_CACHE=variant
+    step bash "$0" warm1 qwen3.5-4b-fp8-v3-loop "${2:-2}" ;;
   start17)  # [N] issue 32 for the best Qwen3.5 variant: qwen3.5-4b-fp8-v3-loop-quick (V2 graph sizes + the start keys,
     # made 2026-12-03 without a GPU) and qwen3.5-4b-fp8-v3-loop (before: vLLM's 51 default sizes, no start key), each
     # baked alone (cold compiles: 421 s for v3-loop on the H100 in session 20261202T2055Z), then N rounds (default 2)
@@ -1569,5 +1577,5 @@ print(m["ratio"])' "$(ls -t results/${VAR[$s]}/*-comparison.json | head -1)")
     echo "still running: $(running | tr '\n' ' ')" ;;
   *) echo "usage: $0 spine | smoke VARIANT... | catalog SECONDS VARIANT [--set K=V ...] | parallel SECONDS KV_BYTES SPEC..." \
           "| shim VARIANT NAME | quantize SECONDS VARIANT KV_BYTES | gates VARIANT KV_BYTES | tune BASE SECONDS | sweep FLAGS.. | wheels DIR TARGET | levers | levers2 | levers3 | levers4 | levers5 | levers6" \
-          "| startprof VARIANT | startcuts VARIANT | start5 [N] | start6 [N] | start7 [N] | start8 [N] | start9 [N] | start10 [N] | start11 [N] | start12 [N] | start13 [N] | start14 [N] | start17 [N] | warm1 VARIANT [N] | standby1 VARIANT [CYCLES [--set K=V..]] | startlegs N LEG.. | more N LEG.. | v2step KEY=VALUE | v2prof KEY=VALUE [N] | v2profs KEY=VALUE.. | kernels | gemm3 | gemm4 | gemm5 | kfit | v2 | cut KEY=VALUE.. | headline [KEY=VALUE..] | stop NAME | chain MODE ARGS.. ++ MODE ARGS.. | detach NAME MODE ARGS.. | collect SECONDS" >&2; exit 2 ;;
+          "| startprof VARIANT | startcuts VARIANT | start5 [N] | start6 [N] | start7 [N] | start8 [N] | start9 [N] | start10 [N] | start11 [N] | start12 [N] | start13 [N] | start14 [N] | start17 [N] | start18 [N] | warm1 VARIANT [N] | standby1 VARIANT [CYCLES [--set K=V..]] | startlegs N LEG.. | more N LEG.. | v2step KEY=VALUE | v2prof KEY=VALUE [N] | v2profs KEY=VALUE.. | kernels | gemm3 | gemm4 | gemm5 | kfit | v2 | cut KEY=VALUE.. | headline [KEY=VALUE..] | stop NAME | chain MODE ARGS.. ++ MODE ARGS.. | detach NAME MODE ARGS.. | collect SECONDS" >&2; exit 2 ;;
 esac
