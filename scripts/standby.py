@@ -5,8 +5,12 @@ woken by the request itself (through the proxy `make serve STANDBY=1` serves wit
 Each cycle: POST /sleep?level=1 (weights to host memory, KV cache dropped), the GPU memory the server
 holds while asleep (nvidia-smi, where there is one), then POST /wake_up and one short streamed
 completion: `first_token_s` counts from the wake call to that completion's first token, what a
-client of a scaled-up standby waits beyond a running server. Before the cycles, the same completion on
+client of a scaled-up standby waits beyond a running server. The completion is read to its end: a
+cycle whose woken server does not finish it (an error in the stream, no finish_reason) ends the run
+with one line naming the server's log, and no record. Before the cycles, the same completion on
 the awake server gives the reference. The server is started and stopped here, as a process group.
+Its compile cache is weights/cache/<variant>-standby (a cold start unless baked with SET=STANDBY=1),
+or the variant's own bake with --set STANDBY_CACHE=variant (docs/compile-cache.md, "Standby").
 
     python -m scripts.standby --variant qwen3.5-4b-bf16-tuned-dvg --set WEIGHTS=dummy --cycles 3
 """
