@@ -1069,8 +1069,8 @@ print(m["ratio"])' "$(ls -t results/${VAR[$s]}/*-comparison.json | head -1)")
     for i in $(seq 1 "${3:-2}"); do step python3 -m scripts.bake --variant "$2" $W --verify || exit 1; done ;;
   standby1)  # VARIANT [CYCLES [--set K=V..]]: issue 32 item 3 for one variant: `make standby` (STANDBY=1, sleep level
     # 1; CYCLES sleeps woken by a call, CYCLES by the request itself), alone on the GPU. No bake first: a standby's
-    # compile key holds sleep mode, so its start compiles cold either way (468 s for v3-loop-quick on an H200,
-    # session 20261203T1701Z), unless `--set STANDBY_CACHE=variant` after a plain bake (warm1) shares that bake.
+    # compile key holds sleep mode, so its start compiles cold either way (v3-loop-quick on an H200: its log in
+    # results/gpu-sessions/20261203T1701Z/), unless `--set STANDBY_CACHE=variant` after a plain bake (warm1) shares that bake.
     v=$2; n=${3:-5}; shift 3 2>/dev/null || shift $#
     step python3 -m scripts.standby --variant "$v" --set WEIGHTS=dummy --cycles "$n" "$@" ;;
   start18)  # [N] issue 32's H100 records in one lease, the most needed first: qwen3.5-4b-fp8-v3-loop-quick baked and N

@@ -151,9 +151,7 @@ def main(argv=None) -> int:
                     s.proc.start()
             for s in sides.values():
                 if s.proc:
-                    with tqdm(desc=f"starting {s.v.name} ({s.key.upper()})", unit="s", file=sys.stderr) as wbar:
-                        s.proc.on_wait = lambda t, b=wbar: b.update(round(t) - b.n)
-                        s.ready_s = round(s.proc.wait_ready(), 2)
+                    s.ready_s = round(s.proc.wait_ready_shown(f"starting {s.v.name} ({s.key.upper()})"), 2)
                     s.srv = P.Server(s.proc.url, s.proc, getattr(a, f"metrics_url_{s.key}"))
                 else:
                     s.srv = P.Server(s.url, metrics_urls=getattr(a, f"metrics_url_{s.key}"))

@@ -672,9 +672,7 @@ def main(argv=None) -> int:
         if proc:
             stage = f"{v.name}'s server start-up"
             proc.start()
-            with tqdm(desc=f"starting {v.name}", unit="s", file=sys.stderr) as wbar:
-                proc.on_wait = lambda s: wbar.update(round(s) - wbar.n)
-                ready = proc.wait_ready()
+            ready = proc.wait_ready_shown(f"starting {v.name}")
             srv = Server(proc.url, proc, a.metrics_url)
         stage = "the check of the served model"
         check_serves(srv.url, v.name, "probe the right server or variant")

@@ -649,27 +649,35 @@ class ServerProcess:
     def __exit__(self, *exc):
         self.stop()
 
-    @contextlib.contextmanager
-    def shown(self, desc: str):
-        """`with srv.shown("starting X"):` is `with srv:`, the wait for ready shown on stderr as a seconds counter
-        (a cold start compiles for minutes, its output going to the log); on_wait still gets every poll."""
+    def wait_ready_shown(self, desc: str) -> float:
+        """wait_ready, the wait shown on stderr as a seconds counter (a cold start compiles for minutes, its output
+        going to the log); on_wait, if set, still gets every poll."""
         from tqdm import tqdm
         inner = self.on_wait
-        with tqdm(desc=desc, unit="s", file=sys.stderr, leave=False) as bar:
+        with tqdm(desc=desc, unit="s", file=sys.stderr) as bar:
             def tick(elapsed: float) -> None:
                 bar.update(max(0, round(elapsed) - bar.n))
                 if inner:
                     inner(elapsed)
             self.on_wait = tick
             try:
-                self.__enter__()
+                return self.wait_ready()
             finally:
                 self.on_wait = inner
+
+    @contextlib.contextmanager
+    def shown(self, desc: str):
+        """`with srv.shown("starting X"):` is `with srv:`, its wait for ready shown (wait_ready_shown)."""
+        self.start()
+        try:
+            self.wait_ready_shown(desc)
+        except BaseException:
+            self.stop()
+            raise
         try:
             yield self
         finally:
             self.stop()
-
 
 def run_logged(argv: list[str], log: Path, cwd: Path | None = None, env: dict | None = None) -> int:
     """A child kit command (probe, evaluate, serve --then) with its output appended to a log. It shares

