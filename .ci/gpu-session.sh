@@ -71,8 +71,8 @@
 #   bash .ci/gpu-session.sh start18 [N]  issue 32 on the H100: -quick warm starts, its standby on that bake, the parent
 #   bash .ci/gpu-session.sh warm1 VARIANT [N]  issue 32: one variant baked, then N warm starts (~8 min for v3-loop-quick on an H200)
 #   bash .ci/gpu-session.sh standby1 VARIANT [CYCLES [--set K=V..]]  issue 32: one variant's standby, wake -> first
-#       token (~9 min cold on an H200); after `warm1 VARIANT 1`, `standby1 VARIANT 5 --set STANDBY_CACHE=variant`
-#       starts it on that bake
+#       token (~9 min cold on an H200); a variant with STANDBY_CACHE=variant (or `--set STANDBY_CACHE=variant`)
+#       starts on the bake of a `warm1 VARIANT 0` before it (~2 min for v3-loop-quick after its bake)
 #   bash .ci/gpu-session.sh v2step KEY=VALUE  issue 29: v2cut's step comparison alone, no BF16 server (~11 min)
 #   bash .ci/gpu-session.sh v2profs KEY=VALUE..  issue 29: the V2 variant profiled once as committed and once per cut (~4 min each)
 #   bash .ci/gpu-session.sh v2cut KEY=VALUE|VARIANT  issue 29: one switch (or a committed child variant) on fp8-v2 (V2_BASE),
@@ -92,7 +92,9 @@
 #       neighbour qwen3 profile rates)
 #       Start it detached in the same call as the payload's install, and have the `collect` calls ready:
 #       the machine goes back after 30 s idle (2026-11-25: a fix written between calls took longer, and
-#       the next call ran on a bare machine).
+#       the next call ran on a bare machine). The files a collect brings back travel inside that gap: on
+#       2026-12-03 (sessions 20261203T2026Z and T2038Z) the call after a collect with files found a bare
+#       machine twice, the job lost. Send the next collect at once, reading nothing in between.
 #       issue 18: comparisons of each BF16 baseline vs its best variant, alone (2 servers), and the Qwen3.5
 #       pair again beside one idle neighbour: the ratio's interval, and how much an idle neighbour moves
 #       each side's level, in one session. Run detached (~15 min).
@@ -1068,17 +1070,18 @@ print(m["ratio"])' "$(ls -t results/${VAR[$s]}/*-comparison.json | head -1)")
     step python3 -m scripts.bake --variant "$2" $W || exit 1
     for i in $(seq 1 "${3:-2}"); do step python3 -m scripts.bake --variant "$2" $W --verify || exit 1; done ;;
   standby1)  # VARIANT [CYCLES [--set K=V..]]: issue 32 item 3 for one variant: `make standby` (STANDBY=1, sleep level
-    # 1; CYCLES sleeps woken by a call, CYCLES by the request itself), alone on the GPU. No bake first: a standby's
-    # compile key holds sleep mode, so its start compiles cold either way (v3-loop-quick on an H200: its log in
-    # results/gpu-sessions/20261203T1701Z/), unless `--set STANDBY_CACHE=variant` after a plain bake (warm1) shares that bake.
+    # 1; CYCLES sleeps woken by a call, CYCLES by the request itself), alone on the GPU. No bake here: with
+    # STANDBY_CACHE=own a standby's compile key holds sleep mode, so it compiles cold (v3-loop-quick on an H200: its
+    # log in results/gpu-sessions/20261203T1701Z/); with STANDBY_CACHE=variant it starts on a plain bake made before
+    # (warm1), as in session 20261203T2038Z.
     v=$2; n=${3:-5}; shift 3 2>/dev/null || shift $#
     step python3 -m scripts.standby --variant "$v" --set WEIGHTS=dummy --cycles "$n" "$@" ;;
   start18)  # [N] issue 32's H100 records in one lease, the most needed first: qwen3.5-4b-fp8-v3-loop-quick baked and N
-    # (default 2) warm starts (after); its standby on that bake (STANDBY_CACHE=variant: if the key does not share,
-    # it compiles cold, ~8 min); then the parent baked and N warm starts (before). ~20-27 min on an H100: the lease's
-    # whole job after its carry, and each part's records come back with the next collect.
+    # (default 2) warm starts (after); its standby on that bake (the variant sets STANDBY_CACHE=variant; on an H200
+    # it started in 21.8 s on the bake, session 20261203T2038Z); then the parent baked and N warm starts (before).
+    # ~18-22 min on an H100: the lease's whole job after its carry; each part's records come back with the next collect.
     step bash "$0" warm1 qwen3.5-4b-fp8-v3-loop-quick "${2:-2}"
-    step bash "$0" standby1 qwen3.5-4b-fp8-v3-loop-quick 5 --set STANDBY_CACHE=variant
+    step bash "$0" standby1 qwen3.5-4b-fp8-v3-loop-quick 5
     step bash "$0" warm1 qwen3.5-4b-fp8-v3-loop "${2:-2}" ;;
   start17)  # [N] issue 32 for the best Qwen3.5 variant: qwen3.5-4b-fp8-v3-loop-quick (V2 graph sizes + the start keys,
     # made 2026-12-03 without a GPU) and qwen3.5-4b-fp8-v3-loop (before: vLLM's 51 default sizes, no start key), each

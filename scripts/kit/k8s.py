@@ -242,10 +242,10 @@ def header(variant, gpus: int, target: str | None = None, standby: int = 0) -> s
             f"# The router adds it; the standby Deployment starts a new standby in its place. Unwoken, a promoted\n"
             f"# pod wakes on its first request (make serve's wake-on-request door), at that request's cost.\n"
             + ("# The standbys share the image's baked cache (STANDBY_CACHE=variant: sleep mode left out of vLLM's\n"
-               "# compile key by the kit; not yet measured on a GPU).\n"
+               "# compile key by the kit), so each starts as a warm start does before it sleeps.\n"
                if variant["STANDBY_CACHE"] == "variant" else
                "# Each standby compiles cold (minutes) before it sleeps: sleep mode is in vLLM's compile key and the\n"
-               "# image holds the variant's bake. --set STANDBY_CACHE=variant shares it (not yet measured on a GPU).\n")
+               "# image holds the variant's bake. --set STANDBY_CACHE=variant shares it (docs/compile-cache.md).\n")
             ) if standby else ""
     return (f"# Kubernetes manifests for {variant.name} ({gpus} GPU(s) per pod), rendered by `make k8s`.\n"
             f"# The HPA scales on the Pods metric {QUEUE_METRIC}: it needs a custom-metrics adapter\n"

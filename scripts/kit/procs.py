@@ -651,10 +651,12 @@ class ServerProcess:
 
     def wait_ready_shown(self, desc: str) -> float:
         """wait_ready, the wait shown on stderr as a seconds counter (a cold start compiles for minutes, its output
-        going to the log); on_wait, if set, still gets every poll."""
+        going to the log); on_wait, if set, still gets every poll. Into a file or a pipe (a CI or job log) the
+        counter is redrawn every 30 s, not every second, and the last count is always written."""
         from tqdm import tqdm
         inner = self.on_wait
-        with tqdm(desc=desc, unit="s", file=sys.stderr) as bar:
+        every = 0.5 if sys.stderr.isatty() else 30.0
+        with tqdm(desc=desc, unit="s", file=sys.stderr, bar_format="{desc}: {n}s", mininterval=every) as bar:
             def tick(elapsed: float) -> None:
                 bar.update(max(0, round(elapsed) - bar.n))
                 if inner:
