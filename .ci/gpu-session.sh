@@ -1081,6 +1081,9 @@ print(m["ratio"])' "$(ls -t results/${VAR[$s]}/*-comparison.json | head -1)")
     # it started in 21.8 s on the bake, session 20261203T2038Z); then the parent baked and N warm starts (before).
     # ~18-22 min on an H100: the lease's whole job after its carry; each part's records come back with the next collect.
     step bash "$0" warm1 qwen3.5-4b-fp8-v3-loop-quick "${2:-2}"
+    # One py-spy start on that bake: its warm-up phase held 9.2 s on an H200 (session 20261203T2026Z), 5.5 s of it
+    # loading the compiled graphs, against ~5 s for the whole phase of V1 BF16 -quick6; no profile of a V2 start yet.
+    [ -x /tmp/prof/bin/py-spy ] && step bash "$0" startprof qwen3.5-4b-fp8-v3-loop-quick
     step bash "$0" standby1 qwen3.5-4b-fp8-v3-loop-quick 5
     step bash "$0" warm1 qwen3.5-4b-fp8-v3-loop "${2:-2}" ;;
   start17)  # [N] issue 32 for the best Qwen3.5 variant: qwen3.5-4b-fp8-v3-loop-quick (V2 graph sizes + the start keys,
