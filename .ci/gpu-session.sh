@@ -1083,6 +1083,8 @@ print(m["ratio"])' "$(ls -t results/${VAR[$s]}/*-comparison.json | head -1)")
     step bash "$0" warm1 qwen3.5-4b-fp8-v3-loop-quick "${2:-2}"
     # One py-spy start on that bake: its warm-up phase held 9.2 s on an H200 (session 20261203T2026Z), 5.5 s of it
     # loading the compiled graphs, against ~5 s for the whole phase of V1 BF16 -quick6; no profile of a V2 start yet.
+    # py-spy comes with the final carry call: add ".gpu/whl-prof" to its carry list (2.9 MB).
+    [ -x /tmp/prof/bin/py-spy ] || { [ -d .gpu/whl-prof ] && bash "$0" wheels .gpu/whl-prof /tmp/prof; }
     [ -x /tmp/prof/bin/py-spy ] && step bash "$0" startprof qwen3.5-4b-fp8-v3-loop-quick
     step bash "$0" standby1 qwen3.5-4b-fp8-v3-loop-quick 5
     step bash "$0" warm1 qwen3.5-4b-fp8-v3-loop "${2:-2}" ;;
