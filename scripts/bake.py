@@ -78,6 +78,19 @@ COUNTS = {
     "aot_load_failures": r"Compiling model again due to a load failure",
     "kernel_warmups": r"Warming up (?!model for the compilation)",
 }
+
+
+def cache_use(text: str) -> dict:
+    """What one start's server log says of its compile cache, from vLLM's own lines (COUNTS): loads and compiles
+    counted, and a verdict: "compiled" (a graph compiled or an AOT load failed), "hit" (loaded, compiled nothing),
+    "none" (neither: an eager server). `make standby` records it; the bake's verify also weighs new files."""
+    c = {k: len(re.findall(COUNTS[k], text)) for k in ("aot_loaded", "graphs_loaded", "graphs_compiled",
+                                                         "aot_load_failures")}
+    c["verdict"] = ("compiled" if c["graphs_compiled"] or c["aot_load_failures"]
+                    else "hit" if c["aot_loaded"] or c["graphs_loaded"] else "none")
+    return c
+
+
 # Token ids present in every vocabulary the kit serves (SmolLM2 49k, Qwen 151k/248k) and not special.
 TOKEN_BASE, TOKEN_SPAN = 1000, 1000
 

@@ -10,7 +10,8 @@ cycle whose woken server does not finish it (an error in the stream, no finish_r
 with one line naming the server's log, and no record. Before the cycles, the same completion on
 the awake server gives the reference. The server is started and stopped here, as a process group.
 Its compile cache is weights/cache/<variant>-standby (a cold start unless baked with SET=STANDBY=1),
-or the variant's own bake with --set STANDBY_CACHE=variant (docs/compile-cache.md, "Standby").
+or the variant's own bake with STANDBY_CACHE=variant (docs/compile-cache.md, "Standby"); the record says
+which the start found (`compile_cache`: hit, compiled or none, from vLLM's log lines).
 
     python -m scripts.standby --variant qwen3.5-4b-bf16-tuned-dvg --set WEIGHTS=dummy --cycles 3
 """
@@ -21,6 +22,7 @@ import statistics
 import sys
 import time
 
+from scripts.bake import cache_use
 from scripts.kit import standby, weights
 from scripts.kit.device import gpu_used_mib, host_platform
 from scripts.kit.errors import KitError, run_main
@@ -92,14 +94,18 @@ def main(argv=None) -> int:
     stop_on_signals()
     srv = ServerProcess(argv_, env, v["HOST"], v["PORT"], v["READY_TIMEOUT_S"], log_path=log)
     with srv.shown(f"starting {v.name} as a standby"):
-        print(f"ready after {srv.ready_s:.1f} s (log: {_rel(log)})", file=sys.stderr)
+        # Read before the cycles, so the counts are the start's: did the standby start from a bake (STANDBY_CACHE)?
+        cache = cache_use(log.read_text(errors="replace"))
+        print(f"ready after {srv.ready_s:.1f} s (log: {_rel(log)}); compile cache: {cache['verdict']} "
+              f"({cache['aot_loaded']} AOT artifact(s) and {cache['graphs_loaded']} graph(s) loaded, "
+              f"{cache['graphs_compiled']} graph(s) compiled)", file=sys.stderr)
         try:
             payload = measure(srv.url, v.name, a.cycles)
         except KitError as e:
             raise KitError(f"{e}; the server is {'up' if srv.alive() else 'gone'}, its log: {_rel(log)}") from None
         if not srv.alive():
             raise KitError(f"the server died during the cycles (log: {_rel(log)})")
-    payload.update(ready_s=round(srv.ready_s, 2), argv=argv_, log=log_ref(log))
+    payload.update(ready_s=round(srv.ready_s, 2), compile_cache=cache, argv=argv_, log=log_ref(log))
     rec = make_record("standby", v, payload, started=started, server_argv=argv_, server_env=env)
     validate_record(rec, "new standby record")
     path = write_record(rec, RESULTS)

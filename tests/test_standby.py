@@ -99,3 +99,21 @@ def test_first_token_at_reads_a_whole_completion_only_when_asked_against_a_FAKE_
         t = time.monotonic()
         at = first_token_at(fake.url, "m", [1, 2], whole=True)
         assert at - t < 0.25 and time.monotonic() - t >= 0.9  # 4 tokens, 0.3 s apart
+
+
+def test_the_standby_record_says_whether_its_start_found_a_bake_from_real_GPU_logs():
+    """`compile_cache` (scripts/bake.py cache_use) read from two committed H200 logs of the same variant's standby:
+    without STANDBY_CACHE=variant it compiled cold (session 20261203T1701Z), with it it loaded the plain bake
+    (20261203T2038Z); a CPU server's eager log has neither."""
+    import gzip
+    from scripts.bake import cache_use
+    logs = ROOT / "results/gpu-sessions"
+    read = lambda p: gzip.open(logs / p, "rt", errors="replace").read()
+    cold = cache_use(read("20261203T1701Z/logs/qwen3.5-4b-fp8-v3-loop-quick/standby-20261203T170306.log.gz"))
+    shared = cache_use(read("20261203T2038Z/logs/qwen3.5-4b-fp8-v3-loop-quick/standby-20261203T204625.log.gz"))
+    assert cold["verdict"] == "compiled" and cold["graphs_compiled"] > 0 and cold["aot_loaded"] == 0, cold
+    assert shared == {"aot_loaded": 2, "graphs_loaded": 2, "graphs_compiled": 0, "aot_load_failures": 0,
+                      "verdict": "hit"}, shared
+    assert cache_use("INFO [core.py:116] Initializing a V1 LLM engine\n")["verdict"] == "none"
+    schema = load_schema("payloads/standby.schema.json")["properties"]["compile_cache"]
+    assert first_error(shared, schema) is None and first_error({**shared, "verdict": "warm"}, schema) is not None
