@@ -69,6 +69,8 @@
 #   bash .ci/gpu-session.sh start14 [N]  issue 32: Qwen3-4B's warm start, as vLLM ships it / fewer graphs / the kit's start keys (~15 min)
 #   bash .ci/gpu-session.sh start17 [N]  issue 32: qwen3.5-4b-fp8-v3-loop's warm start, as committed / its -quick child (~22 min)
 #   bash .ci/gpu-session.sh start18 [N]  issue 32 on the H100: -quick warm starts, its standby on that bake, the parent
+#   bash .ci/gpu-session.sh start19 [N]  issue 32: -quick against -mega (mega AOT artifact), interleaved; -quick's standby;
+#       a py-spy start; the parent last (~26 min on an H200)
 #   bash .ci/gpu-session.sh warm1 VARIANT [N]  issue 32: one variant baked, then N warm starts (~8 min for v3-loop-quick on an H200)
 #   bash .ci/gpu-session.sh standby1 VARIANT [CYCLES [--set K=V..]]  issue 32: one variant's standby, wake -> first
 #       token (~9 min cold on an H200); a variant with STANDBY_CACHE=variant (or `--set STANDBY_CACHE=variant`)
@@ -1088,6 +1090,23 @@ print(m["ratio"])' "$(ls -t results/${VAR[$s]}/*-comparison.json | head -1)")
     [ -x /tmp/prof/bin/py-spy ] && step bash "$0" startprof qwen3.5-4b-fp8-v3-loop-quick
     step bash "$0" standby1 qwen3.5-4b-fp8-v3-loop-quick 5
     step bash "$0" warm1 qwen3.5-4b-fp8-v3-loop "${2:-2}" ;;
+  start19)  # [N] issue 32: qwen3.5-4b-fp8-v3-loop-quick against its child -mega (VLLM_USE_MEGA_AOT_ARTIFACT=1: the
+    # warm start loads the compiled pieces without unpickling and splitting the FX graph; never run yet), each baked
+    # alone, then N rounds (default 3) of one warm start each, interleaved; then -quick's standby (its wake on this
+    # GPU), a py-spy start of -mega (of -quick if -mega's warm starts failed), and last the parent baked with N warm
+    # starts (before). ~26 min on an H200 after the carry: the parent is what a short lease loses. py-spy: carry
+    # ".gpu/whl-prof" in the final call.
+    W="--set WEIGHTS=dummy --max-concurrency 8"; q=qwen3.5-4b-fp8-v3-loop-quick; m=qwen3.5-4b-fp8-v3-loop-mega
+    step python3 -m scripts.bake --variant $q $W || exit 1
+    megaok=1; step python3 -m scripts.bake --variant $m $W || megaok=0
+    for i in $(seq 1 "${2:-3}"); do
+      step python3 -m scripts.bake --variant $q $W --verify
+      [ $megaok = 1 ] && { step python3 -m scripts.bake --variant $m $W --verify || megaok=0; }
+    done
+    step bash "$0" standby1 $q 5
+    [ -x /tmp/prof/bin/py-spy ] || { [ -d .gpu/whl-prof ] && bash "$0" wheels .gpu/whl-prof /tmp/prof; }
+    [ -x /tmp/prof/bin/py-spy ] && step bash "$0" startprof "$([ $megaok = 1 ] && echo $m || echo $q)"
+    step bash "$0" warm1 qwen3.5-4b-fp8-v3-loop "${2:-2}" ;;
   start17)  # [N] issue 32 for the best Qwen3.5 variant: qwen3.5-4b-fp8-v3-loop-quick (V2 graph sizes + the start keys,
     # made 2026-12-03 without a GPU) and qwen3.5-4b-fp8-v3-loop (before: vLLM's 51 default sizes, no start key), each
     # baked alone (cold compiles: 421 s for v3-loop on the H100 in session 20261202T2055Z), then N rounds (default 2)
@@ -1585,5 +1604,5 @@ print(m["ratio"])' "$(ls -t results/${VAR[$s]}/*-comparison.json | head -1)")
     echo "still running: $(running | tr '\n' ' ')" ;;
   *) echo "usage: $0 spine | smoke VARIANT... | catalog SECONDS VARIANT [--set K=V ...] | parallel SECONDS KV_BYTES SPEC..." \
           "| shim VARIANT NAME | quantize SECONDS VARIANT KV_BYTES | gates VARIANT KV_BYTES | tune BASE SECONDS | sweep FLAGS.. | wheels DIR TARGET | levers | levers2 | levers3 | levers4 | levers5 | levers6" \
-          "| startprof VARIANT | startcuts VARIANT | start5 [N] | start6 [N] | start7 [N] | start8 [N] | start9 [N] | start10 [N] | start11 [N] | start12 [N] | start13 [N] | start14 [N] | start17 [N] | start18 [N] | warm1 VARIANT [N] | standby1 VARIANT [CYCLES [--set K=V..]] | startlegs N LEG.. | more N LEG.. | v2step KEY=VALUE | v2prof KEY=VALUE [N] | v2profs KEY=VALUE.. | kernels | gemm3 | gemm4 | gemm5 | kfit | v2 | cut KEY=VALUE.. | headline [KEY=VALUE..] | stop NAME | chain MODE ARGS.. ++ MODE ARGS.. | detach NAME MODE ARGS.. | collect SECONDS" >&2; exit 2 ;;
+          "| startprof VARIANT | startcuts VARIANT | start5 [N] | start6 [N] | start7 [N] | start8 [N] | start9 [N] | start10 [N] | start11 [N] | start12 [N] | start13 [N] | start14 [N] | start17 [N] | start18 [N] | start19 [N] | warm1 VARIANT [N] | standby1 VARIANT [CYCLES [--set K=V..]] | startlegs N LEG.. | more N LEG.. | v2step KEY=VALUE | v2prof KEY=VALUE [N] | v2profs KEY=VALUE.. | kernels | gemm3 | gemm4 | gemm5 | kfit | v2 | cut KEY=VALUE.. | headline [KEY=VALUE..] | stop NAME | chain MODE ARGS.. ++ MODE ARGS.. | detach NAME MODE ARGS.. | collect SECONDS" >&2; exit 2 ;;
 esac

