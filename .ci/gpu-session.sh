@@ -177,6 +177,14 @@ case "${1:-}" in
       [ "$v" = tiny ] && set -- || set -- --set WEIGHTS=dummy
       step python3 -m scripts.serve --variant "$v" "$@" --dry-run --check-args
     done ;;
+  megacheck)  # [VARIANT] issue 32: does vLLM 0.26 on torch 2.11 load its mega AOT bundle (VLLM_USE_MEGA_AOT_ARTIFACT=1,
+    # on by itself only with torch 2.12)? Two `serve --smoke` of VARIANT (default qwen3-4b-bf16-quickstart: its cold
+    # compile is ~2-3 min on an H200) with the key, the first cold, the second on what it left; the second's server
+    # log should say "reconstructed serializable fn from standalone compile artifacts" and compile nothing.
+    v=${2:-qwen3-4b-bf16-quickstart}
+    for i in 1 2; do step python3 -m scripts.serve --variant "$v" --set WEIGHTS=dummy --set VLLM_USE_MEGA_AOT_ARTIFACT=1 --smoke || exit 1; done
+    f=$(ls -t results/"$v"/logs/*.log | head -1)
+    echo "megacheck: $f"; grep -E "reconstructed serializable fn|Directly load AOT|Compiling a graph|load failure|torch.compile took" "$f" ;;
   smoke)
     shift
     for v in "$@"; do step python3 -m scripts.serve --variant "$v" --set WEIGHTS=dummy --smoke; done ;;
@@ -1604,5 +1612,5 @@ print(m["ratio"])' "$(ls -t results/${VAR[$s]}/*-comparison.json | head -1)")
     echo "still running: $(running | tr '\n' ' ')" ;;
   *) echo "usage: $0 spine | smoke VARIANT... | catalog SECONDS VARIANT [--set K=V ...] | parallel SECONDS KV_BYTES SPEC..." \
           "| shim VARIANT NAME | quantize SECONDS VARIANT KV_BYTES | gates VARIANT KV_BYTES | tune BASE SECONDS | sweep FLAGS.. | wheels DIR TARGET | levers | levers2 | levers3 | levers4 | levers5 | levers6" \
-          "| startprof VARIANT | startcuts VARIANT | start5 [N] | start6 [N] | start7 [N] | start8 [N] | start9 [N] | start10 [N] | start11 [N] | start12 [N] | start13 [N] | start14 [N] | start17 [N] | start18 [N] | start19 [N] | warm1 VARIANT [N] | standby1 VARIANT [CYCLES [--set K=V..]] | startlegs N LEG.. | more N LEG.. | v2step KEY=VALUE | v2prof KEY=VALUE [N] | v2profs KEY=VALUE.. | kernels | gemm3 | gemm4 | gemm5 | kfit | v2 | cut KEY=VALUE.. | headline [KEY=VALUE..] | stop NAME | chain MODE ARGS.. ++ MODE ARGS.. | detach NAME MODE ARGS.. | collect SECONDS" >&2; exit 2 ;;
+          "| megacheck [VARIANT] | startprof VARIANT | startcuts VARIANT | start5 [N] | start6 [N] | start7 [N] | start8 [N] | start9 [N] | start10 [N] | start11 [N] | start12 [N] | start13 [N] | start14 [N] | start17 [N] | start18 [N] | start19 [N] | warm1 VARIANT [N] | standby1 VARIANT [CYCLES [--set K=V..]] | startlegs N LEG.. | more N LEG.. | v2step KEY=VALUE | v2prof KEY=VALUE [N] | v2profs KEY=VALUE.. | kernels | gemm3 | gemm4 | gemm5 | kfit | v2 | cut KEY=VALUE.. | headline [KEY=VALUE..] | stop NAME | chain MODE ARGS.. ++ MODE ARGS.. | detach NAME MODE ARGS.. | collect SECONDS" >&2; exit 2 ;;
 esac
