@@ -1099,7 +1099,8 @@ print(m["ratio"])' "$(ls -t results/${VAR[$s]}/*-comparison.json | head -1)")
     step bash "$0" standby1 qwen3.5-4b-fp8-v3-loop-quick 5
     step bash "$0" warm1 qwen3.5-4b-fp8-v3-loop "${2:-2}" ;;
   start19)  # [N] issue 32: qwen3.5-4b-fp8-v3-loop-quick against its child -mega (VLLM_USE_MEGA_AOT_ARTIFACT=1: the
-    # warm start loads the compiled pieces without unpickling and splitting the FX graph; never run yet), each baked
+    # warm start loads the compiled pieces without unpickling and splitting the FX graph; Qwen3-4B's bundle loaded on
+    # torch 2.11 in session 20261203T2111Z (megacheck), Qwen3.5's never tried), each baked
     # alone, then N rounds (default 3) of one warm start each, interleaved; then -quick's standby (its wake on this
     # GPU), a py-spy start of -mega (of -quick if -mega's warm starts failed), and last the parent baked with N warm
     # starts (before). ~26 min on an H200 after the carry: the parent is what a short lease loses. py-spy: carry
