@@ -1102,7 +1102,7 @@ print(m["ratio"])' "$(ls -t results/${VAR[$s]}/*-comparison.json | head -1)")
     # warm start loads the compiled pieces without unpickling and splitting the FX graph; Qwen3-4B's bundle loaded on
     # torch 2.11 in session 20261203T2111Z (megacheck), Qwen3.5's never tried), each baked
     # alone, then N rounds (default 3) of one warm start each, interleaved; then -quick's standby (its wake on this
-    # GPU), a py-spy start of -mega (of -quick if -mega's warm starts failed), and last the parent baked with N warm
+    # GPU), a py-spy start of -mega (of -quick if -mega's bake failed), and last the parent baked with N warm
     # starts (before). ~26 min on an H200 after the carry: the parent is what a short lease loses. py-spy: carry
     # ".gpu/whl-prof" in the final call.
     W="--set WEIGHTS=dummy --max-concurrency 8"; q=qwen3.5-4b-fp8-v3-loop-quick; m=qwen3.5-4b-fp8-v3-loop-mega
@@ -1110,7 +1110,9 @@ print(m["ratio"])' "$(ls -t results/${VAR[$s]}/*-comparison.json | head -1)")
     megaok=1; step python3 -m scripts.bake --variant $m $W || megaok=0
     for i in $(seq 1 "${2:-3}"); do
       step python3 -m scripts.bake --variant $q $W --verify
-      [ $megaok = 1 ] && { step python3 -m scripts.bake --variant $m $W --verify || megaok=0; }
+      # A verify that fails still writes its record (a miss names what was compiled), so the rounds go on;
+      # with VLLM_FORCE_AOT_LOAD a bundle that does not load stops that server at once.
+      [ $megaok = 1 ] && step python3 -m scripts.bake --variant $m $W --verify
     done
     step bash "$0" standby1 $q 5
     [ -x /tmp/prof/bin/py-spy ] || { [ -d .gpu/whl-prof ] && bash "$0" wheels .gpu/whl-prof /tmp/prof; }
