@@ -94,3 +94,44 @@ def test_check_url_takes_the_served_model_and_refuses_another_or_none(upstream):
     upstream.server_close()
     with pytest.raises(evaluate.KitError, match=rf"^--url {up}: no OpenAI server answers GET /v1/models \(ConnectionError"):
         evaluate.check_url(up, "served-one")
+
+
+class _BigSlowUpstream(http.server.BaseHTTPRequestHandler):
+    """Answers a completion late and large, so the tap's reply meets a client that has already hung up."""
+    def log_message(self, *a):
+        pass
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers["Content-Length"]))
+        import time
+        time.sleep(0.5)
+        out = json.dumps({"choices": [{"finish_reason": "length", "text": "x" * 8_000_000}]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(out)))
+        self.end_headers()
+        self.wfile.write(out)
+
+
+def test_a_client_that_hangs_up_mid_answer_prints_no_traceback_banner(capfd):
+    """lm-eval cancels its requests when a gate stops (a dead server, a failed task); the tap then writes to a closed
+    connection. That is the client's choice, not the tap's error: no socketserver banner on the user's stderr."""
+    import socket
+    import time
+    up = http.server.ThreadingHTTPServer(("127.0.0.1", free_port()), _BigSlowUpstream)
+    threading.Thread(target=up.serve_forever, daemon=True).start()
+    tap = evaluate.FinishTap(f"http://127.0.0.1:{up.server_address[1]}")
+    try:
+        body = json.dumps({"model": "m", "prompt": "p"}).encode()
+        for _ in range(3):
+            s = socket.create_connection(("127.0.0.1", tap.server_address[1]))
+            s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")  # RST on close
+            s.close()
+        time.sleep(1.5)  # the tap's handlers answer after the upstream's 0.5 s, into closed sockets
+        assert tap.finish == [] or all(f == "length" for f in tap.finish)
+    finally:
+        tap.shutdown()
+        up.shutdown()
+    assert "Exception occurred during processing of request" not in capfd.readouterr().err
