@@ -80,15 +80,25 @@ COUNTS = {
 }
 
 
+def log_counts(text: str) -> dict:
+    """vLLM's own compile-cache lines in one start's server log, counted (COUNTS)."""
+    return {key: len(re.findall(rx, text)) for key, rx in COUNTS.items()}
+
+
+def log_verdict(c: dict) -> str:
+    """What those counts say of the cache: "compiled" (a graph compiled or an AOT load failed), "hit" (loaded,
+    compiled nothing) or "none" (neither: an eager server). The bake's verify also weighs the files a start added;
+    `make standby` records this alone."""
+    if c["graphs_compiled"] or c["aot_load_failures"]:
+        return "compiled"
+    return "hit" if c["aot_loaded"] or c["graphs_loaded"] else "none"
+
+
 def cache_use(text: str) -> dict:
-    """What one start's server log says of its compile cache, from vLLM's own lines (COUNTS): loads and compiles
-    counted, and a verdict: "compiled" (a graph compiled or an AOT load failed), "hit" (loaded, compiled nothing),
-    "none" (neither: an eager server). `make standby` records it; the bake's verify also weighs new files."""
-    c = {k: len(re.findall(COUNTS[k], text)) for k in ("aot_loaded", "graphs_loaded", "graphs_compiled",
-                                                         "aot_load_failures")}
-    c["verdict"] = ("compiled" if c["graphs_compiled"] or c["aot_load_failures"]
-                    else "hit" if c["aot_loaded"] or c["graphs_loaded"] else "none")
-    return c
+    """A standby record's `compile_cache`: the load and compile counts of its start's log, and their verdict."""
+    c = log_counts(text)
+    return {**{k: c[k] for k in ("aot_loaded", "graphs_loaded", "graphs_compiled", "aot_load_failures")},
+            "verdict": log_verdict(c)}
 
 
 # Token ids present in every vocabulary the kit serves (SmolLM2 49k, Qwen 151k/248k) and not special.
@@ -129,7 +139,7 @@ def parse_phases(text: str, markers_at: dict, ready_s: float) -> dict:
         vals = [float(m.group(1).replace(",", "")) for m in re.finditer(rx, text)]
         if vals:
             reported[key] = vals[0] if key.endswith(("_tokens", "_gib")) else round(sum(vals), 3)
-    counts = {key: len(re.findall(rx, text)) for key, rx in COUNTS.items()}
+    counts = log_counts(text)
     return {"markers_at_s": dict(markers_at), "budget_s": budget, "reported": reported, "counts": counts}
 
 
@@ -336,13 +346,13 @@ def verify(v, platform: str, argv, env, cap: int | None, expect: str, force_aot:
     # start is named in the verdict but is not a compile-cache miss (the baked graphs still loaded).
     new_graphs = [r for r in new if cachekey.is_graph_artifact(r)]
     new_kernels = [r for r in new if r not in new_graphs]
-    compiled = bool(new_graphs) or c["graphs_compiled"] > 0 or c["aot_load_failures"] > 0
+    compiled = bool(new_graphs) or log_verdict(c) == "compiled"
     if eager:
         hit = None
         passed = expect == "hit" and not new
         verdict = "eager: nothing to compile" + ("" if not new else f", yet {len(new)} compile artifacts appeared")
     else:
-        hit = not compiled and (c["aot_loaded"] > 0 or c["graphs_loaded"] > 0)
+        hit = not compiled and log_verdict(c) == "hit"
         passed = hit == (expect == "hit")
         verdict = (f"hit: loaded {c['aot_loaded']} AOT artifact(s) and {c['graphs_loaded']} graph(s), compiled no graph"
                    if hit else f"miss: {len(new_graphs)} new compile-cache files, {c['graphs_compiled']} graph compiles, "

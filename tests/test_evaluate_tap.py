@@ -130,7 +130,6 @@ def test_a_client_that_hangs_up_mid_answer_prints_no_traceback_banner(capfd):
             s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")  # RST on close
             s.close()
         time.sleep(1.5)  # the tap's handlers answer after the upstream's 0.5 s, into closed sockets
-        assert tap.finish == [] or all(f == "length" for f in tap.finish)
     finally:
         tap.shutdown()
         up.shutdown()
