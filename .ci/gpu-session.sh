@@ -1094,7 +1094,6 @@ print(m["ratio"])' "$(ls -t results/${VAR[$s]}/*-comparison.json | head -1)")
     # One py-spy start on that bake: its warm-up phase held 9.2 s on an H200 (session 20261203T2026Z), 5.5 s of it
     # loading the compiled graphs, against ~5 s for the whole phase of V1 BF16 -quick6; no profile of a V2 start yet.
     # py-spy comes with the final carry call: add ".gpu/whl-prof" to its carry list (2.9 MB).
-    [ -x /tmp/prof/bin/py-spy ] || { [ -d .gpu/whl-prof ] && bash "$0" wheels .gpu/whl-prof /tmp/prof; }
     [ -x /tmp/prof/bin/py-spy ] && step bash "$0" startprof qwen3.5-4b-fp8-v3-loop-quick
     step bash "$0" standby1 qwen3.5-4b-fp8-v3-loop-quick 5
     step bash "$0" warm1 qwen3.5-4b-fp8-v3-loop "${2:-2}" ;;
@@ -1115,7 +1114,6 @@ print(m["ratio"])' "$(ls -t results/${VAR[$s]}/*-comparison.json | head -1)")
       [ $megaok = 1 ] && step python3 -m scripts.bake --variant $m $W --verify
     done
     step bash "$0" standby1 $q 5
-    [ -x /tmp/prof/bin/py-spy ] || { [ -d .gpu/whl-prof ] && bash "$0" wheels .gpu/whl-prof /tmp/prof; }
     [ -x /tmp/prof/bin/py-spy ] && step bash "$0" startprof "$([ $megaok = 1 ] && echo $m || echo $q)"
     step bash "$0" warm1 qwen3.5-4b-fp8-v3-loop "${2:-2}" ;;
   start17)  # [N] issue 32 for the best Qwen3.5 variant: qwen3.5-4b-fp8-v3-loop-quick (V2 graph sizes + the start keys,
@@ -1572,6 +1570,12 @@ print(m["ratio"])' "$(ls -t results/${VAR[$s]}/*-comparison.json | head -1)")
       # A later call's tree may hold files the first one lacked: session 20261130T0512Z sent the H200's gemm record
       # in a second call, and /tmp/kit (made once) never had it. Files /tmp/kit has are kept (earlier jobs' results).
       tar -C . --exclude=./.gpu -cf - . | tar -C /tmp/kit -xf - --skip-old-files || exit
+    fi
+    # py-spy from the carry's .gpu/whl-prof, here: the job runs in /tmp/kit, which has no .gpu, so a mode's own
+    # `[ -d .gpu/whl-prof ]` never held there (session 20261203T2338Z: start19's py-spy start did not run, silently).
+    if [ -d .gpu/whl-prof ] && [ ! -x /tmp/prof/bin/py-spy ]; then
+      bash "$0" wheels .gpu/whl-prof /tmp/prof && /tmp/prof/bin/py-spy --version \
+        || echo "detach: py-spy from .gpu/whl-prof did not install: the job's py-spy starts are left out" >&2
     fi
     mkdir -p /tmp/kit/jobs; export KIT_PROBE_LOCK=$LOCK KIT_LOG_DIR=/tmp/kit/jobs PYTHONUNBUFFERED=1
     # setsid: the device ends a call's processes when it returns, except those in a session of their own. The
