@@ -71,6 +71,8 @@
 #   bash .ci/gpu-session.sh start18 [N]  issue 32 on the H100: -quick warm starts, its standby on that bake, the parent
 #   bash .ci/gpu-session.sh start19 [N]  issue 32: -quick against -mega (mega AOT artifact), interleaved; -quick's standby;
 #       a py-spy start; the parent last (~26 min on an H200)
+#   bash .ci/gpu-session.sh start20 [N]  issue 32, after start19: -quick against -mega in N rounds (default 6), the
+#       order turned each round; -mega's py-spy start and its standby (~25 min on an H200)
 #   bash .ci/gpu-session.sh warm1 VARIANT [N]  issue 32: one variant baked, then N warm starts (~8 min for v3-loop-quick on an H200)
 #   bash .ci/gpu-session.sh standby1 VARIANT [CYCLES [--set K=V..]]  issue 32: one variant's standby, wake -> first
 #       token (~9 min cold on an H200); a variant with STANDBY_CACHE=variant (or `--set STANDBY_CACHE=variant`)
@@ -1116,6 +1118,21 @@ print(m["ratio"])' "$(ls -t results/${VAR[$s]}/*-comparison.json | head -1)")
     step bash "$0" standby1 $q 5
     [ -x /tmp/prof/bin/py-spy ] && step bash "$0" startprof "$([ $megaok = 1 ] && echo $m || echo $q)"
     step bash "$0" warm1 qwen3.5-4b-fp8-v3-loop "${2:-2}" ;;
+  start20)  # [N] issue 32, after session 20261203T2338Z: there -mega's warm-up phase was 4.1-5.6 s shorter than -quick's in
+    # each of three rounds, but ready did not resolve (the API's imports moved by 3 s from start to start, and -quick
+    # always went first). Here N rounds (default 6), the order turned each round (A B, B A, ..), so a drift over the
+    # session falls on both sides; then a py-spy start of -mega (where the API's 9.5-12.3 s go now) and -mega's own
+    # standby on its bake (STANDBY_CACHE=variant from -quick). The parent is left out: its cold bake (~6.5 min) never
+    # fit after the rest. ~13 min of bakes, ~80 s a round: ~25 min on an H200 after the carry.
+    W="--set WEIGHTS=dummy --max-concurrency 8"; q=qwen3.5-4b-fp8-v3-loop-quick; m=qwen3.5-4b-fp8-v3-loop-mega
+    step python3 -m scripts.bake --variant $q $W || exit 1
+    step python3 -m scripts.bake --variant $m $W || exit 1
+    for i in $(seq 1 "${2:-6}"); do
+      if [ $((i % 2)) = 1 ]; then pair="$q $m"; else pair="$m $q"; fi
+      for v in $pair; do step python3 -m scripts.bake --variant $v $W --verify; done
+    done
+    [ -x /tmp/prof/bin/py-spy ] && step bash "$0" startprof $m
+    step bash "$0" standby1 $m 5 ;;
   start17)  # [N] issue 32 for the best Qwen3.5 variant: qwen3.5-4b-fp8-v3-loop-quick (V2 graph sizes + the start keys,
     # made 2026-12-03 without a GPU) and qwen3.5-4b-fp8-v3-loop (before: vLLM's 51 default sizes, no start key), each
     # baked alone (cold compiles: 421 s for v3-loop on the H100 in session 20261202T2055Z), then N rounds (default 2)
