@@ -352,8 +352,8 @@ class Variant:
             env["KIT_TEXT_ONLY"] = "1"
         if self["API_TOKENIZER_POOL_LATE"]:  # as above (scripts/patches/tokenizer_pool.py)
             env["KIT_TOKENIZER_POOL_LATE"] = "1"
-        if self["API_LEAN_IMPORTS"]:  # as above (scripts/patches/lean_imports.py): every process of the server
-            env["KIT_LEAN_IMPORTS"] = "1"
+        if self["API_LEAN_IMPORTS"]:  # as above (scripts/patches/lean_imports.py): every process of the server; the level
+            env["KIT_LEAN_IMPORTS"] = str(self["API_LEAN_IMPORTS"])
         if self["API_TOKENIZER_CACHE"]:  # as above (scripts/patches/tokenizer_cache.py): beside the compile cache
             env["KIT_TOKENIZER_CACHE"] = str(self.cache_root / "kit-tokenizer")
         if self["API_TOKENIZER_PREFETCH"]:  # as above (scripts/patches/tokenizer_prefetch.py): the API process only

