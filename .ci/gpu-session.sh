@@ -1047,12 +1047,17 @@ print(m["ratio"])' "$(ls -t results/${VAR[$s]}/*-comparison.json | head -1)")
     # committed. start7-start9 are this loop written out, as they ran.
     # A cache this machine baked already is used as it is: in session 20261129T1104Z a second startlegs on the same
     # machine baked cold again, 233 s of device time. (Committed bake records travel with the tree; the cache does not.)
-    # $LEGS_VARIANT names another variant (start15).
+    # $LEGS_VARIANT names another variant (start15); LEGS_TURN=1 runs the legs in reverse order every second round, so
+    # a drift over the session falls on both sides (start21). The bake check asks the kit for the variant's cache root
+    # (an FP8-drafter variant's ends in -draftfp8: the plain weights/cache/$Q path never held for those).
     Q=${LEGS_VARIANT:-qwen3.5-4b-bf16-tuned-dvg-quick6}; W="--set WEIGHTS=dummy --max-concurrency 8"; n=$2; shift 2
-    if [ -f weights/cache/$Q/kit-cache-manifest.json ]; then echo "startlegs: $Q baked on this machine: no second bake"
+    root=$(python3 -c "from scripts.kit.variant import load; print(load('$Q', ['WEIGHTS=dummy']).cache_root)") || exit 1
+    if [ -f "$root/kit-cache-manifest.json" ]; then echo "startlegs: $Q baked on this machine: no second bake"
     else step python3 -m scripts.bake --variant $Q $W || exit 1; fi
+    rev=(); for ((k=$#; k>=1; k--)); do rev+=("${!k}"); done
     for i in $(seq 1 "$n"); do
-      for leg in "$@"; do
+      legs=("$@"); [ "${LEGS_TURN:-0}" = 1 ] && [ $((i % 2)) = 0 ] && legs=("${rev[@]}")
+      for leg in "${legs[@]}"; do
         sets=(); [ "$leg" = - ] || for kv in ${leg//,/ }; do sets+=(--set "$kv"); done
         step python3 -m scripts.bake --variant $Q $W "${sets[@]}" --verify
       done
@@ -1136,29 +1141,19 @@ print(m["ratio"])' "$(ls -t results/${VAR[$s]}/*-comparison.json | head -1)")
     done
     [ -x /tmp/prof/bin/py-spy ] && step bash "$0" startprof $m
     step bash "$0" standby1 $m 5 ;;
-  start21)  # [N] issue 32, after session 20261204T1529Z: there -mega started sooner than -quick in six of six rounds, and
-    # its py-spy start put 0.7 s of the API's import samples in scipy.optimize (transformers' object-detection losses,
-    # through modeling_utils) and numpy.f2py under it. API_LEAN_IMPORTS=2 hides scipy from transformers (LAZY_IMPORTS=1
-    # already defers vLLM's own scipy.signal). A start key: -mega's bake hits either way. N rounds (default 8) of one
-    # start per leg, the order turned each round, then a py-spy start with the last leg: its API samples should hold no
-    # scipy.optimize. ~6.5 min of bake, ~80 s a round of two legs: ~19 min on an H200 after the carry.
-    # LEG... (default `- API_LEAN_IMPORTS=2`) as in startlegs; e.g. add API_LEAN_IMPORTS=2,METADATA_CACHE=1: the same
-    # profile had 1.1 s of the API's samples (0.8 s of the engine's) in transformers' packages_distributions(), which
-    # METADATA_CACHE=1 reads from a file (ten rounds in session 20261129T1104Z showed nothing; three legs: ~24 min).
-    W="--set WEIGHTS=dummy --max-concurrency 8"; m=qwen3.5-4b-fp8-v3-loop-mega; n=${2:-8}
-    shift $(( $# < 2 ? $# : 2 )); fwd=("$@"); [ ${#fwd[@]} -gt 0 ] || fwd=(- API_LEAN_IMPORTS=2)
-    rev=(); for ((k=${#fwd[@]}-1; k>=0; k--)); do rev+=("${fwd[k]}"); done
-    root=$(python3 -c "from scripts.kit.variant import load; print(load('$m', ['WEIGHTS=dummy']).cache_root)") || exit 1
-    if [ -f "$root/kit-cache-manifest.json" ]; then echo "start21: $m baked on this machine: no second bake"
-    else step python3 -m scripts.bake --variant $m $W || exit 1; fi
-    for i in $(seq 1 "$n"); do
-      if [ $((i % 2)) = 1 ]; then legs=("${fwd[@]}"); else legs=("${rev[@]}"); fi
-      for leg in "${legs[@]}"; do
-        sets=(); [ "$leg" = - ] || for kv in ${leg//,/ }; do sets+=(--set "$kv"); done
-        step python3 -m scripts.bake --variant $m $W "${sets[@]}" --verify
-      done
-    done
-    last=${fwd[-1]}; sets=(); [ "$last" = - ] || for kv in ${last//,/ }; do sets+=(--set "$kv"); done
+  start21)  # [N [LEG..]] issue 32, after session 20261204T1529Z: there -mega started sooner than -quick in six of six rounds,
+    # and its py-spy start put 0.7 s of the API's import samples in scipy.optimize (transformers' object-detection
+    # losses, through modeling_utils) and numpy.f2py under it. API_LEAN_IMPORTS=2 hides scipy from transformers
+    # (LAZY_IMPORTS=1 already defers vLLM's own scipy.signal). A start key: -mega's bake hits either way. startlegs on
+    # -mega, N rounds (default 8), the order turned each round, then a py-spy start with the last leg: its API samples
+    # should hold no scipy.optimize. ~6.5 min of bake, ~80 s a round of two legs: ~19 min on an H200 after the carry.
+    # LEG... (default `- API_LEAN_IMPORTS=2`); e.g. add API_LEAN_IMPORTS=2,METADATA_CACHE=1: the same profile had 1.1 s
+    # of the API's samples (0.8 s of the engine's) in transformers' packages_distributions(), which METADATA_CACHE=1
+    # reads from a file (ten rounds in session 20261129T1104Z showed nothing; three legs: ~24 min).
+    m=qwen3.5-4b-fp8-v3-loop-mega; n=${2:-8}; shift $(( $# < 2 ? $# : 2 ))
+    legs=("$@"); [ ${#legs[@]} -gt 0 ] || legs=(- API_LEAN_IMPORTS=2)
+    LEGS_VARIANT=$m LEGS_TURN=1 bash "$0" startlegs "$n" "${legs[@]}" || exit 1
+    last=${legs[-1]}; sets=(); [ "$last" = - ] || for kv in ${last//,/ }; do sets+=(--set "$kv"); done
     [ -x /tmp/prof/bin/py-spy ] && step bash "$0" startprof $m "${sets[@]}" ;;
   start17)  # [N] issue 32 for the best Qwen3.5 variant: qwen3.5-4b-fp8-v3-loop-quick (V2 graph sizes + the start keys,
     # made 2026-12-03 without a GPU) and qwen3.5-4b-fp8-v3-loop (before: vLLM's 51 default sizes, no start key), each

