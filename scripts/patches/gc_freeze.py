@@ -140,16 +140,66 @@ def make_freeze_gc(real, capture_gc_on):
     return staticmethod(_freeze_gc)
 
 
+def level(env=os.environ) -> str:
+    """KIT_GC_EARLY_FREEZE's value: "1", or "2" (the API process's freeze after the engine's handshake)."""
+    return env.get(ENV, "")
+
+
 def freeze_api_process() -> None:
     """The API process's freeze, as its AsyncLLM is made. Where a pre-started engine (ENGINE_PRESTART) waits to be
     handed the engine, after the hand-over instead: nothing is forked from this heap then, and the young-generation
-    collection over everything the imports made (about 0.6 s on an H200, session 20261129T0410Z) runs while this
-    process waits for the engine, not before the engine can begin."""
+    collection over everything the imports made (about 0.6 s on an H200, session 20261129T0410Z) no longer comes
+    before the engine can begin. At level 2, after the engine's handshake: at level 1 it ran between the hand-over
+    and the handshake, and the engine, whose first act is that handshake, waited for it (0.85 s of the engine's
+    samples in `-mega`'s H200 start profile, results/profiles/20261204T155352Z-qwen3.5-4b-fp8-v3-loop-mega-
+    startprof.speedscope.json.gz). Once the API has answered the engine's HELLO, it only waits for READY while the
+    engine loads its model, so the collection runs beside that."""
     pre = sys.modules.get("scripts.patches.engine_prestart")
     if pre is not None and pre.pending():
-        pre.after_start(functools.partial(freeze_now, "API process, after the engine's hand-over"))
+        if level() == "2":
+            _after_handshake.append(functools.partial(freeze_now, "API process, after the engine's handshake"))
+        else:
+            pre.after_start(functools.partial(freeze_now, "API process, after the engine's hand-over"))
         return
     freeze_now("API process")
+
+
+_after_handshake: list = []  # GC_EARLY_FREEZE=2: run once, when the API process has answered an engine's HELLO
+
+
+def _run_after_handshake() -> None:
+    while _after_handshake:
+        fn = _after_handshake.pop(0)
+        try:
+            fn()
+        except Exception as e:  # noqa: BLE001 - the start goes on without the freeze
+            _say(f"after-handshake hook failed: {type(e).__name__}: {e}")
+
+
+def _on_engine_utils(mod) -> None:
+    """vLLM's wait_for_engine_startup (vllm/v1/engine/utils.py) answers an engine's HELLO with its addresses, then
+    sets that CoreEngine's state to CONNECTED. A property on CoreEngine.state sees that assignment: the moment the
+    engine can go on."""
+    cls, states = getattr(mod, "CoreEngine", None), getattr(mod, "CoreEngineState", None)
+    if cls is None or not hasattr(states, "CONNECTED"):
+        _say(f"{mod.__name__} has no CoreEngine or CoreEngineState.CONNECTED: the API process freezes after the "
+             "hand-over (level 1)")
+        return
+    if isinstance(cls.__dict__.get("state"), property):
+        return
+    connected = states.CONNECTED
+
+    def get(self):
+        try:
+            return self.__dict__["_kit_state"]
+        except KeyError:
+            raise AttributeError("state") from None
+
+    def set_(self, value):
+        self.__dict__["_kit_state"] = value
+        if value is connected:
+            _run_after_handshake()
+    cls.state = property(get, set_)
 
 
 def _patch_method(cls, name: str, freeze) -> None:
@@ -195,5 +245,7 @@ def install() -> None:
     after_import("vllm.v1.worker.gpu_worker", _on_worker("Worker"))
     after_import("vllm.v1.worker.cpu_worker", _on_worker("CPUWorker"))
     after_import("vllm.v1.worker.gpu_model_runner", _on_runner)
+    if level() == "2":
+        after_import("vllm.v1.engine.utils", _on_engine_utils)
     for name in FREEZE_CALLERS:
         after_import(name, _on_freeze_caller)

@@ -1,0 +1,82 @@
+"""KIT_LAZY_OP_COMPILE=1: a vLLM custom op's torch.compile wrapper is made the first time the op runs outside a
+compiled graph, not when the op is constructed (issue 32).
+
+Why: vLLM 0.26's CustomOp.maybe_compile (vllm/model_executor/custom_op.py) calls torch.compile(forward_native, ...)
+in the constructor of every custom op that the compilation config leaves disabled and that asks for it
+(compile_native). QuantFP8, the activation quantizer each FP8 linear layer's kernel makes, asks for it by default,
+so an FP8 Qwen3.5 builds one wrapper per linear layer. torch.compile does no compiling then, but building the wrapper
+copies Inductor's whole config (torch's _TorchCompileInductorWrapper: get_config_copy twice) and that is slow in
+bulk: in `-mega`'s H200 py-spy start
+(results/profiles/20261204T155352Z-qwen3.5-4b-fp8-v3-loop-mega-startprof.speedscope.json.gz) the engine spent 1.15 s
+of samples in maybe_compile while it built the model, 1.10 s of it under QuantFP8, after the hand-over and so on the
+start's path. Those wrappers are for calls the model-level graph does not see (an op called from inside an opaque
+custom op); a warm start that loads the model's compiled graph (the AOT artifact) never calls them at all.
+
+What changes: custom_op.py's module-level `torch` becomes a view of torch whose `compile` (called there only by
+maybe_compile) returns a plain function; every other name is torch's own. Called under a Dynamo trace (the model's own compile), that function calls forward_native, which
+Dynamo inlines, as it inlines the original behind a nested torch.compile wrapper (its `_torchdynamo_inline`).
+Called anywhere else, it makes the real torch.compile wrapper with the same arguments once, and calls it from then
+on. vLLM's early returns (compile_native off, compilation off, the eager backend) and its arguments are its own:
+the stand-in only defers the one call. Not in vLLM's compile key; the AOT artifact's source check sees custom_op.py
+unchanged either way, so a bake made with or without the key serves both.
+"""
+from __future__ import annotations
+
+import functools
+import sys
+import types
+
+ENV = "KIT_LAZY_OP_COMPILE"
+TARGET = "vllm.model_executor.custom_op"
+_MARK = "_kit_lazy_op_compile"
+
+
+def deferred(real_compile, fn, kwargs: dict):
+    """What torch.compile(fn, **kwargs) returns under the switch: `fn` under a Dynamo trace, else the real wrapper,
+    made on the first call. `real_compile`: torch.compile (looked up when the wrapper is made)."""
+    made: list = []
+
+    @functools.wraps(fn)
+    def call(*args, **kw):
+        import torch
+        if torch.compiler.is_compiling():
+            return fn(*args, **kw)
+        if not made:
+            made.append(real_compile(fn, **kwargs))
+        return made[0](*args, **kw)
+    setattr(call, _MARK, True)
+    call._kit_made = made  # the real wrapper, once made (tests and the start's log read it)
+    return call
+
+
+class _TorchView(types.ModuleType):
+    """custom_op.py's `torch` while the switch is on: torch itself, but `compile` defers (deferred())."""
+
+    def __init__(self, real):
+        super().__init__(real.__name__)
+        self.__dict__["_kit_real"] = real
+
+    def __getattr__(self, name):
+        return getattr(self.__dict__["_kit_real"], name)
+
+    def compile(self, fn=None, **kwargs):
+        real = self.__dict__["_kit_real"]
+        if fn is None:  # torch.compile(**kw) used as a decorator factory: not how custom_op.py calls it
+            return real.compile(**kwargs)
+        return deferred(lambda f, **k: real.compile(f, **k), fn, kwargs)
+
+
+def _on_import(mod) -> None:
+    t = getattr(mod, "torch", None)
+    cls = getattr(mod, "CustomOp", None)
+    if t is None or cls is None or "maybe_compile" not in cls.__dict__:
+        print(f"kit: LAZY_OP_COMPILE: {mod.__name__} has no CustomOp.maybe_compile or no torch: custom ops compile "
+              "as vLLM does", file=sys.stderr)
+        return
+    if not isinstance(t, _TorchView):
+        mod.torch = _TorchView(t)
+
+
+def install() -> None:
+    from scripts.patches.on_import import after_import
+    after_import(TARGET, _on_import)
