@@ -404,3 +404,35 @@ def test_level_2_computes_tritons_cache_key_while_it_waits_and_not_once_handed_o
 
 def test_level_2_reaches_the_servers_environment():
     assert load("tiny", ["ENGINE_PRESTART=2"]).to_env("cpu")["KIT_ENGINE_PRESTART"] == "2"
+
+
+@pytest.mark.parametrize("level", ["1", "2"])
+def test_the_prestarted_process_freezes_before_it_warms_the_caches_at_level_2(level):
+    """The order in the pre-started process once its imports are done: GC_EARLY_FREEZE's freeze, then (level 2 only)
+    Triton's key and Inductor's set-up. In session 20261204T1851Z the caches came first, the hand-over often arrived
+    while they ran, and the freeze then fell to the worker's device init, on the start's path."""
+    got, _ = run_fresh_python("""
+    import json, os, sys
+    from multiprocessing import Pipe
+    from scripts.patches import engine_prestart as ep, gc_freeze as G
+    os.environ[ep.ENV], os.environ[G.ENV] = sys.argv[1], "1"
+    reader, writer = Pipe(duplex=False)
+    _, copy = Pipe(duplex=False)  # stands in for the API's end the fork copied, which the process closes first
+    order = []
+    real_freeze = G.freeze_now
+
+    def freeze(where):  # at level 1 the last step before the wait: then the API's exit (EOF) ends the wait
+        order.append("freeze")
+        real_freeze(where)
+        if sys.argv[1] == "1":
+            writer.close()
+
+    def caches(got, cuda):  # at level 2 the last step
+        order.append("caches")
+        writer.close()
+
+    G.freeze_now, ep.warm_caches = freeze, caches
+    ep._engine_main(reader, copy, dict(os.environ), lambda got: order.append("imports"))
+    print(json.dumps(order))
+    """, level, timeout=120)
+    assert got == (["imports", "freeze"] if level == "1" else ["imports", "freeze", "caches"])

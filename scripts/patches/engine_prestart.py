@@ -135,7 +135,7 @@ def model_modules(argv: list[str], registry) -> list[str]:
 
 def warm_caches(got: threading.Event, cuda: bool) -> list[str]:
     """ENGINE_PRESTART=2: two one-time costs of a process's first compiled-kernel work, paid here while the process
-    waits, not after the hand-over. Each is cached for the life of the process (functools caches), so the engine's
+    waits (after GC_EARLY_FREEZE's freeze, see _engine_main), not after the hand-over. Each is cached for the life of the process (functools caches), so the engine's
     own call later is a lookup. Returns what it warmed. In `-mega`'s H200 py-spy start
     (results/profiles/20261204T155352Z-qwen3.5-4b-fp8-v3-loop-mega-startprof.speedscope.json.gz), after the hand-over:
     - Triton's triton_key() (triton/runtime/cache.py: a SHA-256 over its compiler's sources and libtriton.so), which
@@ -187,8 +187,6 @@ def _warm(got: threading.Event) -> None:
             importlib.import_module(name)
         except Exception as e:  # noqa: BLE001 - vLLM imports it later and raises there if it must
             _say(f"{name} is left for vLLM to import ({type(e).__name__}: {e})")
-    if os.environ.get(ENV) == "2":
-        warm_caches(got, torch.cuda.is_available())
 
 
 def apply_env(at_fork: dict, now: dict, env=os.environ) -> None:
@@ -221,6 +219,12 @@ def _engine_main(conn, writer, at_fork: dict, warm) -> None:
     warm(got)
     _mark("engine prestart ready", s=round(time.time() - t0, 3))
     _freeze_early(got)
+    if os.environ.get(ENV) == "2":
+        # After the freeze, not before: in session 20261204T1851Z (H200) they ran first, the hand-over often came
+        # while they ran, the freeze was then skipped here and made by the worker at its device init instead (its
+        # collection over every import: device init 0.66 s longer on the mean of nine rounds, 95% 0.41-0.91 s).
+        torch = sys.modules.get("torch")
+        warm_caches(got, torch is not None and torch.cuda.is_available())
     got.wait()
     conn.close()
     if "data" not in box:
