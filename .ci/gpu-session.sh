@@ -76,6 +76,7 @@
 #   bash .ci/gpu-session.sh start21 [N [LEG..]]  issue 32, after start20: -mega as committed against API_LEAN_IMPORTS=2
 #   bash .ci/gpu-session.sh start22 [N]  issue 32: start21 with the engine-path cuts (GC_EARLY_FREEZE=2, LAZY_OP_COMPILE=1,
 #                                         ENGINE_PRESTART=2) as one leg and with the API's import cuts as another
+#   bash .ci/gpu-session.sh start23 [N]  issue 32: start21 with those three keys as the one leg, after the freeze-first fix
 #       (no scipy.optimize through transformers), or the LEGs, in N rounds (default 8), the order turned; a py-spy
 #       start with the last leg (~19 min on an H200)
 #   bash .ci/gpu-session.sh warm1 VARIANT [N]  issue 32: one variant baked, then N warm starts (~8 min for v3-loop-quick on an H200)
@@ -1166,6 +1167,13 @@ print(m["ratio"])' "$(ls -t results/${VAR[$s]}/*-comparison.json | head -1)")
     # ~2 min a round: ~20 min on an H200 after the carry.
     e=ENGINE_PRESTART=2,GC_EARLY_FREEZE=2,LAZY_OP_COMPILE=1
     bash "$0" start21 "${2:-6}" - $e $e,API_LEAN_IMPORTS=2,METADATA_CACHE=1 ;;
+  start23)  # [N] issue 32, after session 20261204T1851Z: there start22's engine cuts made -mega ready 0.93 s sooner on the
+    # mean of nine rounds (95% -0.35 to 2.21 s), but ENGINE_PRESTART=2 warmed Triton and Inductor before the engine's GC
+    # freeze, which the hand-over then mostly skipped, and the worker froze at its device init instead (0.66 s on the
+    # path). The kit now freezes first. start21 on -mega with two legs, as committed against the three keys, N rounds
+    # (default 8), order turned, then a py-spy start with the keys: its engine should freeze before its hand-over. ~6.5
+    # min of bake and ~80 s a round: ~18 min on an H200 after the carry. If ready resolves, set the keys in -mega.
+    bash "$0" start21 "${2:-8}" - ENGINE_PRESTART=2,GC_EARLY_FREEZE=2,LAZY_OP_COMPILE=1 ;;
   start17)  # [N] issue 32 for the best Qwen3.5 variant: qwen3.5-4b-fp8-v3-loop-quick (V2 graph sizes + the start keys,
     # made 2026-12-03 without a GPU) and qwen3.5-4b-fp8-v3-loop (before: vLLM's 51 default sizes, no start key), each
     # baked alone (cold compiles: 421 s for v3-loop on the H100 in session 20261202T2055Z), then N rounds (default 2)
@@ -1669,5 +1677,5 @@ print(m["ratio"])' "$(ls -t results/${VAR[$s]}/*-comparison.json | head -1)")
     echo "still running: $(running | tr '\n' ' ')" ;;
   *) echo "usage: $0 spine | smoke VARIANT... | catalog SECONDS VARIANT [--set K=V ...] | parallel SECONDS KV_BYTES SPEC..." \
           "| shim VARIANT NAME | quantize SECONDS VARIANT KV_BYTES | gates VARIANT KV_BYTES | tune BASE SECONDS | sweep FLAGS.. | wheels DIR TARGET | levers | levers2 | levers3 | levers4 | levers5 | levers6" \
-          "| megacheck [VARIANT] | startprof VARIANT | startcuts VARIANT | start5 [N] | start6 [N] | start7 [N] | start8 [N] | start9 [N] | start10 [N] | start11 [N] | start12 [N] | start13 [N] | start14 [N] | start17 [N] | start18 [N] | start19 [N] | start21 [N [LEG..]] | start22 [N] | warm1 VARIANT [N] | standby1 VARIANT [CYCLES [--set K=V..]] | startlegs N LEG.. | more N LEG.. | v2step KEY=VALUE | v2prof KEY=VALUE [N] | v2profs KEY=VALUE.. | kernels | gemm3 | gemm4 | gemm5 | kfit | v2 | cut KEY=VALUE.. | headline [KEY=VALUE..] | stop NAME | chain MODE ARGS.. ++ MODE ARGS.. | detach NAME MODE ARGS.. | collect SECONDS" >&2; exit 2 ;;
+          "| megacheck [VARIANT] | startprof VARIANT | startcuts VARIANT | start5 [N] | start6 [N] | start7 [N] | start8 [N] | start9 [N] | start10 [N] | start11 [N] | start12 [N] | start13 [N] | start14 [N] | start17 [N] | start18 [N] | start19 [N] | start21 [N [LEG..]] | start22 [N] | start23 [N] | warm1 VARIANT [N] | standby1 VARIANT [CYCLES [--set K=V..]] | startlegs N LEG.. | more N LEG.. | v2step KEY=VALUE | v2prof KEY=VALUE [N] | v2profs KEY=VALUE.. | kernels | gemm3 | gemm4 | gemm5 | kfit | v2 | cut KEY=VALUE.. | headline [KEY=VALUE..] | stop NAME | chain MODE ARGS.. ++ MODE ARGS.. | detach NAME MODE ARGS.. | collect SECONDS" >&2; exit 2 ;;
 esac
