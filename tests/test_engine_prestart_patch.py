@@ -385,9 +385,10 @@ def test_a_released_prestart_runs_the_after_start_hooks_before_vllm_starts_its_o
 
 
 @pytest.mark.parametrize("handed", [False, True])
-def test_level_2_computes_tritons_cache_key_while_it_waits_and_not_once_handed_over(handed):
-    """ENGINE_PRESTART=2's warm_caches with the real Triton of this venv: triton_key() is cached afterwards (the
-    engine's first autotuned kernel then looks it up), unless the hand-over came first. Inductor's lazy init is
+def test_level_2_computes_tritons_and_torchs_cache_keys_while_it_waits_and_not_once_handed_over(handed):
+    """ENGINE_PRESTART=2's warm_caches with the real Triton and torch of this venv: triton_key() and Inductor's
+    torch_key() are cached afterwards (the engine's first autotuned kernel and vLLM's AOT cache key then look them
+    up), unless the hand-over came first. Inductor's lazy init is
     CUDA-only: not asked for here."""
     got, r = run_fresh_python("""
     import json, sys, threading
@@ -397,9 +398,16 @@ def test_level_2_computes_tritons_cache_key_while_it_waits_and_not_once_handed_o
         got.set()
     done = ep.warm_caches(got, cuda=False)
     from triton.runtime.cache import triton_key
-    print(json.dumps({"done": done, "cached": triton_key.cache_info().currsize}))
+    from torch._inductor.codecache import torch_key
+    try:
+        torch_key.set(b"")  # refused once the key is cached (torch 2.11's and 2.13's caches both)
+        torch_cached = False
+    except (AssertionError, RuntimeError):
+        torch_cached = True
+    print(json.dumps({"done": done, "triton": triton_key.cache_info().currsize, "torch": torch_cached}))
     """, "1" if handed else "0", timeout=180)
-    assert got == ({"done": [], "cached": 0} if handed else {"done": ["triton_key"], "cached": 1})
+    assert got == ({"done": [], "triton": 0, "torch": False} if handed
+                   else {"done": ["triton_key", "torch_key"], "triton": 1, "torch": True})
 
 
 def test_level_2_reaches_the_servers_environment():

@@ -134,19 +134,23 @@ def model_modules(argv: list[str], registry) -> list[str]:
 
 
 def warm_caches(got: threading.Event, cuda: bool) -> list[str]:
-    """ENGINE_PRESTART=2: two one-time costs of a process's first compiled-kernel work, paid here while the process
+    """ENGINE_PRESTART=2: one-time costs of a process's first compiled-kernel work, paid here while the process
     waits (after GC_EARLY_FREEZE's freeze, see _engine_main), not after the hand-over. Each is cached for the life of the process (functools caches), so the engine's
     own call later is a lookup. Returns what it warmed. In `-mega`'s H200 py-spy start
     (results/profiles/20261204T155352Z-qwen3.5-4b-fp8-v3-loop-mega-startprof.speedscope.json.gz), after the hand-over:
     - Triton's triton_key() (triton/runtime/cache.py: a SHA-256 over its compiler's sources and libtriton.so), which
       the first autotuned kernel's disk-cache check computes: 0.55 s, under the kit's W8A16 kernel;
+    - Inductor's torch_key() (torch/_inductor/codecache.py: a hash of torch's Python sources), which vLLM's AOT
+      cache key asks for (aot_compile_hash_factors -> get_inductor_factors) on the model's first call: 0.25 s in the
+      profiled start of session 20261204T1851Z, with the other two already moved;
     - vLLM's trigger_inductor_lazy_init (vllm/compilation/compiler_interface.py: Inductor's pattern-matcher set-up,
       cached per device), which the GPU worker calls at the end of its warm-up: 0.35 s. Made here for cuda:0, the
       device a one-GPU engine's worker takes (and the pre-started process has initialized), so the worker's call
       with that device hits the cache. Only where CUDA is.
     Stops before each step once the hand-over has come; a failure is said and left for the engine to meet."""
     done = []
-    steps = [("triton_key", lambda: __import__("triton.runtime.cache", fromlist=["triton_key"]).triton_key())]
+    steps = [("triton_key", lambda: __import__("triton.runtime.cache", fromlist=["triton_key"]).triton_key()),
+             ("torch_key", lambda: __import__("torch._inductor.codecache", fromlist=["torch_key"]).torch_key())]
     if cuda:
         def inductor():
             import torch
