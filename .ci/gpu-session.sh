@@ -1621,6 +1621,12 @@ print(m["ratio"])' "$(ls -t results/${VAR[$s]}/*-comparison.json | head -1)")
       echo "detach: $bad: nothing detached (detach NAME MODE ARGS.., or detach NAME chain MODE ARGS.. ++ MODE ARGS..)" >&2
       exit 2
     fi
+    # A name once per machine: session 20261204T1851Z detached a second job as `m` after a first `m` had ended; its log
+    # was overwritten and the old jobs/m.rc made `collect` report the new job done at once (the call slept instead).
+    if [ -e "/tmp/kit/jobs/$name.log" ] || [ -e "/tmp/kit/jobs/$name.rc" ]; then
+      echo "detach: a job named $name ran on this machine already (/tmp/kit/jobs/$name.log): nothing detached; pick another NAME" >&2
+      exit 2
+    fi
     if [ ! -d /tmp/kit ]; then  # .gpu (the payload) stays behind; weights/ and the tree come along
       mkdir -p /tmp/kit.part && tar -C . --exclude=./.gpu -cf - . | tar -C /tmp/kit.part -xf - && touch /tmp/kit.part/.t0 \
         && mv /tmp/kit.part /tmp/kit || exit

@@ -41,3 +41,24 @@ def test_detach_refuses_a_command_it_would_misread_and_detaches_nothing(tmp_path
                        capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin", "KIT_GIT_COMMIT": ""})
     assert r.returncode == 2 and says in r.stderr, r.stderr
     assert "detached" not in r.stdout and not any(tmp_path.iterdir())
+
+
+def test_detach_refuses_a_job_name_this_machine_has_used(tmp_path):
+    """Session 20261204T1851Z: a second job detached as `m` after a first `m` had ended overwrote its log, and the old
+    jobs/m.rc made `collect` call the new job done at once. The job folder is the device's fixed /tmp/kit/jobs."""
+    import uuid
+    jobs = pathlib.Path("/tmp/kit/jobs")
+    made = not jobs.parent.exists()
+    name = f"kit-test-{uuid.uuid4().hex[:8]}"
+    jobs.mkdir(parents=True, exist_ok=True)
+    (jobs / f"{name}.log").write_text("an earlier job's log\n")
+    try:
+        r = subprocess.run(["bash", str(ROOT / ".ci" / "gpu-session.sh"), "detach", name, "collect", "5"], cwd=tmp_path,
+                           capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin", "KIT_GIT_COMMIT": ""})
+        assert r.returncode == 2 and f"a job named {name} ran on this machine already" in r.stderr, r.stderr
+        assert "detached" not in r.stdout and (jobs / f"{name}.log").read_text() == "an earlier job's log\n"
+    finally:
+        (jobs / f"{name}.log").unlink()
+        if made:
+            import shutil
+            shutil.rmtree(jobs.parent, ignore_errors=True)
