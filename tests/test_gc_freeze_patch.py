@@ -204,3 +204,24 @@ def test_vllm_026_marks_the_engine_connected_right_after_answering_its_hello():
     connected = next(i for i, s in enumerate(lines) if s == "engine.state = CoreEngineState.CONNECTED")
     assert sent < connected
     assert not any("recv" in s or "poll" in s for s in lines[sent:connected])
+
+
+def test_level_2_freezes_after_the_hand_over_where_vllm_has_no_engine_state_to_watch():
+    """A vLLM whose engine utils lack CoreEngine (or its CONNECTED state): level 2 says so and the API process still
+    freezes, after the hand-over as at level 1, instead of waiting for a handshake it cannot see."""
+    got, r = run_fresh_python("""
+    import json, os, types
+    from scripts.patches import engine_prestart as ep, gc_freeze as G
+    os.environ[G.ENV] = "2"
+    ep.prestart(warm=lambda got: None)
+    G._on_engine_utils(types.ModuleType("vllm.v1.engine.utils"))  # nothing to watch
+    G.freeze_api_process()
+    seen = {"before_start": G.frozen_here()}
+    ep._run_after_start()  # what the hand-over runs
+    seen["after_start"] = G.frozen_here()
+    ep.release(None)
+    print(json.dumps(seen))
+    """, timeout=120)
+    assert got == {"before_start": False, "after_start": True}
+    assert "has no CoreEngine or CoreEngineState.CONNECTED" in r.stderr
+    assert "API process, after the engine's hand-over" in r.stderr

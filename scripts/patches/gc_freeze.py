@@ -156,7 +156,7 @@ def freeze_api_process() -> None:
     engine loads its model, so the collection runs beside that."""
     pre = sys.modules.get("scripts.patches.engine_prestart")
     if pre is not None and pre.pending():
-        if level() == "2":
+        if level() == "2" and _handshake_hooked:
             _after_handshake.append(functools.partial(freeze_now, "API process, after the engine's handshake"))
         else:
             pre.after_start(functools.partial(freeze_now, "API process, after the engine's hand-over"))
@@ -165,6 +165,7 @@ def freeze_api_process() -> None:
 
 
 _after_handshake: list = []  # GC_EARLY_FREEZE=2: run once, when the API process has answered an engine's HELLO
+_handshake_hooked = False  # CoreEngine.state is watched (_on_engine_utils); else level 2 freezes as level 1 does
 
 
 def _run_after_handshake() -> None:
@@ -185,7 +186,9 @@ def _on_engine_utils(mod) -> None:
         _say(f"{mod.__name__} has no CoreEngine or CoreEngineState.CONNECTED: the API process freezes after the "
              "hand-over (level 1)")
         return
+    global _handshake_hooked
     if isinstance(cls.__dict__.get("state"), property):
+        _handshake_hooked = True
         return
     connected = states.CONNECTED
 
@@ -200,6 +203,7 @@ def _on_engine_utils(mod) -> None:
         if value is connected:
             _run_after_handshake()
     cls.state = property(get, set_)
+    _handshake_hooked = True
 
 
 def _patch_method(cls, name: str, freeze) -> None:
