@@ -45,8 +45,17 @@ with set_current_vllm_config(cfg):
     out["patched_at_init"] = native() - out["unpatched_at_init"]
     out["marked"] = getattr(op._forward_method, op_compile._MARK, False)
     x = torch.arange(6.0)
+    # The files Dynamo inlines, recorded the way vLLM records them for its compile key and AOT source check.
+    from torch._dynamo.symbolic_convert import InliningInstructionTranslator as IIT
+    traced, inline_call = set(), IIT.inline_call_
+    def recording(self_):
+        traced.add(os.path.basename(self_.f_code.co_filename))
+        return inline_call(self_)
+    IIT.inline_call_ = recording
     outer = real(lambda t: op(t) - 1, backend="eager", fullgraph=True)
     out["traced"] = outer(x).tolist()
+    IIT.inline_call_ = inline_call
+    out["traced_files"] = sorted(traced)
     out["after_trace"] = native() - out["unpatched_at_init"]
     out["eager"] = op(x).tolist()
     out["eager_again"] = op(x + 1).tolist()
@@ -62,6 +71,9 @@ def test_the_wrapper_is_made_on_the_first_eager_call_and_a_traced_call_inlines_t
     assert got["patched_at_init"] == 0  # with the patch: none there
     assert got["traced"] == [2 * i for i in range(6)]  # Dynamo inlined forward_native, fullgraph, no wrapper made
     assert got["after_trace"] == 0
+    # forward_native's file (the script's own, "<string>") was inlined; the patch's module was not, so a bake made with
+    # the key records the files one made without does
+    assert "op_compile.py" not in got["traced_files"] and "<string>" in got["traced_files"], got["traced_files"]
     assert got["eager"] == [2 * i + 1 for i in range(6)] and got["eager_again"] == [2 * i + 3 for i in range(6)]
     assert got["after_eager"] == 1 and got["wrapper_made"] == 1  # made once, on the first eager call, then reused
 

@@ -13,10 +13,10 @@ start's path. Those wrappers are for calls the model-level graph does not see (a
 custom op); a warm start that loads the model's compiled graph (the AOT artifact) never calls them at all.
 
 What changes: custom_op.py's module-level `torch` becomes a view of torch whose `compile` (called there only by
-maybe_compile) returns a plain function; every other name is torch's own. Called under a Dynamo trace (the model's own compile), that function calls forward_native, which
-Dynamo inlines, as it inlines the original behind a nested torch.compile wrapper (its `_torchdynamo_inline`).
-Called anywhere else, it makes the real torch.compile wrapper with the same arguments once, and calls it from then
-on. vLLM's early returns (compile_native off, compilation off, the eager backend) and its arguments are its own:
+maybe_compile) returns a plain function; every other name is torch's own. Under a Dynamo trace (the model's own
+compile) Dynamo inlines forward_native in that function's place, as it does for the real wrapper: both carry
+`_torchdynamo_inline` (and were it traced anyway, it calls forward_native). Called anywhere else, it makes the real
+torch.compile wrapper with the same arguments once, and calls it from then on. vLLM's early returns (compile_native off, compilation off, the eager backend) and its arguments are its own:
 the stand-in only defers the one call. Not in vLLM's compile key; the AOT artifact's source check sees custom_op.py
 unchanged either way, so a bake made with or without the key serves both.
 
@@ -49,7 +49,12 @@ def deferred(real_compile, fn, kwargs: dict):
             made.append(real_compile(fn, **kwargs))
         return made[0](*args, **kw)
     setattr(call, _MARK, True)
-    call._kit_made = made  # the real wrapper, once made (tests and the start's log read it)
+    # What torch.compile's own wrapper carries: Dynamo meets this function in a traced forward and inlines `fn`
+    # instead, so the model's graph, and the files vLLM records as traced (its compile key, and the AOT artifact's
+    # source check), are what they are without the patch. Without it this file would be traced too, and a bake made
+    # with the key would fail its source check in a process without it (the module is not loaded there).
+    call._torchdynamo_inline = fn
+    call._kit_made = made  # the real wrapper, once made (tests read it)
     return call
 
 
