@@ -74,11 +74,11 @@
 #   bash .ci/gpu-session.sh start20 [N]  issue 32, after start19: -quick against -mega in N rounds (default 6), the
 #       order turned each round; -mega's py-spy start and its standby (~25 min on an H200)
 #   bash .ci/gpu-session.sh start21 [N [LEG..]]  issue 32, after start20: -mega as committed against API_LEAN_IMPORTS=2
-#   bash .ci/gpu-session.sh start22 [N]  issue 32: start21 with the engine-path cuts (GC_EARLY_FREEZE=2, LAZY_OP_COMPILE=1,
-#                                         ENGINE_PRESTART=2) as one leg and with the API's import cuts as another
-#   bash .ci/gpu-session.sh start23 [N]  issue 32: start21 with those three keys as the one leg, after the freeze-first fix
 #       (no scipy.optimize through transformers), or the LEGs, in N rounds (default 8), the order turned; a py-spy
 #       start with the last leg (~19 min on an H200)
+#   bash .ci/gpu-session.sh start22 [N]  issue 32: start21 with the engine-path cuts (GC_EARLY_FREEZE=2, LAZY_OP_COMPILE=1,
+#       ENGINE_PRESTART=2) as one leg and with the API's import cuts as another
+#   bash .ci/gpu-session.sh start23 [N]  issue 32: start21 with those three keys as the one leg, after the freeze-first fix
 #   bash .ci/gpu-session.sh warm1 VARIANT [N]  issue 32: one variant baked, then N warm starts (~8 min for v3-loop-quick on an H200)
 #   bash .ci/gpu-session.sh standby1 VARIANT [CYCLES [--set K=V..]]  issue 32: one variant's standby, wake -> first
 #       token (~9 min cold on an H200); a variant with STANDBY_CACHE=variant (or `--set STANDBY_CACHE=variant`)

@@ -267,7 +267,7 @@ def test_the_variant_check_refuses_the_key_where_it_cannot_act():
 def test_a_tiny_server_with_the_key_runs_its_engine_in_the_process_started_with_it(tmp_path, level):
     """With the start keys qwen3.5-4b-bf16-tuned-dvg-quick6 sets beside it (and LAZY_IMPORTS, METADATA_CACHE), so
     their interplay runs too: the API process freezes its heap only after the hand-over (level 2: after the
-    engine's handshake, with the pre-started process warming Triton's key and custom ops compiling late); every
+    engine's handshake, with the pre-started process warming Triton's and torch's keys and custom ops compiling late); every
     module the pre-started process warms (the model runner and compile backends after the model's) imports there."""
     keys = [f"ENGINE_PRESTART={level}", "API_ENGINE_FIRST=1", f"GC_EARLY_FREEZE={level}", "LAZY_IMPORTS=1",
             "METADATA_CACHE=1"] + (["LAZY_OP_COMPILE=1"] if level == 2 else [])
@@ -388,8 +388,7 @@ def test_a_released_prestart_runs_the_after_start_hooks_before_vllm_starts_its_o
 def test_level_2_computes_tritons_and_torchs_cache_keys_while_it_waits_and_not_once_handed_over(handed):
     """ENGINE_PRESTART=2's warm_caches with the real Triton and torch of this venv: triton_key() and Inductor's
     torch_key() are cached afterwards (the engine's first autotuned kernel and vLLM's AOT cache key then look them
-    up), unless the hand-over came first. Inductor's lazy init is
-    CUDA-only: not asked for here."""
+    up), unless the hand-over came first. Inductor's lazy init is CUDA-only: not asked for here."""
     got, r = run_fresh_python("""
     import json, sys, threading
     from scripts.patches import engine_prestart as ep

@@ -13,10 +13,10 @@ if __name__ == "__main__":
     import os
     import runpy
 
-    if os.environ.get("KIT_GC_EARLY_FREEZE") in ("1", "2"):  # no automatic collections over the imports: scripts/patches/gc_freeze.py
+    if os.environ.get("KIT_GC_EARLY_FREEZE", "0") != "0":  # no automatic collections over the imports: scripts/patches/gc_freeze.py
         from scripts.patches import gc_freeze
         gc_freeze.disable_now()
-    if os.environ.get("KIT_ENGINE_PRESTART") in ("1", "2"):  # before vLLM is imported: scripts/patches/engine_prestart.py
+    if os.environ.get("KIT_ENGINE_PRESTART", "0") != "0":  # before vLLM is imported: scripts/patches/engine_prestart.py
         from scripts.patches import engine_prestart
         engine_prestart.prestart()
 

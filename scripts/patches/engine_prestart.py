@@ -135,8 +135,8 @@ def model_modules(argv: list[str], registry) -> list[str]:
 
 def warm_caches(got: threading.Event, cuda: bool) -> list[str]:
     """ENGINE_PRESTART=2: one-time costs of a process's first compiled-kernel work, paid here while the process
-    waits (after GC_EARLY_FREEZE's freeze, see _engine_main), not after the hand-over. Each is cached for the life of the process (functools caches), so the engine's
-    own call later is a lookup. Returns what it warmed. In `-mega`'s H200 py-spy start
+    waits (after GC_EARLY_FREEZE's freeze, see _engine_main), not after the hand-over. Each is cached for the life of
+    the process, so the engine's own call later is a lookup. Returns what it warmed. In `-mega`'s H200 py-spy start
     (results/profiles/20261204T155352Z-qwen3.5-4b-fp8-v3-loop-mega-startprof.speedscope.json.gz), after the hand-over:
     - Triton's triton_key() (triton/runtime/cache.py: a SHA-256 over its compiler's sources and libtriton.so), which
       the first autotuned kernel's disk-cache check computes: 0.55 s, under the kit's W8A16 kernel;

@@ -154,27 +154,19 @@ def freeze_api_process() -> None:
     samples in `-mega`'s H200 start profile, results/profiles/20261204T155352Z-qwen3.5-4b-fp8-v3-loop-mega-
     startprof.speedscope.json.gz). Once the API has answered the engine's HELLO, it only waits for READY while the
     engine loads its model, so the collection runs beside that."""
+    global _freeze_at_handshake
     pre = sys.modules.get("scripts.patches.engine_prestart")
     if pre is not None and pre.pending():
         if level() == "2" and _handshake_hooked:
-            _after_handshake.append(functools.partial(freeze_now, "API process, after the engine's handshake"))
+            _freeze_at_handshake = True
         else:
             pre.after_start(functools.partial(freeze_now, "API process, after the engine's hand-over"))
         return
     freeze_now("API process")
 
 
-_after_handshake: list = []  # GC_EARLY_FREEZE=2: run once, when the API process has answered an engine's HELLO
+_freeze_at_handshake = False  # GC_EARLY_FREEZE=2: freeze when the API process has answered an engine's HELLO
 _handshake_hooked = False  # CoreEngine.state is watched (_on_engine_utils); else level 2 freezes as level 1 does
-
-
-def _run_after_handshake() -> None:
-    while _after_handshake:
-        fn = _after_handshake.pop(0)
-        try:
-            fn()
-        except Exception as e:  # noqa: BLE001 - the start goes on without the freeze
-            _say(f"after-handshake hook failed: {type(e).__name__}: {e}")
 
 
 def _on_engine_utils(mod) -> None:
@@ -200,8 +192,8 @@ def _on_engine_utils(mod) -> None:
 
     def set_(self, value):
         self.__dict__["_kit_state"] = value
-        if value is connected:
-            _run_after_handshake()
+        if value is connected and _freeze_at_handshake:
+            freeze_now("API process, after the engine's handshake")  # once a process: a second engine's is a no-op
     cls.state = property(get, set_)
     _handshake_hooked = True
 
