@@ -39,6 +39,22 @@ def test_shapes_cover_every_decoder_linear_of_the_real_architecture(arch_name):
     assert by["self_attn.o_proj"] + by.get("linear_attn.out_proj", 0) == t["num_hidden_layers"]
 
 
+def test_fused_gdn_in_proj_is_one_gemm_with_both_projections_outputs():
+    arch = json.loads((ROOT / "weights" / "configs" / "qwen3.5-4b.json").read_text())
+    two, one = gemm.layer_shapes(arch), gemm.layer_shapes(arch, fused_in_proj=True)
+    by2, by1 = ({s["layer"]: s for s in x} for x in (two, one))
+    assert "linear_attn.in_proj_ba" in by2 and not {"linear_attn.in_proj_ba", "linear_attn.in_proj_qkvz"} & set(by1)
+    f = by1["linear_attn.in_proj_qkvzba"]
+    assert f["n"] == by2["linear_attn.in_proj_qkvz"]["n"] + by2["linear_attn.in_proj_ba"]["n"] == 12352
+    assert f["count"] == by2["linear_attn.in_proj_ba"]["count"] == 24
+    # the same weights a step, one GEMM fewer per GDN layer
+    assert sum(s["n"] * s["k"] * s["count"] for s in one) == sum(s["n"] * s["k"] * s["count"] for s in two)
+    assert len(one) == len(two) - 1
+    assert gemm.layer_shapes(json.loads((ROOT / "weights" / "configs" / "qwen3-4b.json").read_text()),
+                             fused_in_proj=True) == gemm.layer_shapes(
+        json.loads((ROOT / "weights" / "configs" / "qwen3-4b.json").read_text()))  # no GDN layers: nothing to fuse
+
+
 def test_bytes_and_floor():
     n, k = 4096, 2048
     assert gemm.gemm_bytes("bf16", n, k, 1) == n * k * 2 + 2 * k + 2 * n

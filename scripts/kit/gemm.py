@@ -71,10 +71,11 @@ def kernel_env(kernel: str) -> dict:
     return {k: KERNELS[kernel].get("env", {}).get(k) for k in sorted(keys)}
 
 
-def layer_shapes(arch: dict) -> list[dict]:
+def layer_shapes(arch: dict, fused_in_proj: bool = False) -> list[dict]:
     """Every distinct Linear a decoded token passes through, as (N out, K in) with how many such layers
     a token meets. Merged projections are one GEMM, as vLLM runs them (gate+up, q+k+v, GDN's q+k+v+z and
-    b+a). The lm_head is listed apart (16-bit in every kit scheme)."""
+    b+a; with fused_in_proj, GDN_IN_PROJ=fused's one GEMM for all six). The lm_head is listed apart (16-bit in
+    every kit scheme)."""
     t = arch.get("text_config", arch)
     h, inter, n_layers = t["hidden_size"], t["intermediate_size"], t["num_hidden_layers"]
     hd = t.get("head_dim") or h // t["num_attention_heads"]
@@ -90,9 +91,12 @@ def layer_shapes(arch: dict) -> list[dict]:
         key = t["linear_num_key_heads"] * t["linear_key_head_dim"]
         val = t["linear_num_value_heads"] * t["linear_value_head_dim"]
         n_lin = n_layers - n_full
-        out += [{"layer": "linear_attn.in_proj_qkvz", "n": 2 * key + 2 * val, "k": h, "count": n_lin},
-                {"layer": "linear_attn.in_proj_ba", "n": 2 * t["linear_num_value_heads"], "k": h, "count": n_lin},
-                {"layer": "linear_attn.out_proj", "n": h, "k": val, "count": n_lin}]
+        ba = 2 * t["linear_num_value_heads"]
+        out += ([{"layer": "linear_attn.in_proj_qkvzba", "n": 2 * key + 2 * val + ba, "k": h, "count": n_lin}]
+                if fused_in_proj else
+                [{"layer": "linear_attn.in_proj_qkvz", "n": 2 * key + 2 * val, "k": h, "count": n_lin},
+                 {"layer": "linear_attn.in_proj_ba", "n": ba, "k": h, "count": n_lin}])
+        out += [{"layer": "linear_attn.out_proj", "n": h, "k": val, "count": n_lin}]
     return out
 
 

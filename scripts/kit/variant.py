@@ -239,12 +239,14 @@ class Variant:
         vLLM 0.26's AOT key (config and vLLM's environment, no sources), and a graph saved without it loads
         cleanly (compilation/decorators.py, _verify_source_unchanged checks only the sources it inlined).
         W4A16_GEMM=kit likewise, SPEC_DRAFT_FP8 (its op in the drafter's graph), and INDUCTOR_PERSISTENT_MAX (a
-        patch to Inductor's code generation, in neither vLLM's key nor Inductor's)."""
+        patch to Inductor's code generation, in neither vLLM's key nor Inductor's), and GDN_IN_PROJ=fused (vLLM's
+        forward compiled again from its unchanged file: the sources vLLM hashes do not change)."""
         return WEIGHTS / "cache" / (self.name + ("-standby" if self["STANDBY"] and self["STANDBY_CACHE"] == "own" else "")
                                     + ({"kit": "-fp8kit", "pick": "-fp8pick"}.get(self["FP8_GEMM"], ""))
                                     + ("-w4kit" if self["W4A16_GEMM"] == "kit" else "")
                                     + ("-draftfp8" if self["SPEC_DRAFT_FP8"] != "off" else "")
-                                    + (f"-persist{self['INDUCTOR_PERSISTENT_MAX']}" if self["INDUCTOR_PERSISTENT_MAX"] else ""))
+                                    + (f"-persist{self['INDUCTOR_PERSISTENT_MAX']}" if self["INDUCTOR_PERSISTENT_MAX"] else "")
+                                    + ("-inproj" if self["GDN_IN_PROJ"] == "fused" else ""))
 
     # -- server command ---------------------------------------------------------------------
     def speculative_config(self) -> dict | None:
@@ -332,6 +334,8 @@ class Variant:
             env["KIT_LM_HEAD_W8"] = self["LM_HEAD_W8"]
         if self["GDN_QKV_SPLIT"] == "two_copies":  # as above (scripts/patches/gdn_qkv_split.py)
             env["KIT_GDN_QKV_SPLIT"] = "1"
+        if self["GDN_IN_PROJ"] == "fused":  # as above (scripts/patches/gdn_in_proj.py)
+            env["KIT_GDN_IN_PROJ"] = "1"
         if self["GDN_SPEC_SLICE"] != "off":  # as above (scripts/patches/gdn_spec_slice.py): on or lean
             env["KIT_GDN_SPEC_SLICE"] = "1" if self["GDN_SPEC_SLICE"] == "on" else self["GDN_SPEC_SLICE"]
         if self["GDN_SPEC_PACKED"] == "on":  # as above (scripts/patches/gdn_spec_packed.py)

@@ -8,7 +8,8 @@ engine client and waits for the engine where 0.32's does; the V2 runner's attn_u
 tests/test_gdn_reuse_patch.py 0.26's build_attn_metadata; tests/test_engine_tokenizer_patch.py checks that 0.26's
 EngineCore makes its structured-output manager, which loads the tokenizer, after the model's warm-up;
 tests/test_draft_loop_graph_patch.py runs 0.26's BlockTables layout refresh (a standby's wake), and
-tests/test_sleep_key_patch.py checks that 0.26's ModelConfig hashes sleep mode. `make vllm026-src` (CI's .ci/run too) takes
+tests/test_sleep_key_patch.py checks that 0.26's ModelConfig hashes sleep mode; tests/test_gdn_in_proj_patch.py
+rewrites 0.26's GDN forward and reads Qwen3.5's weight mapper from its qwen3_5.py. `make vllm026-src` (CI's .ci/run too) takes
 FILES from the vllm==0.26.0 wheel with pip download (no dependencies, nothing installed) into the
 git-ignored CACHE; the wheel itself is not kept. A second call finds the files and downloads nothing.
 
@@ -35,7 +36,8 @@ FILES = ("vllm/v1/attention/backends/gdn_attn.py", "vllm/multimodal/registry.py"
          "vllm/v1/engine/utils.py", "vllm/v1/worker/gpu/attn_utils.py",
          "vllm/v1/engine/core.py", "vllm/v1/structured_output/__init__.py", "vllm/v1/worker/gpu_model_runner.py",
          "vllm/v1/worker/gpu/model_runner.py", "vllm/v1/worker/gpu/spec_decode/mtp/speculator.py",
-         "vllm/v1/worker/gpu/block_table.py", "vllm/config/model.py")
+         "vllm/v1/worker/gpu/block_table.py", "vllm/config/model.py",
+         "vllm/model_executor/models/qwen3_5.py")
 ENV = "KIT_VLLM026_SRC"
 # Every such skip starts with this; `make test`'s summary counts them and says how to run them.
 SKIP = "no vLLM 0.26 source (run: make vllm026-src)"

