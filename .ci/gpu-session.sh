@@ -1352,6 +1352,7 @@ print(m["ratio"])' "$(ls -t results/${VAR[$s]}/*-comparison.json | head -1)")
     # HEADLINE_REQUESTS (default 8) requests a pass and level: that session's published-rate c=1 ratio was 3.96x
     # [3.77, 4.09] from five rounds whose own ratios spread 3.87-4.03, most of it the median of 8 requests whose
     # synthetic acceptance differs (B's TPOT 0.91-1.18 ms within one pass); 24 narrows that part by about sqrt(3).
+    # HEADLINE_ROUNDS (default 5, CMP's): the interval resamples rounds, so more rounds narrow it too.
     shift; A=qwen3.5-4b-bf16; F=${V:-qwen3.5-4b-fp8-dvg}; kv12=12884901888; S="SERVE_MAX_NUM_SEQS=256"
     best=$(for kv in "$@"; do echo "--set $kv"; done); bestb=$(for kv in "$@"; do echo "--set-b $kv"; done)
     mem="--set SERVE_KV_CACHE_MEMORY_BYTES=$kv12 --set SERVE_GPU_MEMORY_UTILIZATION=0.2"
@@ -1361,7 +1362,8 @@ print(m["ratio"])' "$(ls -t results/${VAR[$s]}/*-comparison.json | head -1)")
       bash "$0" up f 8102 $kv12 $F --set "$S" --set SPEC_ACCEPTANCE=$r $best
       if [ $r = 0,0,0,0 ]; then L="--concurrency 1"; else L="--concurrency 1,4,8,16,32"; fi
       bash "$0" ready 900 8100 8102 && bash "$0" cmp 8100 8102 $A $F $mem --set "$S" --set-a PORT=8100 \
-        --set-b PORT=8102 --set-b SPEC_ACCEPTANCE=$r $bestb $L --requests "${HEADLINE_REQUESTS:-8}"
+        --set-b PORT=8102 --set-b SPEC_ACCEPTANCE=$r $bestb $L --requests "${HEADLINE_REQUESTS:-8}" \
+        --rounds "${HEADLINE_ROUNDS:-5}"
       [ $r = 0.98,0.82,0.70,0.54 ] && bash "$0" ready 5 8100 8102 && BS_TAG=headline- bash "$0" bs 8100 8102 $A $F 3
       bash "$0" down f
     done
