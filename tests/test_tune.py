@@ -794,7 +794,7 @@ def test_issue19_patch_levers_are_offered_where_they_apply(tmp_path, monkeypatch
     assert {"SPEC_DRAFT_VOCAB": 32768} in dv.values
     q3 = load("qwen3-4b-bf16")
     ls, _ = T.levers(q3.config, "gpu", lambda o: True, json.loads((ROOT / q3["ARCH_CONFIG"]).read_text()), (1, 8))
-    assert not {"gdn_reuse", "gdn_qkv_split", "gdn_spec_slice", "gdn_spec_packed"} & {lv.name for lv in ls}
+    assert not {"gdn_reuse", "gdn_qkv_split", "gdn_spec_slice", "gdn_spec_packed", "gdn_in_proj"} & {lv.name for lv in ls}
     # The two-copy q/k/v split: a GDN checkpoint that can speculate (its multi-token steps are the verify).
     ls, _ = T.levers(v.config, "gpu", lambda o: True, arch, (1, 8))
     assert next(lv for lv in ls if lv.name == "gdn_qkv_split").values == (
@@ -803,6 +803,10 @@ def test_issue19_patch_levers_are_offered_where_they_apply(tmp_path, monkeypatch
         {"GDN_SPEC_SLICE": "lean"}, {"GDN_SPEC_SLICE": "on"}, {"GDN_SPEC_SLICE": "off"})
     assert next(lv for lv in ls if lv.name == "gdn_spec_packed").values == (
         {"GDN_SPEC_PACKED": "on"}, {"GDN_SPEC_PACKED": "off"})
+    # one input GEMM a GDN layer: Qwen3.5's layout (Qwen3-Next's interleaved one is left to vLLM by the patch)
+    assert next(lv for lv in ls if lv.name == "gdn_in_proj").values == ({"GDN_IN_PROJ": "fused"}, {"GDN_IN_PROJ": "vllm"})
+    nxt = {**arch, "model_type": "qwen3_next"}
+    assert "gdn_in_proj" not in {lv.name for lv in T.levers(v.config, "gpu", lambda o: True, nxt, (1, 8))[0]}
     assert T.fixup(v.config, {"SPEC_DRAFT_VOCAB": 32768})["SPEC_DRAFT_VOCAB"] == 0
     assert T.fixup(v.config, {"SPEC_METHOD": "mtp", "SPEC_K": 4, "SPEC_DRAFT_VOCAB": 32768})["SPEC_DRAFT_VOCAB"] == 32768
     # the draft chain graph: MTP on a GPU host with graphs; dropped where nothing is left to graph

@@ -257,6 +257,9 @@ def levers(cfg: dict, platform: str, weights_ok, arch: dict | None = None,
         if method:  # multi-token steps are a drafter's verify (scripts/patches/gdn_qkv_split.py)
             out.append(Lever("gdn_qkv_split", ({"GDN_QKV_SPLIT": "two_copies"}, {"GDN_QKV_SPLIT": "vllm"}),
                              "GDN q/k/v split for the verify in two copies (kit patch) or four (vLLM)"))
+        if (arch or {}).get("model_type", "").startswith("qwen3_5"):  # Qwen3.5's layout (scripts/patches/gdn_in_proj.py)
+            out.append(Lever("gdn_in_proj", ({"GDN_IN_PROJ": "fused"}, {"GDN_IN_PROJ": "vllm"}),
+                             "a GDN layer's input projections as one GEMM (kit patch) or two (vLLM)"))
     hi = max(concurrency)
     seqs = [n for n in MAX_SEQS if n >= min(concurrency) and n <= max(2 * hi, 8)]
     out.append(Lever("max_num_seqs", tuple({"SERVE_MAX_NUM_SEQS": str(n)} for n in seqs),
