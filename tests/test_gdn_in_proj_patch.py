@@ -101,13 +101,15 @@ b = build(1, fused)
 out_b = b._forward_method(x)
 d = build(3, {}, interleaved=True)  # Qwen3-Next under the patch: vLLM's two projections and forward
 out_d = d._forward_method(x)
+# Traced whole by Dynamo, as vLLM compiles the model (fullgraph): the rewritten forward must not break the graph
+traced = torch.compile(b._forward_method, fullgraph=True, backend="eager")(x)
 print("RESULT " + json.dumps({
     "a_modules": sorted(n for n, _ in a.named_children() if n.startswith("in_proj")),
     "b_modules": sorted(n for n, m in b.named_children() if n.startswith("in_proj") and m is not None),
     "b_in_proj_ba": repr(b.in_proj_ba), "b_sizes": list(b.in_proj_qkvz.output_sizes),
     "split": b._kit_in_proj_split,
     "op_inputs_equal": [torch.equal(p, q) for p, q in zip(seen[0], seen[2])],  # a and b (c ran between)
-    "out_equal": torch.equal(out_a, out_b), "out_max_diff": (out_a - out_b).abs().max().item(),
+    "out_equal": torch.equal(out_a, out_b), "traced_equal": torch.equal(traced, out_b), "out_max_diff": (out_a - out_b).abs().max().item(),
     "out_norm": out_a.abs().max().item(),
     "next_modules": sorted(n for n, m in d.named_children() if n.startswith("in_proj") and m is not None),
     "next_forward_is_vllms": not getattr(d._forward_method.__func__, P._MARK, False),
@@ -155,6 +157,7 @@ def test_the_fused_layer_loads_and_computes_what_vllms_two_projections_do():
     assert r["b_sizes"] == [64, 64, 128, 128, 4, 4] and r["split"] == [384, 8]
     assert r["op_inputs_equal"] == [True, True, True]  # q/k/v, b and a as vLLM's two GEMMs gave them
     assert r["out_norm"] > 0 and r["out_max_diff"] <= 1e-6 * r["out_norm"], r
+    assert r["traced_equal"]  # Dynamo traced the patched forward in one graph (fullgraph=True) and it agreed
     assert r["forward_mark"] and r["forward_file"]
     # Qwen3-Next's interleaved layout under the patch: left to vLLM (its own model classes load it as before)
     assert r["next_modules"] == ["in_proj_ba", "in_proj_qkvz"] and r["next_forward_is_vllms"] and r["next_out_equal"]
