@@ -6,7 +6,7 @@
   patched layer, the patch's. Both run vLLM's forward_cpu on the same hidden states; the GDN attention op (which needs
   an engine's forward context) is a recording stand-in on both sides, named so. The patched layer has one projection
   module, not two; the op gets the same q/k/v, b and a, and the layer's output is the same.
-- The rewrite of vLLM 0.26's own forward_cuda (its source file): the two projection lines replaced, the rest and the
+- The rewrite of vLLM 0.26's own forward_cuda and forward_cpu (its source file): the two projection lines replaced, the rest and the
   line numbers as they were; a source without those lines is refused and the class left alone.
 - Qwen3.5's mapper and packed-module table as 0.26 ships them (read from its source): patched, b and a load into
   in_proj_qkvz's shards 4 and 5 and a quantization config sees all four checkpoint tensors under in_proj_qkvz.
@@ -176,19 +176,20 @@ def _src026(rel: str):
     return f
 
 
-def test_rewrite_of_vllm_026s_forward_cuda_changes_two_lines_and_keeps_the_rest(tmp_path):
+@pytest.mark.parametrize("name", ["forward_cuda", "forward_cpu"])  # the patch takes the class only with both
+def test_rewrite_of_vllm_026s_forward_changes_two_lines_and_keeps_the_rest(tmp_path, name):
     from scripts.patches import gdn_in_proj as P
     path = _src026("model_executor/layers/mamba/gdn/qwen_gdn_linear_attn.py")
     src = path.read_text()
     tree = ast.parse(src)
     cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "QwenGatedDeltaNetAttention")
-    fn = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "forward_cuda")
+    fn = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == name)
     lines = src.splitlines(keepends=True)
     body = "".join(lines[fn.lineno - 1:fn.end_lineno])
     # A module holding only that method, at its own line numbers, so inspect finds it in the copied file.
     copy = tmp_path / "qwen_gdn_linear_attn.py"
     copy.write_text("\n" * (fn.lineno - 1) + textwrap_dedent(body))
-    orig = _fn_from(copy.read_text(), "forward_cuda", str(copy))
+    orig = _fn_from(copy.read_text(), name, str(copy))
     new = P.rewrite(orig)
     assert new is not None and getattr(new, P._MARK)
     assert new.__code__.co_filename == str(copy) and new.__code__.co_firstlineno == orig.__code__.co_firstlineno
