@@ -113,7 +113,8 @@ def patch_layer_class(cls) -> bool:
             if not _SAID:
                 _SAID.append(prefix)
                 say("left to vLLM: Qwen3-Next's interleaved layout")
-            fwd = getattr(self._forward_method, "__func__", None)  # bound before this call: vLLM's own again
+            # vLLM bound the (rewritten) forward before this call: bind its own again
+            fwd = getattr(getattr(self, "_forward_method", None), "__func__", None)
             if getattr(fwd, "__name__", None) in old_forwards:
                 self._forward_method = old_forwards[fwd.__name__].__get__(self)
             return orig_qkvz(self, hidden_size, key_dim, value_dim, quant_config, prefix)
