@@ -18,8 +18,8 @@ What changes (vLLM 0.26, vllm/model_executor/layers/mamba/gdn/qwen_gdn_linear_at
   the model classes' packed-module table lists them under `in_proj_qkvz`, so a quantization config checks all four
   checkpoint tensors for one scheme (a checkpoint that quantizes them differently is refused by vLLM at load).
 
-Output: the same per-output-channel arithmetic, so BF16 and per-channel FP8 weights (the kit's FP8 checkpoints) give
-the same logits; vLLM's online FP8 (`SERVE_QUANTIZATION=fp8`, one scale per layer) then scales b and a with the
+Output: the same dot product per output channel, so BF16 and per-channel FP8 weights (the kit's FP8 checkpoints) give
+the same logits up to float rounding where the GEMM library picks another kernel for the wider matrix; vLLM's online FP8 (`SERVE_QUANTIZATION=fp8`, one scale per layer) then scales b and a with the
 fused layer's one scale, which moves them by rounding. Qwen3-Next (interleaved layout, its own model classes) is left
 to vLLM, said on stderr. A Qwen3.5 layer that cannot take it stops the server at load with the reason (a quantization
 config for which vLLM replicates `in_proj_ba` across ranks: AWQ, GPTQ, INC on CUDA; a forward other than CUDA's and
