@@ -1288,9 +1288,9 @@ print(m["ratio"])' "$(ls -t results/${VAR[$s]}/*-comparison.json | head -1)")
     # is what a profile measures, and two rounds agreed to 0.001 ms in session 20261129T1836Z, so one o serves all.
     # E.g. FP8_GEMM=pick LM_HEAD_W8=int8 'SERVE_IR_OP_PRIORITY={"rms_norm":["vllm_c"],"fused_add_rms_norm":["vllm_c"]}'
     # (session 20261130T0158Z: 1+3 profiles in 18 minutes from cold caches, the FP8_GEMM=pick one compiling its own).
-    # Next (issue 29's step on the best variant): V2_BASE=qwen3.5-4b-fp8-v3-loop with GDN_IN_PROJ=fused LM_HEAD_W8=int8
-    # INDUCTOR_PERSISTENT_MAX=16384, three cuts of GPU work none of which has a served profile yet; the first and last
-    # compile into caches of their own.
+    # Session 20261205T0322Z: V2_BASE=qwen3.5-4b-fp8-v3-loop with 'GDN_IN_PROJ=fused LM_HEAD_W8=int8
+    # INDUCTOR_PERSISTENT_MAX=16384' as one cut (1+1 profiles, both compiling from empty caches, ~20 min with the carry):
+    # the three act on different kernels, so one profile-compare splits them. Next on an H100: `headline` with the three.
     # Two GPUs (nvidia-h200-x2), two jobs, one a GPU, each set beside its own o: the second job with
     # CUDA_VISIBLE_DEVICES=1 V2_PORT=8116 V2_O_LAST=1 KIT_PROBE_LOCK=/tmp/kit-probe-1.lock and cuts that compile into a
     # cache of their own (FP8_GEMM=pick, SPEC_DRAFT_FP8=marlin), so its o comes after the first job's has filled the
