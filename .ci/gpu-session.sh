@@ -1290,7 +1290,8 @@ print(m["ratio"])' "$(ls -t results/${VAR[$s]}/*-comparison.json | head -1)")
     # (session 20261130T0158Z: 1+3 profiles in 18 minutes from cold caches, the FP8_GEMM=pick one compiling its own).
     # Session 20261205T0322Z: V2_BASE=qwen3.5-4b-fp8-v3-loop with 'GDN_IN_PROJ=fused LM_HEAD_W8=int8
     # INDUCTOR_PERSISTENT_MAX=16384' as one cut (1+1 profiles, both compiling from empty caches, ~20 min with the carry):
-    # the three act on different kernels, so one profile-compare splits them. Next on an H100: `headline` with the three.
+    # the three act on different kernels, so one profile-compare splits them. qwen3.5-4b-fp8-v4 sets them; next on an
+    # H100: HEADLINE_REQUESTS=24 V=qwen3.5-4b-fp8-v4 headline (its step, at acceptance 0, first: HEADLINE_RATES).
     # Two GPUs (nvidia-h200-x2), two jobs, one a GPU, each set beside its own o: the second job with
     # CUDA_VISIBLE_DEVICES=1 V2_PORT=8116 V2_O_LAST=1 KIT_PROBE_LOCK=/tmp/kit-probe-1.lock and cuts that compile into a
     # cache of their own (FP8_GEMM=pick, SPEC_DRAFT_FP8=marlin), so its o comes after the first job's has filled the
