@@ -120,6 +120,9 @@ class FinishTap(http.server.ThreadingHTTPServer):
         self.inject: dict = {}
         # Requests the server never answered (refused, dropped): lm-eval only sees a 502 and retries.
         self.failed: list[str] = []
+        # Requests it answered with a server error (5xx): an engine that died under a live API server answers every
+        # request so, and lm-eval's own error (its session closed) names neither (CPU host, 2026-12-05).
+        self.errors: list[str] = []
         super().__init__(("127.0.0.1", free_port()), _TapHandler)
         threading.Thread(target=self.serve_forever, daemon=True).start()
 
@@ -136,7 +139,7 @@ class FinishTap(http.server.ThreadingHTTPServer):
 
     def reset(self, inject: dict) -> None:
         with self.lock:
-            self.finish, self.completion_tokens, self.inject, self.failed = [], [], inject, []
+            self.finish, self.completion_tokens, self.inject, self.failed, self.errors = [], [], inject, [], []
 
 
 class _TapHandler(http.server.BaseHTTPRequestHandler):
@@ -170,6 +173,13 @@ class _TapHandler(http.server.BaseHTTPRequestHandler):
             self.end_headers()
             self.wfile.write(msg)
             return
+        if r.status_code >= 500:
+            try:
+                said = (r.json().get("error") or {}).get("message") or r.text
+            except ValueError:
+                said = r.text
+            with tap.lock:
+                tap.errors.append(f"{self.command} {self.path}: HTTP {r.status_code}: {' '.join(str(said).split())[:300]}")
         if r.status_code == 200 and payload is not None and not payload.get("echo"):
             out = r.json()
             with tap.lock:
@@ -365,11 +375,15 @@ def check_url(url: str, model: str) -> None:
     check_serves(url, model, "gate the right server or variant", where=f"--url {url}")
 
 
-def unanswered(gate: str, url: str, failed: list[str], srv: ServerProcess | None) -> str:
-    """The one message for a gate whose server stopped answering: what failed, and why where we can tell
-    (the log of a server we started and saw exit)."""
-    msg = (f"gate {gate}: the server at {url} stopped answering ({len(failed)} request(s) got no reply; "
-           f"first: {failed[0]}); no record written")
+def unanswered(gate: str, url: str, failed: list[str], srv: ServerProcess | None, errors: list[str] = ()) -> str:
+    """The one message for a gate whose server stopped answering, or answered with server errors: what failed, and
+    why where we can tell (the log of a server we started and saw exit)."""
+    if failed:
+        msg = (f"gate {gate}: the server at {url} stopped answering ({len(failed)} request(s) got no reply; "
+               f"first: {failed[0]}); no record written")
+    else:
+        msg = (f"gate {gate}: the server at {url} answered {len(errors)} request(s) with a server error (first: "
+               f"{errors[0]}); no record written")
     if srv is None:
         return msg + " (a --url server: is it still up? its own log says why)"
     if srv.alive():
@@ -459,9 +473,9 @@ def main(argv=None) -> int:
             try:
                 run = run_gate(v, name, gate, tap, tokenizer, mode, sample, a.limit, gdoc["seed"], log_dir)
             except Exception as e:
-                if isinstance(e, KitError) or not tap.failed:
+                if isinstance(e, KitError) or not (tap.failed or tap.errors):
                     raise
-                raise KitError(unanswered(name, url, tap.failed, srv)) from e
+                raise KitError(unanswered(name, url, tap.failed, srv, tap.errors)) from e
             how = {"tasks": list(gate["tasks"]), "api": gate["api"], "metric": gate["metric"],
                    "thinking": bool(gate.get("thinking")), "max_gen_toks": gate["max_gen_toks"],
                    "task_versions": run["task_versions"]}

@@ -101,3 +101,31 @@ def test_a_server_gone_is_one_error_and_no_record(tmp_path, monkeypatch):
     assert "first: POST /v1/completions: ConnectionError" in msg and "no record written" in msg
     assert not results.exists() or not any(results.rglob("*-quality.json"))
 
+
+def test_a_server_that_answers_errors_is_one_error_and_no_record(tmp_path, monkeypatch):
+    """Real lm-eval through the tap to a stdlib stand-in for a vLLM API server whose engine died under it (every
+    completion a 500 with vLLM's error JSON; a real one does that until it shuts down). One KitError naming the
+    gate, the URL and what the server said. Before (a CPU host, 2026-12-05, the FP8 tiny's engine timed out):
+    lm-eval's "Session is closed" traceback."""
+    import http.server
+    import threading
+    from scripts.kit.errors import KitError
+    from scripts.kit.procs import free_port
+    from tests.test_evaluate_tap import _EngineDeadUpstream
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", free_port()), _EngineDeadUpstream)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    results = tmp_path / "results"
+    monkeypatch.setattr(R, "RESULTS", results)
+    url = f"http://127.0.0.1:{srv.server_address[1]}"
+    monkeypatch.setattr(evaluate, "check_url", lambda *a: None)  # the stand-in serves no model list of tiny's
+    try:
+        with pytest.raises(KitError) as e:
+            evaluate.main(["--variant", "tiny", "--gates", "ci", "--limit", "1", "--url", url])
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    msg = str(e.value)
+    assert msg.startswith(f"gate mmlu_pro_mini: the server at {url} answered "), msg
+    assert "with a server error (first: POST /v1/completions: HTTP 500: EngineCore encountered an issue" in msg
+    assert "no record written" in msg
+    assert not results.exists() or not any(results.rglob("*-quality.json"))

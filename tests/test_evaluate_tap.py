@@ -85,6 +85,43 @@ def test_unanswered_names_the_gate_the_url_and_the_first_failure():
     assert "--url" in msg
 
 
+class _EngineDeadUpstream(_Upstream):
+    """Answers every completion as vLLM's API server does once its engine has died under it: 500, its error JSON."""
+    def do_POST(self):
+        self.rfile.read(int(self.headers["Content-Length"]))
+        out = json.dumps({"error": {"message": "EngineCore encountered an issue. See stack trace (above) for the "
+                                               "root cause.", "type": "InternalServerError", "code": 500}}).encode()
+        self.send_response(500)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(out)))
+        self.end_headers()
+        self.wfile.write(out)
+
+
+def test_tap_passes_a_server_error_through_and_keeps_what_it_said():
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", free_port()), _EngineDeadUpstream)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    tap = evaluate.FinishTap(f"http://127.0.0.1:{srv.server_address[1]}")
+    try:
+        code, out = _post(tap.url + "/v1/completions", {"prompt": "x"})
+        assert code == 500 and out["error"]["type"] == "InternalServerError"  # the answer, byte for byte
+        assert tap.errors == ["POST /v1/completions: HTTP 500: EngineCore encountered an issue. See stack trace "
+                              "(above) for the root cause."]
+        assert tap.failed == [] and tap.finish == []
+        tap.reset({})
+        assert tap.errors == []
+    finally:
+        tap.shutdown()
+        srv.shutdown()
+        srv.server_close()
+
+
+def test_unanswered_names_a_server_error_when_every_request_got_an_answer():
+    msg = evaluate.unanswered("ifeval", "http://h:1", [], None, ["POST /v1/completions: HTTP 500: dead", "b", "c"])
+    assert msg.startswith("gate ifeval: the server at http://h:1 answered 3 request(s) with a server error (first: "
+                          "POST /v1/completions: HTTP 500: dead); no record written")
+
+
 def test_check_url_takes_the_served_model_and_refuses_another_or_none(upstream):
     up = f"http://127.0.0.1:{upstream.server_address[1]}"
     evaluate.check_url(up + "/", "served-one")

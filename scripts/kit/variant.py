@@ -303,6 +303,10 @@ class Variant:
         """Whether the server runs --enforce-eager (EAGER; auto = on a CPU host)."""
         return self["EAGER"] == "on" or (self["EAGER"] == "auto" and platform == "cpu")
 
+    def fp8_weights(self) -> bool:
+        """Whether the server's linears hold FP8 weights: the kit's FP8 checkpoint or vLLM's online cast."""
+        return self["QUANT"] == "fp8_dynamic" or str(self.config.get("SERVE_QUANTIZATION") or "") == "fp8"
+
     def to_env(self, platform: str) -> dict:
         """Environment the server gets on top of the caller's: offline flags, cache root, pass-through."""
         env = dict(OFFLINE_ENV)
@@ -328,6 +332,8 @@ class Variant:
             env["KIT_FP8_GEMM"] = "pick"  # c=1: 1+K, or 1 without drafts
             env["KIT_FP8_PICK_M"] = str(1 + (self["SPEC_K"] or 0))
             env["KIT_FP8_PICK_RECORDS"] = str(RESULTS)
+        if platform == "cpu" and self["CPU_FP8_GEMM"] == "kit" and self.fp8_weights():
+            env["KIT_CPU_FP8_GEMM"] = "1"  # as above (scripts/patches/cpu_fp8.py): a CPU host's FP8 GEMMs
         if self["W4A16_GEMM"] == "kit":  # as above (scripts/patches/w4a16_gemm.py)
             env["KIT_W4A16_GEMM"] = "1"
         if self["LM_HEAD_W8"] != "off":  # as above (scripts/patches/lm_head_w8.py): the scheme

