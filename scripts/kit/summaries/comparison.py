@@ -302,8 +302,9 @@ def cpu_table() -> str:
     rows = gpu_rows()[1]
     if not rows:
         return "None: every comparison record here ran on a GPU."
-    return ("These ran on a CPU: your own runs (`make compare` on this host), kept out of the answer and "
-            "the GPU table. On a CPU they check the plumbing, not what a GPU would give.\n\n" + table(rows))
+    return ("These ran on a CPU (the device column names it), kept out of the answer and the GPU table: a "
+            "committed record is the kit's, one `git status` shows as new is yours (`make compare` on this host). "
+            "They say what a CPU host gets, not what a GPU would give.\n\n" + table(rows))
 
 
 # -- the answer: the best comparison against the family's BF16 baseline, per synthetic rate set --
