@@ -13,8 +13,10 @@ per token or per tensor as the checkpoint says), and every product of two FP8 va
 A.float() @ W.float() is the FP8 GEMM up to the order of the float32 sums; vLLM's scales and bias follow as its
 channel-wise torch kernel applies them. The weights' FP8 values are kept as a bfloat16 copy (exact: e4m3 has 3
 mantissa bits, bfloat16 7), made when the weights load, and widened per call (by hand, same host: widening the FP8
-weights took 1.7 ms a call at one row, the bfloat16 copy 0.13 ms). Memory: the FP8 weights plus a 16-bit copy, what a BF16 checkpoint
-holds. Where vLLM has a native kernel (AMX-FP8 CPUs), it keeps it: this one says it is not supported there.
+weights took 1.7 ms a call at one row, the bfloat16 copy 0.13 ms). Memory: the FP8 weights and their 16-bit copy,
+three bytes a weight where the BF16 checkpoint has two. The copy is made once, when vLLM's loader is done with the layer: weights changed in place after that (an
+update of a live server's weights) would not reach it, and the kit starts no such update. Where vLLM has a native
+kernel (AMX-FP8 CPUs), it keeps it: this one says it is not supported there.
 
 Read at every interpreter's start (sitecustomize.py): torch and vLLM are imported only in the hook.
 Tested on CPU (tests/test_cpu_fp8_patch.py): real vLLM FP8 layers agree with vLLM's own kernel on the same
