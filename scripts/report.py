@@ -104,6 +104,9 @@ def keys_table() -> str:
         rows.append(f"| `{k}` | `{'' if d is None else d}` | {p['description']} |")
     for pat, p in sch["patternProperties"].items():
         rows.append(f"| `{pat}` | | {p['description']} |")
+    out = sch["x-changes-output"]
+    rows += ["", "**Keys that change the output** (" + ", ".join(f"`{k}`" for k in out["keys"]) + "): "
+             + out["description"]]
     return "\n".join(rows)
 
 

@@ -261,3 +261,28 @@ def test_a_routing_rows_workload_is_named_and_the_catalog_mix_is_not():
     t = copy.deepcopy(rec(AB))
     t["payload"]["workload"].update(shared_prefixes=4, prefix_tokens=1536, turns=3)
     assert C.row(AB, t)["workload"] == "4 shared prompts of 1536 tokens, 3-turn conversations"
+
+
+def test_the_answer_says_which_keys_change_the_output_beside_each_speed_figure():
+    """A variant whose keys change what the model outputs against its baseline (the schema's x-changes-output:
+    FP8 weights, an 8-bit lm_head) gets a quality line under its speed figure, naming them and the gate to run;
+    a speed-only variant gets none."""
+    from scripts.kit import prose
+    from scripts.kit.variant import load
+    plain = prose._COMMENT.sub("", C.answer_block())
+    bullets = [b for b in plain.split("\n- ")[1:] if "`" in b]
+    assert bullets
+    seen = 0
+    for b in bullets:
+        name = b.split("`")[1]
+        changes = load(name).output_changes()
+        quality = [ln for ln in b.splitlines() if ln.strip().startswith("- quality:")]
+        assert len(quality) == (1 if changes else 0), (name, quality)
+        if changes:
+            seen += 1
+            for k, v in changes.items():
+                assert f"`{k}={v}`" in quality[0]
+            assert f"make eval-quality VARIANT={name}" in quality[0]
+    assert seen  # the FP8 answers have one
+    dvg = C.headline_block("qwen3.5-4b-bf16-tuned-dvg")
+    assert "quality:" not in dvg and "TPOT p50 at c=1" in dvg

@@ -4,6 +4,7 @@ import json
 import pytest
 
 from scripts.kit.errors import KitError
+from scripts.kit.paths import ROOT
 from scripts.kit.variant import discover, load, parse_file
 
 
@@ -203,3 +204,20 @@ def test_dummy_draft_folder_comes_from_spec_arch_config(tree, tmp_path, monkeypa
     cfg = json.loads((d / "config.json").read_text())
     assert cfg["architectures"] == ["DFlashDraftModel"] and cfg["dflash_config"]["target_layer_ids"]
     assert f'"model":"{d}"' in " ".join(v.to_argv("gpu"))
+
+
+def test_output_changes_name_what_the_quality_gates_must_clear():
+    """The schema's x-changes-output keys where a variant differs from its BASELINE (the README's answer
+    prints them beside its speed figures): weights and lm_head schemes count, speed-only patches do not."""
+    assert load("qwen3.5-4b-fp8-v4").output_changes() == {"QUANT": "fp8_dynamic", "LM_HEAD_W8": "int8"}
+    assert load("qwen3.5-4b-fp8-v4", ["LM_HEAD_W8=off"]).output_changes() == {"QUANT": "fp8_dynamic"}
+    assert load("qwen3.5-4b-bf16-tuned-dvg").output_changes() == {}  # speculation and draft patches only
+    assert load("qwen3.5-4b-bf16-tuned-dvg", ["SERVE_KV_CACHE_DTYPE=fp8"]).output_changes() == \
+        {"SERVE_KV_CACHE_DTYPE": "fp8"}
+    assert load("qwen3.5-4b-bf16", ["QUANT=fp8_dynamic"]).output_changes() == {}  # a baseline is its own reference
+
+
+def test_every_output_changing_key_is_a_key_the_kit_knows():
+    schema = json.loads((ROOT / "schemas" / "variant.schema.json").read_text())
+    for k in schema["x-changes-output"]["keys"]:
+        assert k in schema["properties"] or k.startswith("SERVE_"), k

@@ -303,6 +303,16 @@ class Variant:
         """Whether the server runs --enforce-eager (EAGER; auto = on a CPU host)."""
         return self["EAGER"] == "on" or (self["EAGER"] == "auto" and platform == "cpu")
 
+    def output_changes(self) -> dict:
+        """{key: value} for each key of the schema's x-changes-output list where this variant differs from its
+        BASELINE: what its quality gates must clear before it is served. Empty for a baseline or none named."""
+        base = self["BASELINE"]
+        if not base or base == self.name:
+            return {}
+        ref = load(base).config
+        return {k: self.config.get(k) for k in _schema()["x-changes-output"]["keys"]
+                if str(self.config.get(k) or "") != str(ref.get(k) or "")}
+
     def fp8_weights(self) -> bool:
         """Whether the server's linears hold FP8 weights: the kit's FP8 checkpoint or vLLM's online cast."""
         return self["QUANT"] == "fp8_dynamic" or str(self.config.get("SERVE_QUANTIZATION") or "") == "fp8"

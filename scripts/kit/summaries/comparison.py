@@ -378,8 +378,23 @@ def _answer_lines(rows: list[dict], name_variant: bool) -> list[str]:
         also = ("; other records of this pair at these rates: " + ", ".join(
             f"{ratio_text(r['tpot_p50_ms_c1'])} (`{r['record']}`)" for r in others) if others else "")
         out.append(f"- {head}{gp}{where}{also}.")
+        out += _quality_line(b)
         out += [f"  - caveat: {w}" for w in b["errors"] + b["warnings"]]
     return out
+
+
+def _quality_line(r: dict) -> list[str]:
+    """The keys of B that change what the model outputs against A (the schema's x-changes-output), said
+    beside its speed: a speed record, on dummy weights most of all, says nothing of quality."""
+    from scripts.kit.variant import load
+    changes = load(r["b"]).output_changes()
+    if not changes:
+        return []
+    keys = ", ".join(f"`{k}={v}`" for k, v in changes.items())
+    why = ("this record ran dummy weights, which say nothing of quality" if r["weights"] == "dummy"
+           else "this record measured speed, not quality")
+    return [f"  - quality: {keys} {'changes' if len(changes) == 1 else 'change'} the model's output against "
+            f"`{r['a']}`; {why}: gate it on your weights (`make eval-quality VARIANT={r['b']}`) before you serve it"]
 
 
 def answer_block() -> str:
