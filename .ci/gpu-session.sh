@@ -1174,6 +1174,20 @@ print(m["ratio"])' "$(ls -t results/${VAR[$s]}/*-comparison.json | head -1)")
     # (default 8), order turned, then a py-spy start with the keys: its engine should freeze before its hand-over. ~6.5
     # min of bake and ~80 s a round: ~18 min on an H200 after the carry. If ready resolves, set the keys in -mega.
     bash "$0" start21 "${2:-8}" - ENGINE_PRESTART=2,GC_EARLY_FREEZE=2,LAZY_OP_COMPILE=1 ;;
+  start24)  # [N] issue 32 for qwen3.5-4b-fp8-v4, the best Qwen3.5 variant since session 20261205T0927Z (H100: 4.29x BF16
+    # at the published rates): its -mega child (made 2026-12-05 without a GPU: v3-loop-mega's start with v4's three step
+    # keys) baked alone, then v4 itself (before: vLLM's 51 graph sizes, no start key; cold bake ~7 min on an H100 as
+    # v3-loop's 421 s was), then N rounds (default 3) of one warm start each, the order turned each round, then the
+    # child's standby on its bake (STANDBY_CACHE=variant). ~25 min on an H100 after the carry: the lease's whole job.
+    W="--set WEIGHTS=dummy --max-concurrency 8"; m=qwen3.5-4b-fp8-v4-mega; v=qwen3.5-4b-fp8-v4
+    step python3 -m scripts.kit draft-vocab --variant $m --set WEIGHTS=dummy
+    step python3 -m scripts.bake --variant $m $W || exit 1
+    step python3 -m scripts.bake --variant $v $W || exit 1
+    for i in $(seq 1 "${2:-3}"); do
+      if [ $((i % 2)) = 1 ]; then pair="$m $v"; else pair="$v $m"; fi
+      for x in $pair; do step python3 -m scripts.bake --variant $x $W --verify; done
+    done
+    step bash "$0" standby1 $m 5 ;;
   start17)  # [N] issue 32 for the best Qwen3.5 variant: qwen3.5-4b-fp8-v3-loop-quick (V2 graph sizes + the start keys,
     # made 2026-12-03 without a GPU) and qwen3.5-4b-fp8-v3-loop (before: vLLM's 51 default sizes, no start key), each
     # baked alone (cold compiles: 421 s for v3-loop on the H100 in session 20261202T2055Z), then N rounds (default 2)
