@@ -1135,13 +1135,8 @@ print(m["ratio"])' "$(ls -t results/${VAR[$s]}/*-comparison.json | head -1)")
     # session falls on both sides; then a py-spy start of -mega (where the API's 9.5-12.3 s go now) and -mega's own
     # standby on its bake (STANDBY_CACHE=variant from -quick). The parent is left out: its cold bake (~6.5 min) never
     # fit after the rest. ~13 min of bakes, ~80 s a round: ~25 min on an H200 after the carry.
-    W="--set WEIGHTS=dummy --max-concurrency 8"; q=qwen3.5-4b-fp8-v3-loop-quick; m=qwen3.5-4b-fp8-v3-loop-mega
-    step python3 -m scripts.bake --variant $q $W || exit 1
-    step python3 -m scripts.bake --variant $m $W || exit 1
-    for i in $(seq 1 "${2:-6}"); do
-      if [ $((i % 2)) = 1 ]; then pair="$q $m"; else pair="$m $q"; fi
-      for v in $pair; do step python3 -m scripts.bake --variant $v $W --verify; done
-    done
+    q=qwen3.5-4b-fp8-v3-loop-quick; m=qwen3.5-4b-fp8-v3-loop-mega
+    bash "$0" turns "${2:-6}" $q $m || exit 1
     [ -x /tmp/prof/bin/py-spy ] && step bash "$0" startprof $m
     step bash "$0" standby1 $m 5 ;;
   start21)  # [N [LEG..]] issue 32, after session 20261204T1529Z: there -mega started sooner than -quick in six of six rounds,
@@ -1179,15 +1174,21 @@ print(m["ratio"])' "$(ls -t results/${VAR[$s]}/*-comparison.json | head -1)")
     # keys) baked alone, then v4 itself (before: vLLM's 51 graph sizes, no start key; cold bake ~7 min on an H100 as
     # v3-loop's 421 s was), then N rounds (default 3) of one warm start each, the order turned each round, then the
     # child's standby on its bake (STANDBY_CACHE=variant). ~25 min on an H100 after the carry: the lease's whole job.
-    W="--set WEIGHTS=dummy --max-concurrency 8"; m=qwen3.5-4b-fp8-v4-mega; v=qwen3.5-4b-fp8-v4
+    m=qwen3.5-4b-fp8-v4-mega
     step python3 -m scripts.kit draft-vocab --variant $m --set WEIGHTS=dummy
-    step python3 -m scripts.bake --variant $m $W || exit 1
-    step python3 -m scripts.bake --variant $v $W || exit 1
-    for i in $(seq 1 "${2:-3}"); do
-      if [ $((i % 2)) = 1 ]; then pair="$m $v"; else pair="$v $m"; fi
+    bash "$0" turns "${2:-3}" $m qwen3.5-4b-fp8-v4 || exit 1
+    step bash "$0" standby1 $m 5 ;;
+  turns)  # N A B: A and B baked alone, in that order (a failed bake stops it), then N rounds of one warm start each
+    # (`make verify-cache`, traced), the order turned each round (A B, B A, ..) so a drift over the session falls on both.
+    # A verify that fails still writes its record, so the rounds go on.
+    W="--set WEIGHTS=dummy --max-concurrency 8"; a=$3; b=$4
+    step python3 -m scripts.bake --variant $a $W || exit 1
+    step python3 -m scripts.bake --variant $b $W || exit 1
+    for i in $(seq 1 "$2"); do
+      if [ $((i % 2)) = 1 ]; then pair="$a $b"; else pair="$b $a"; fi
       for x in $pair; do step python3 -m scripts.bake --variant $x $W --verify; done
     done
-    step bash "$0" standby1 $m 5 ;;
+    true ;;  # a failed verify is in its record; what follows the rounds (a profile, a standby) still runs
   start17)  # [N] issue 32 for the best Qwen3.5 variant: qwen3.5-4b-fp8-v3-loop-quick (V2 graph sizes + the start keys,
     # made 2026-12-03 without a GPU) and qwen3.5-4b-fp8-v3-loop (before: vLLM's 51 default sizes, no start key), each
     # baked alone (cold compiles: 421 s for v3-loop on the H100 in session 20261202T2055Z), then N rounds (default 2)
