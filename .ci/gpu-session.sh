@@ -1384,6 +1384,21 @@ print(m["ratio"])' "$(ls -t results/${VAR[$s]}/*-comparison.json | head -1)")
       bash "$0" down f
     done
     bash "$0" down a ;;
+  h29)  # issue 29's two H100 gaps for qwen3.5-4b-fp8-v4 after session 20261205T0927Z (published rates 4.29x [4.08, 4.41];
+    # its step at acceptance 0 3.873 ms, over the 3.5 ms target, with its engine thread on a CPU 88-97% of each pass
+    # against BF16's 62-74%): the pessimistic rates (headline, c=1..32, 24 requests), then v4 profiled alone at
+    # acceptance 0 twice on the cache the headline compiled: with the Python stack (the V2 runner's phases split) and
+    # without (--no-stack: every kernel falls to "other", but the gaps are the device's own idle time, not the
+    # profiler's), so the step's GPU work and its host-bound idle time on the H100 are each one figure. ~7.5 min of cold
+    # compiles, ~7 min of timing, ~3 min a profile: ~21 min on an H100 after the carry.
+    v=qwen3.5-4b-fp8-v4; Z=0,0,0,0
+    HEADLINE_RATES=0.6,0.35,0.2,0.1 HEADLINE_REQUESTS=${HEADLINE_REQUESTS:-24} V=$v bash "$0" headline
+    for ns in "" --no-stack; do
+      step python3 -m scripts.profile --variant $v --set WEIGHTS=dummy --set PORT=8114 --set SERVE_MAX_NUM_SEQS=256 \
+        --set SERVE_KV_CACHE_MEMORY_BYTES=12884901888 --set SERVE_GPU_MEMORY_UTILIZATION=0.2 --set SPEC_ACCEPTANCE=$Z $ns \
+        > "$LOGS/h29-prof${ns:+-nostack}.log" 2>&1
+      grep -h "record:\|^error:" "$LOGS/h29-prof${ns:+-nostack}.log" | cut -c1-600
+    done ;;
   kprofile)  # [SIDE]: after `kernels`, where FP8 -dvg's step goes on one of its sides (f vLLM's pick, h humming, m FP8
     # Marlin, x the kit's kernel; default f): no-stack `make profile`, alone on the GPU, its own cold start. ~5 min.
     # V=qwen3.5-4b-fp8-v2 profiles the V2 runner instead: its step at acceptance 0 equalled V1's (20261127T2243Z).
