@@ -215,6 +215,7 @@ def test_output_changes_name_what_the_quality_gates_must_clear():
     assert load("qwen3.5-4b-bf16-tuned-dvg", ["SERVE_KV_CACHE_DTYPE=fp8"]).output_changes() == \
         {"SERVE_KV_CACHE_DTYPE": "fp8"}
     assert load("qwen3.5-4b-bf16", ["QUANT=fp8_dynamic"]).output_changes() == {}  # a baseline is its own reference
+    assert load("qwen3.5-4b-bf16-tuned-dvg", ["SERVE_KV_CACHE_DTYPE=auto"]).output_changes() == {}  # vLLM's default
 
 
 def test_every_output_changing_key_is_a_key_the_kit_knows():

@@ -310,8 +310,9 @@ class Variant:
         if not base or base == self.name:
             return {}
         ref = load(base).config
+        norm = lambda v: "" if str(v or "") == "auto" else str(v or "")  # a SERVE_ flag at "auto" is vLLM's default
         return {k: self.config.get(k) for k in _schema()["x-changes-output"]["keys"]
-                if str(self.config.get(k) or "") != str(ref.get(k) or "")}
+                if norm(self.config.get(k)) != norm(ref.get(k))}
 
     def fp8_weights(self) -> bool:
         """Whether the server's linears hold FP8 weights: the kit's FP8 checkpoint or vLLM's online cast."""
