@@ -1385,8 +1385,8 @@ print(m["ratio"])' "$(ls -t results/${VAR[$s]}/*-comparison.json | head -1)")
     done
     bash "$0" down a ;;
   h29)  # issue 29's two H100 gaps for qwen3.5-4b-fp8-v4 after session 20261205T0927Z (published rates 4.29x [4.08, 4.41];
-    # its step at acceptance 0 3.873 ms, over the 3.5 ms target, with its engine thread on a CPU 88-97% of each pass
-    # against BF16's 62-74%): the pessimistic rates (headline, c=1..32, 24 requests), then v4 profiled alone at
+    # its step at acceptance 0 3.873 ms, over the 3.5 ms target, with its engine thread on a CPU 88.5-96.5% of each pass
+    # against BF16's 64.8-69.1%): the pessimistic rates (headline, c=1..32, 24 requests), then v4 profiled alone at
     # acceptance 0 twice on the cache the headline compiled: with the Python stack (the V2 runner's phases split) and
     # without (--no-stack: every kernel falls to "other", but the gaps are the device's own idle time, not the
     # profiler's), so the step's GPU work and its host-bound idle time on the H100 are each one figure. ~7.5 min of cold
