@@ -1008,7 +1008,10 @@ print(m["ratio"])' "$(ls -t results/${VAR[$s]}/*-comparison.json | head -1)")
     # BF16's own compile came after it (331 s). A lease holds one cut's check, timing and profiles, no more.
     # A committed variant's name as the cut (CUT = experiments/<name>/, e.g. qwen3.5-4b-fp8-v3-loop, V2_BASE its parent):
     # c runs that variant as it is, so the BF16 pair is that variant's own record (make report's answer can take it),
-    # and o against c is the parent against it. Else c is V2_BASE with the KEY=VALUEs.
+    # and o against c is the parent against it. Else c is V2_BASE with the KEY=VALUEs. SAME=1: o's and c's greedy
+    # completions compared at acceptance 0 before the step is timed (`same`), for a cut that keeps the arithmetic.
+    # SAME=1 V2_BASE=qwen3.5-4b-fp8-v4 v2cut qwen3.5-4b-fp8-v4-pdl: Inductor's PDL on v4 (H100 step 3.873 ms at
+    # acceptance 0 in session 20261205T0927Z, over issue 29's 3.5 ms), ~18 min on an H100 after the carry.
     cut=$2; kv12=12884901888; A=qwen3.5-4b-bf16; V2=${V2_BASE:-qwen3.5-4b-fp8-v2}; S="SERVE_MAX_NUM_SEQS=256"
     R=0.98,0.82,0.70,0.54; Z=0,0,0,0; CV=$V2
     mem="--set SERVE_KV_CACHE_MEMORY_BYTES=$kv12 --set SERVE_GPU_MEMORY_UTILIZATION=0.2"
@@ -1022,6 +1025,9 @@ print(m["ratio"])' "$(ls -t results/${VAR[$s]}/*-comparison.json | head -1)")
       bash "$0" up o 8102 $kv12 $V2 --set "$S" --set SPEC_ACCEPTANCE=$r
       bash "$0" up c 8104 $kv12 $CV --set "$S" --set SPEC_ACCEPTANCE=$r "${cs[@]}"
       bash "$0" ready 900 8100 8102 8104; grep -h "kit: \|Using V2" "$LOGS"/up-[oc].log | sed 's/pid=[0-9]*//' | sort | uniq -c
+      # INDUCTOR_PDL's kernels, if any compiled: Inductor writes the wait into each kernel that launches early
+      echo "kernel sources with griddepcontrol waits: $(grep -rl "gdc_wait" weights/cache /tmp/torchinductor_* 2>/dev/null | wc -l)"
+      if [ $r = $Z ] && [ -n "${SAME:-}" ]; then step bash "$0" same 8102 8104 $V2 $CV; fi
       if [ $r = $Z ]; then pair 8102 8104 $V2 $r --set-a SPEC_ACCEPTANCE=$r --concurrency 1
       else pair 8102 8104 $V2 $r --set-a SPEC_ACCEPTANCE=$r --concurrency 1,8
         pair 8100 8104 $A $r --concurrency 1,4,8,16,32
@@ -1029,6 +1035,29 @@ print(m["ratio"])' "$(ls -t results/${VAR[$s]}/*-comparison.json | head -1)")
       bash "$0" down o c
     done
     bash "$0" down a ;;
+  same)  # PORT_A PORT_B NAME_A NAME_B: greedy completions of both servers compared through the API, 8 prompts of 64
+    # tokens one at a time, then the same 8 at once. For a cut that keeps the arithmetic (INDUCTOR_PDL: launch order
+    # only), at acceptance 0, where every token is the target's greedy one. Each server compiled its own kernels, and
+    # Inductor's run-time autotuning may pick other block sizes (float32 sums in another order), which on dummy weights'
+    # near-flat logits can turn a token: a difference is a lead to a race, not proof of one; all equal is the check.
+    python3 - "$2" "$3" "$4" "$5" <<'PY'
+import json, sys, urllib.request as u
+from concurrent.futures import ThreadPoolExecutor
+pa, pb, na, nb = sys.argv[1:5]
+def ask(port, name, p):
+    body = {"model": name, "prompt": p, "max_tokens": 64, "temperature": 0, "ignore_eos": True}
+    r = u.Request(f"http://127.0.0.1:{port}/v1/completions", json.dumps(body).encode(), {"Content-Type": "application/json"})
+    return json.load(u.urlopen(r, timeout=300))["choices"][0]["text"]
+prompts = ["The capital of France is", "def fib(n):", "Once upon a time", "1, 2, 3, 5, 8,", "SELECT name FROM",
+           "The mitochondria is", "Translate to German: good morning", "In 1969, the first"]
+one = [ask(pa, na, p) == ask(pb, nb, p) for p in prompts]
+with ThreadPoolExecutor(8) as ex:
+    a = list(ex.map(lambda p: ask(pa, na, p), prompts)); b = list(ex.map(lambda p: ask(pb, nb, p), prompts))
+together = [x == y for x, y in zip(a, b)]
+print(f"same: {na} on {pa} against {nb} on {pb}, greedy, 64 tokens: {sum(one)} of {len(one)} completions identical "
+      f"one at a time, {sum(together)} of {len(together)} eight at once")
+PY
+    ;;
   loopcheck)  # [KEY=VALUE..] issue 29: SPEC_DRAFT_LOOP_GRAPH=on on V2_BASE at the published rates, with
     # KIT_DRAFT_LOOP_GRAPH_CHECK=10 (after every replay of the draft loop's graph, 0.26's eager loop runs again on the
     # same inputs and the drafts are compared; scripts/patches/draft_loop_graph.py), loaded by `vllm bench serve` at

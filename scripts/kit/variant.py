@@ -240,13 +240,15 @@ class Variant:
         cleanly (compilation/decorators.py, _verify_source_unchanged checks only the sources it inlined).
         W4A16_GEMM=kit likewise, SPEC_DRAFT_FP8 (its op in the drafter's graph), and INDUCTOR_PERSISTENT_MAX (a
         patch to Inductor's code generation, in neither vLLM's key nor Inductor's), and GDN_IN_PROJ=fused (vLLM's
-        forward compiled again from its unchanged file: the sources vLLM hashes do not change)."""
+        forward compiled again from its unchanged file: the sources vLLM hashes do not change), and INDUCTOR_PDL (an
+        Inductor setting: in Inductor's cache key, not in vLLM's, which would load the other setting's kernels)."""
         return WEIGHTS / "cache" / (self.name + ("-standby" if self["STANDBY"] and self["STANDBY_CACHE"] == "own" else "")
                                     + ({"kit": "-fp8kit", "pick": "-fp8pick"}.get(self["FP8_GEMM"], ""))
                                     + ("-w4kit" if self["W4A16_GEMM"] == "kit" else "")
                                     + ("-draftfp8" if self["SPEC_DRAFT_FP8"] != "off" else "")
                                     + (f"-persist{self['INDUCTOR_PERSISTENT_MAX']}" if self["INDUCTOR_PERSISTENT_MAX"] else "")
-                                    + ("-inproj" if self["GDN_IN_PROJ"] == "fused" else ""))
+                                    + ("-inproj" if self["GDN_IN_PROJ"] == "fused" else "")
+                                    + ("-pdl" if self["INDUCTOR_PDL"] == "on" else ""))
 
     # -- server command ---------------------------------------------------------------------
     def speculative_config(self) -> dict | None:
@@ -363,6 +365,8 @@ class Variant:
                 env["KIT_GDN_SPEC_OVERLAP"] = "1"
         if self["INDUCTOR_PERSISTENT_MAX"]:  # as above (scripts/patches/inductor_persistent.py)
             env["KIT_INDUCTOR_PERSISTENT_MAX"] = str(self["INDUCTOR_PERSISTENT_MAX"])
+        if self["INDUCTOR_PDL"] == "on":  # read by torch._inductor.config at import, in every process that compiles
+            env["TORCHINDUCTOR_ENABLE_PDL"] = "1"
         if self["GDN_METADATA_REUSE"] != "off":  # as above (scripts/patches/gdn_reuse.py): on or shared
             env["KIT_GDN_REUSE"] = "1" if self["GDN_METADATA_REUSE"] == "on" else self["GDN_METADATA_REUSE"]
         if self["SPEC_DRAFT_GRAPH"]:  # as above (scripts/patches/draft_graph.py): the largest graphed batch
