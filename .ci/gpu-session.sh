@@ -1020,21 +1020,24 @@ print(m["ratio"])' "$(ls -t results/${VAR[$s]}/*-comparison.json | head -1)")
     pair() { local pa=$1 pb=$2 a=$3 r=$4; shift 4; bash "$0" ready 5 $pa $pb && bash "$0" cmp $pa $pb $a $CV $mem --set "$S" \
       --set-a PORT=$pa --set-b PORT=$pb --set-b SPEC_ACCEPTANCE=$r "${cb[@]}" "$@" --requests 8; }
     step python3 -m scripts.kit draft-vocab --variant $V2 --set WEIGHTS=dummy
-    bash "$0" up a 8100 $kv12 $A --set "$S"
-    for r in $Z $R; do
+    # ONLY0=1: o against c at acceptance 0 alone, no BF16 server (~12 min on an H100 after the carry: the two cold compiles
+    # side by side, then the step): for a lease that cannot hold the whole cut.
+    rs="$Z $R"; ports="8100 8102 8104"; if [ -n "${ONLY0:-}" ]; then rs=$Z; ports="8102 8104"; else bash "$0" up a 8100 $kv12 $A --set "$S"; fi
+    for r in $rs; do
       bash "$0" up o 8102 $kv12 $V2 --set "$S" --set SPEC_ACCEPTANCE=$r
       bash "$0" up c 8104 $kv12 $CV --set "$S" --set SPEC_ACCEPTANCE=$r "${cs[@]}"
-      bash "$0" ready 900 8100 8102 8104; grep -h "kit: \|Using V2" "$LOGS"/up-[oc].log | sed 's/pid=[0-9]*//' | sort | uniq -c
+      bash "$0" ready 900 $ports; grep -h "kit: \|Using V2" "$LOGS"/up-[oc].log | sed 's/pid=[0-9]*//' | sort | uniq -c
       # INDUCTOR_PDL's kernels, if any compiled: Inductor writes the wait into each kernel that launches early
       echo "kernel sources with griddepcontrol waits: $(grep -rl "gdc_wait" weights/cache /tmp/torchinductor_* 2>/dev/null | wc -l)"
       if [ $r = $Z ] && [ -n "${SAME:-}" ]; then step bash "$0" same 8102 8104 $V2 $CV; fi
       if [ $r = $Z ]; then pair 8102 8104 $V2 $r --set-a SPEC_ACCEPTANCE=$r --concurrency 1
+        bash "$0" ready 5 8102 8104 && BS_TAG=v2cut0- bash "$0" bs 8102 8104 $V2 $CV 2  # the step by vLLM's client
       else pair 8102 8104 $V2 $r --set-a SPEC_ACCEPTANCE=$r --concurrency 1,8
         pair 8100 8104 $A $r --concurrency 1,4,8,16,32
         bash "$0" ready 5 8100 8104 && BS_TAG=v2cut- bash "$0" bs 8100 8104 $A $CV 2; fi
       bash "$0" down o c
     done
-    bash "$0" down a ;;
+    [ -n "${ONLY0:-}" ] || bash "$0" down a ;;
   same)  # PORT_A PORT_B NAME_A NAME_B: greedy completions of both servers compared through the API, 8 prompts of 64
     # tokens one at a time, then the same 8 at once. For a cut that keeps the arithmetic (INDUCTOR_PDL: launch order
     # only), at acceptance 0, where every token is the target's greedy one. Each server compiled its own kernels, and
