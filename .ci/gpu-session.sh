@@ -776,6 +776,11 @@ for c in (1, 8, 8, 3, 8):
     # what FP8_GEMM=pick reads for vLLM's kernel since.
     step python3 -m scripts.gemm --variant qwen3.5-4b-bf16 --set WEIGHTS=dummy --kernels fp8,fp8_mm,fp8_marlin,fp8_kit \
       --m 1,5 ;;
+  gemm6)  # issue 29's H100 step, after session 20261205T1410Z (vLLM's FP8 GEMMs alone at 62.9% of their byte floor at
+    # M=5 on an H100, ~0.72 ms a step beyond their bytes, the 10.5 MB o_proj/out_proj at 47.6%): the same GEMMs with
+    # their weights left in L2 (fp8_mm_l2), beside fp8_mm, M=1,5. The gap bounds an L2 prefetch of the next layer's
+    # weights (made while norms, GDN and attention leave DRAM idle) before anyone builds one. ~1 min.
+    step python3 -m scripts.gemm --variant qwen3.5-4b-bf16 --set WEIGHTS=dummy --kernels fp8_mm,fp8_mm_l2 --m 1,5 ;;
   gemm4)  # issue 29 item 2, after 20261128T0932Z (H200: the kit's FP8 kernel at 28.1% of its byte floor over a step at
     # M=1, CUTLASS 42.4%, BF16 70.3%): the kit's FP8 kernel with K split 1-8 ways inside one kernel (partials summed by
     # the program of each column block that counts in last) against CUTLASS, FP8 Marlin and BF16, `make gemm` of

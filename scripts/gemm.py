@@ -174,7 +174,7 @@ def _layers(kernel: str, n: int, k: int, copies: int, gen) -> list:
             lin = ColumnParallelLinear(k, n, bias=False, params_dtype=torch.bfloat16, quant_config=_quant_config(kernel, prefix),
                                        prefix=prefix, return_bias=False, disable_tp=True)
         _fill(lin, n, k, gen)
-        layers.append(_GemmOnly(lin) if kernel == "fp8_mm" else lin)
+        layers.append(_GemmOnly(lin) if kernel in ("fp8_mm", "fp8_mm_l2") else lin)
     return layers
 
 
@@ -182,8 +182,8 @@ def _time_layer(kernel: str, shape: dict, ms_list: list[int], reps: int, gen) ->
     import torch
     n, k = shape["n"], shape["k"]
     wbytes = gemm.gemm_bytes(kernel, n, k, 0)
-    copies = max(2, min(64, -(-STREAM_BYTES // wbytes)))
-    layers = _layers(kernel, n, k, copies, gen)
+    built, copies = gemm.replays(kernel, wbytes, STREAM_BYTES)
+    layers = _layers(kernel, n, k, built, gen) * (copies // built)  # fp8_mm_l2: one layer, called `copies` times
     rows = []
     for m in ms_list:
         x = torch.randn(m, k, dtype=torch.bfloat16, device="cuda", generator=gen)

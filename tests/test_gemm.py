@@ -203,3 +203,22 @@ def test_fp8_mm_times_the_layers_gemm_on_activations_cast_beforehand_stand_in_ke
     r = _gemm("--variant", "qwen3.5-4b-bf16", "--kernels", "fp8,fp8_mm", "--dry-run")
     assert r.returncode == 0, r.stderr
     assert sum(x.startswith("fp8_mm ") for x in r.stdout.splitlines()) == 7 + 1  # every shape and the lm_head
+
+
+def test_replays_stream_past_l2_on_their_own_copies_except_the_l2_warm_kernel():
+    """A cold kernel's graph calls one copy a call, enough of them to stream 256 MB (none is still in L2 when it
+    runs); fp8_mm_l2 makes the same number of calls on one copy, so a layer that fits stays in L2: the bound a
+    prefetch of the next layer's weights into L2 could reach."""
+    mb = 2**20
+    assert gemm.replays("fp8_mm", 10 * mb, 256 * mb) == (26, 26)  # o_proj's 10.5 MB: 26 copies, 26 calls
+    assert gemm.replays("fp8_mm_l2", 10 * mb, 256 * mb) == (1, 26)
+    assert gemm.replays("fp8_mm", 600 * mb, 256 * mb) == (2, 2)  # at least two calls, at most 64
+    assert gemm.replays("fp8_mm_l2", mb // 4, 256 * mb) == (1, 64)
+    assert gemm.scheme("fp8_mm_l2") == "fp8"  # the FP8 checkpoint's layers, timed as fp8_mm times them
+
+
+def test_dry_run_plans_the_l2_warm_kernel_beside_the_cold_one():
+    r = _gemm("--variant", "qwen3.5-4b-bf16", "--kernels", "fp8_mm,fp8_mm_l2", "--m", "1,5", "--dry-run")
+    assert r.returncode == 0, r.stderr
+    kernels = [x.split()[0] for x in r.stdout.splitlines()]
+    assert kernels.count("fp8_mm") == kernels.count("fp8_mm_l2") == 7 + 1  # 7 shapes and the lm_head each

@@ -34,6 +34,11 @@ KERNELS = {
     "fp8_mm": {"bits": 8, "group": None, "scale_bytes": 4,
                "desc": "the fp8 row's kernel, its GEMM alone: the activations cast to FP8 once, outside the timed "
                        "graph (a compiled step fuses that cast into the norm before the layer)"},
+    # The same GEMM with its weights already in L2: one copy of the layer replayed, not 256 MB of copies streamed. The
+    # most a prefetch of the next layer's weights into L2 (made while the norms, GDN and attention kernels leave DRAM
+    # idle) could give each GEMM; a shape over the L2's size gets little of it. Not a kernel a server can pick.
+    "fp8_mm_l2": {"bits": 8, "group": None, "scale_bytes": 4, "l2": "warm",
+                  "desc": "fp8_mm with its weights in L2 (one copy replayed): the bound an L2 prefetch could reach"},
     "fp8_kit": {"bits": 8, "group": None, "scale_bytes": 4,
                 "desc": "FP8 weights, 16-bit activations, the kit's Triton kernel (scripts/patches/w8a16_kernel.py)"},
     # The same weights on the other kernels vLLM 0.26 can pick on a CUDA host, chosen as a server chooses them with
@@ -58,6 +63,14 @@ KERNELS = {
 }
 # Machete is vLLM's pick for group 128 on Hopper; its Marlin twin disables it for the same layers.
 KERNELS["w4a16_g128_marlin"]["env"] = {"VLLM_DISABLED_KERNELS": "MacheteLinearKernel"}
+
+
+def replays(kernel: str, weight_bytes: int, stream_bytes: int) -> tuple[int, int]:
+    """(copies of the layer to build, calls a graph replay makes): enough calls to stream `stream_bytes` of weights
+    (2 to 64), each on its own copy so none is still in L2 when it runs, or, for an `l2: warm` kernel, all on one
+    copy, which stays in L2 after its first call if it fits."""
+    calls = max(2, min(64, -(-stream_bytes // max(weight_bytes, 1))))
+    return (1 if KERNELS[kernel].get("l2") == "warm" else calls), calls
 
 
 def scheme(kernel: str) -> str:

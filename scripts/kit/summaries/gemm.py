@@ -48,7 +48,8 @@ def plot_png(docs: dict) -> bytes | None:
                           f"{k['utc'][:10]})")
         ax.set_xlabel("tokens a step (M): 1 one sequence, 5 an MTP K=4 verify")
         ax.set_ylabel("% of the byte floor (the step's GEMMs, lm_head apart)", fontsize=8)
-        ax.set_ylim(0, 100)
+        # fp8_mm_l2 reads its weights from L2, so it can pass the DRAM floor: the axis grows to show it
+        ax.set_ylim(0, max([100] + [s["pct_of_floor"] + 5 for k in kernels.values() for s in k["step"]]))
         ax.set_title(f"{name}: decode-step GEMMs per kernel", fontsize=9)
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=1)
