@@ -774,6 +774,11 @@ for c in (1, 8, 8, 3, 8):
     # their weights left in L2 (fp8_mm_l2), beside fp8_mm, M=1,5. The gap bounds an L2 prefetch of the next layer's
     # weights (made while norms, GDN and attention leave DRAM idle) before anyone builds one. ~1 min.
     step python3 -m scripts.gemm --variant qwen3.5-4b-bf16 --set WEIGHTS=dummy --kernels fp8_mm,fp8_mm_l2 --m 1,5 ;;
+  gemm7)  # issue 29's H100 step after session 20261205T1617Z (v4's GPU work at acceptance 0 3.68 ms a step on the
+    # profiler's timeline, over the 3.5 ms target before any launch gap; its target GEMMs ~2.0 ms of it) and 20261205T1613Z
+    # (CUTLASS at 63.7% of its byte floor at M=5, 74.9% from L2): the FP8 kernels vLLM 0.26 can serve besides CUTLASS
+    # that no H100 record has yet, torch._scaled_mm (cuBLASLt) and humming, beside fp8_mm, M=1,5. ~1.5 min.
+    step python3 -m scripts.gemm --variant qwen3.5-4b-bf16 --set WEIGHTS=dummy --kernels fp8_mm,fp8_torch,fp8_humming --m 1,5 ;;
   gemm4)  # issue 29 item 2, after 20261128T0932Z (H200: the kit's FP8 kernel at 28.1% of its byte floor over a step at
     # M=1, CUTLASS 42.4%, BF16 70.3%): the kit's FP8 kernel with K split 1-8 ways inside one kernel (partials summed by
     # the program of each column block that counts in last) against CUTLASS, FP8 Marlin and BF16, `make gemm` of
