@@ -1,6 +1,8 @@
 """SiLU-and-mul with its per-token FP8 cast in one Triton kernel whose rows are split across programs (issue 29, the
-H100 step). A kernel only: no key serves it yet. `.ci/inductor_tune_probe.py` times it against the kernel Inductor
-makes of the same two ops, and a patch that puts it in a served step comes after that says it is faster.
+H100 step). A kernel only, and no key serves it: on an H100 it was no faster than the kernel Inductor makes of the
+same two ops (`.ci/inductor_tune_probe.py`, results/gpu-sessions/20261205T1702Z/README.md: 4.84-5.23 us against
+5.13 at 5 x 18432). The time is the chain of a launch, a read, a row-wide maximum and a write, which more programs do
+not shorten. It stays as the probe's measured alternative; the lever left is fusing such kernels away.
 
 Why: in a Qwen3.5-4B FP8 verify step (5 rows) each MLP's SiLU-and-mul and the FP8 cast of its output for the down
 GEMM compile to one Inductor kernel with one program a row: 5 programs read 5 x 18432 16-bit values. On an H100 that
