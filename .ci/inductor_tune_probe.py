@@ -6,8 +6,9 @@ residual add + RMSNorm + cast 2.3-2.5 us x 64), compiled by torch.compile at a s
 `compile_sizes` entry, under three Inductor settings: default (what a dynamic-shape graph gets), coordinate-descent
 tuning, and max-autotune with it (vLLM 0.26 turns both on for a single compile size: compiler_interface.py,
 set_inductor_config). Each is timed as CUDA-graph replays of 200 calls. The kit's INDUCTOR_PERSISTENT_MAX=16384 rule is
-on, as in v4. Then the kit's own kernel for the first function (scripts/patches/silu_mul_fp8_kernel.py) at three block
-sizes. Not a record: its output is a log the session README cites.
+on, as in v4. Not a record: its output is a log the session README cites. At tree 9362460 it also timed a kit kernel
+that split SiLU-and-mul's rows over many programs (scripts/patches/silu_mul_fp8_kernel.py there): no faster
+(session 20261205T1702Z), so the kernel was removed.
 Usage: [PROBE_SETTINGS=default,...] python3 .ci/inductor_tune_probe.py [OUTFILE]
 """
 import json
@@ -111,23 +112,6 @@ def main():
             same = bool(torch.equal(q, ref))
             row = {"function": name, "setting": setting, "compile_s": compile_s, "fp8_out_equal_default": same,
                    **time_graph(cf, args)}
-            out["results"].append(row)
-            print(json.dumps(row), flush=True)
-    # The kit's kernel for the first function (scripts/patches/silu_mul_fp8_kernel.py): a row split over programs,
-    # at three block sizes, against Inductor's default kernel above; its FP8 values against Inductor's, which keeps
-    # the product in float32 where the kit's rounds it to the input dtype as vLLM's eager SiluAndMul does.
-    from scripts.patches.silu_mul_fp8_kernel import silu_mul_fp8
-    fn, args = cases()["silu_mul_quant (5x18432)"]
-    torch._dynamo.reset()
-    ref_q, ref_s = torch.compile(fn, dynamic=False, fullgraph=True)(*args)
-    for block in (256, 512, 1024):
-        for warps in (4, 8):
-            kit = lambda x, block=block, warps=warps: silu_mul_fp8(x, block=block, num_warps=warps)  # noqa: E731
-            q, sc = kit(*args)
-            torch.cuda.synchronize()
-            row = {"function": "silu_mul_quant (5x18432)", "setting": f"kit block={block} warps={warps}",
-                   "fp8_equal_share": round((q.float() == ref_q.float()).float().mean().item(), 5),
-                   "scale_max_rel": float(((sc - ref_s.float()).abs() / ref_s.float()).max()), **time_graph(kit, args)}
             out["results"].append(row)
             print(json.dumps(row), flush=True)
     if len(sys.argv) > 1:
