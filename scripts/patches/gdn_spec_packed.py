@@ -78,13 +78,14 @@ def patch_class(cls) -> bool:
         raw = mod.get_forward_context().attn_metadata
         md = raw.get(self.prefix) if isinstance(raw, dict) else None
         if md is None or not all_spec(md) or not (mixed_qkv.is_cuda or interpret) or mixed_qkv.stride(-1) != 1:
-            return orig(self, mixed_qkv, b, a, core_attn_out)
+            # vLLM's path reads b and a contiguous; GDN_IN_PROJ=fused_views leaves them as views (gdn_in_proj.py)
+            return orig(self, mixed_qkv, b.contiguous(), a.contiguous(), core_attn_out)
         why = layout_ok(self)
         if why:
             if why not in _REFUSED:  # once a reason a process
                 _REFUSED.append(why)
                 print(f"kit: GDN packed spec step NOT taken ({why}): vLLM's path", file=sys.stderr, flush=True)
-            return orig(self, mixed_qkv, b, a, core_attn_out)
+            return orig(self, mixed_qkv, b.contiguous(), a.contiguous(), core_attn_out)
         if not _SEEN:  # once a process: the server log then shows the patched step ran, not only that it was installed
             _SEEN.append(md.num_actual_tokens)
             print(f"kit: GDN packed spec step ran (first call: {md.num_actual_tokens} tokens)", file=sys.stderr,
