@@ -24,6 +24,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from scripts.kit.paths import ROOT
 from scripts.kit.vllm026 import SKIP, src_dir
@@ -364,10 +365,11 @@ def test_the_key_reaches_the_engine_and_has_its_own_compile_cache():
     assert on.cache_root != off.cache_root and on.cache_root.name.startswith(off.cache_root.name)
 
 
-def test_fused_views_leaves_b_and_a_as_views_only_where_the_layer_says_so():
-    """fused_views: forward_cuda's two copies become `b if self._kit_ba_views else b.contiguous()`, in the same lines;
-    a layer with the flag set passes views on, one without it copies as vLLM does."""
-    import torch
+def test_fused_lean_leaves_b_and_a_as_views_and_the_buffer_unfilled_only_where_the_layer_says_so():
+    """fused_lean: forward_cuda's two copies and its zero fill become `b if self._kit_lean_core else b.contiguous()`
+    and `(torch.empty if self._kit_lean_core else torch.zeros)(...)`, in the same lines; a layer with the flag set
+    passes views and an unfilled buffer on, one without it copies and fills as vLLM does. (torch is this module's
+    global, as it is vLLM's: a name the method closed over would make it a closure, which rewrite refuses.)"""
     from scripts.patches import gdn_in_proj as P
 
     class Layer:
@@ -377,26 +379,38 @@ def test_fused_views_leaves_b_and_a_as_views_only_where_the_layer_says_so():
             b, a = ba.split([2, 2], dim=-1)
             b = b.contiguous()
             a = a.contiguous()
-            return mixed_qkvz, b, a
+            core_attn_out = torch.zeros(
+                (hidden_states.shape[0], 3),
+                dtype=hidden_states.dtype,
+            )
+            return mixed_qkvz, b, a, core_attn_out
 
-    plain, views = P.rewrite(Layer.forward_cuda), P.rewrite(Layer.forward_cuda, views=True)
-    assert "_kit_ba_views" not in plain.__code__.co_names and "_kit_ba_views" in views.__code__.co_names
+    plain, lean = P.rewrite(Layer.forward_cuda), P.rewrite(Layer.forward_cuda, lean=True)
+    assert "_kit_lean_core" not in plain.__code__.co_names and "_kit_lean_core" in lean.__code__.co_names
     lines = [sorted({i.starts_line for i in __import__("dis").get_instructions(f) if i.starts_line})
-             for f in (Layer.forward_cuda, views)]
+             for f in (Layer.forward_cuda, lean)]
     assert max(lines[0]) == max(lines[1])
     layer = Layer()
     layer._kit_in_proj_split = [8, 4]
     layer.in_proj_qkvz = lambda h: (h @ torch.ones(3, 12), None)
-    for flag in (True, False):
-        layer._kit_ba_views = flag
-        _, b, a = views(layer, torch.randn(5, 3))
-        assert b.is_contiguous() is (not flag) and a.is_contiguous() is (not flag)
-        assert b.shape == a.shape == (5, 2)
+    made = []
+    real_empty = torch.empty
+    try:
+        torch.empty = lambda *a, **k: made.append("empty") or real_empty(*a, **k)
+        for flag in (True, False):
+            layer._kit_lean_core = flag
+            made.clear()
+            _, b, a, out = lean(layer, torch.randn(5, 3))
+            assert b.is_contiguous() is (not flag) and a.is_contiguous() is (not flag)
+            assert b.shape == a.shape == (5, 2) and out.shape == (5, 3)
+            assert made == (["empty"] if flag else []) and (flag or bool((out == 0).all()))
+    finally:
+        torch.empty = real_empty
 
 
-def test_fused_views_needs_the_packed_step_on_the_class(monkeypatch, capsys):
+def test_fused_lean_needs_the_packed_step_on_the_class(monkeypatch, capsys):
     from scripts.patches import gdn_in_proj as P
-    monkeypatch.setattr(P, "_SAID_VIEWS", [])
+    monkeypatch.setattr(P, "_SAID_LEAN", [])
 
     def packed(self, *args):
         pass
@@ -404,15 +418,15 @@ def test_fused_views_needs_the_packed_step_on_the_class(monkeypatch, capsys):
     with_step = type("WithStep", (), {"_forward_core": packed})
     without = type("Without", (), {"_forward_core": lambda self, *args: None})
     monkeypatch.setenv(P.ENV, "1")
-    assert P.ba_views(with_step) is False  # plain fused copies as vLLM does
-    monkeypatch.setenv(P.ENV, "views")
-    assert P.ba_views(with_step) is True and P.ba_views(type("Sub", (with_step,), {})) is True
-    assert P.ba_views(without) is False and P.ba_views(without) is False
+    assert P.lean_core(with_step) is False  # plain fused copies and fills as vLLM does
+    monkeypatch.setenv(P.ENV, "lean")
+    assert P.lean_core(with_step) is True and P.lean_core(type("Sub", (with_step,), {})) is True
+    assert P.lean_core(without) is False and P.lean_core(without) is False
     err = capsys.readouterr().err
-    assert err.count("fused_views: b and a copied as vLLM does") == 1 and "Without" in err
+    assert err.count("fused_lean: b and a copied and the output zeroed as vLLM does") == 1 and "Without" in err
 
 
-def test_fused_views_rewrites_vllm_026s_forward_cuda_copies(tmp_path):
+def test_fused_lean_rewrites_vllm_026s_forward_cuda_copies_and_fill(tmp_path):
     from scripts.patches import gdn_in_proj as P
     path = _src026("model_executor/layers/mamba/gdn/qwen_gdn_linear_attn.py")
     src = path.read_text()
@@ -420,19 +434,19 @@ def test_fused_views_rewrites_vllm_026s_forward_cuda_copies(tmp_path):
     cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "QwenGatedDeltaNetAttention")
     fn = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "forward_cuda")
     body = "".join(src.splitlines(keepends=True)[fn.lineno - 1:fn.end_lineno])
-    assert all(body.count(line) == 1 for line in P.COPIES)  # 0.26 copies b and a there, once each
+    assert all(body.count(line) == 1 for line in P.COPIES)  # 0.26 copies b and a and fills the buffer there, once each
     copy = tmp_path / "qwen_gdn_linear_attn.py"
     copy.write_text("\n" * (fn.lineno - 1) + textwrap_dedent(body))
-    new = P.rewrite(_fn_from(copy.read_text(), "forward_cuda", str(copy)), views=True)
-    assert new is not None and "_kit_ba_views" in new.__code__.co_names
+    new = P.rewrite(_fn_from(copy.read_text(), "forward_cuda", str(copy)), lean=True)
+    assert new is not None and "_kit_lean_core" in new.__code__.co_names
 
 
-def test_fused_views_needs_gdn_spec_packed_and_has_a_cache_of_its_own():
+def test_fused_lean_needs_gdn_spec_packed_and_has_a_cache_of_its_own():
     from scripts.kit.errors import KitError
     from scripts.kit.variant import load
-    views = load("qwen3.5-4b-fp8-v4", ["GDN_IN_PROJ=fused_views"])
+    lean = load("qwen3.5-4b-fp8-v4", ["GDN_IN_PROJ=fused_lean"])
     fused = load("qwen3.5-4b-fp8-v4")
-    assert views.to_env("gpu")["KIT_GDN_IN_PROJ"] == "views" and fused.to_env("gpu")["KIT_GDN_IN_PROJ"] == "1"
-    assert views.cache_root != fused.cache_root and views.cache_root.name.endswith("-inprojv")
-    with pytest.raises(KitError, match="GDN_IN_PROJ=fused_views needs GDN_SPEC_PACKED=on"):
-        load("qwen3.5-4b-fp8-v4", ["GDN_IN_PROJ=fused_views", "GDN_SPEC_PACKED=off"])
+    assert lean.to_env("gpu")["KIT_GDN_IN_PROJ"] == "lean" and fused.to_env("gpu")["KIT_GDN_IN_PROJ"] == "1"
+    assert lean.cache_root != fused.cache_root and lean.cache_root.name.endswith("-inprojl")
+    with pytest.raises(KitError, match="GDN_IN_PROJ=fused_lean needs GDN_SPEC_PACKED=on"):
+        load("qwen3.5-4b-fp8-v4", ["GDN_IN_PROJ=fused_lean", "GDN_SPEC_PACKED=off"])

@@ -57,10 +57,11 @@ mod = types.ModuleType("kit_fake_gdn")
 mod.get_forward_context = lambda: ctx
 mod.is_conv_state_dim_first = lambda: False
 mod.causal_conv1d_update = conv_update
-ran = []
+ran, zeroed = [], []
 class Layer:
     def _forward_core(self, mixed_qkv, b, a, core_attn_out):
         ran.append("vllm" if b.is_contiguous() and a.is_contiguous() else "vllm given views")
+        zeroed.append(bool((core_attn_out == 0).all()))
 Layer.__module__ = mod.__name__
 mod.Layer = Layer
 sys.modules[mod.__name__] = mod
@@ -98,16 +99,19 @@ layer._forward_core(mixed_qkv=x, b=b, a=a, core_attn_out=o_kit)
 out["packed_ran"] = ran == []
 kit_conv, kit_ssm = layer.kv_cache
 
-# b and a as views of a wider tensor (GDN_IN_PROJ=fused_views): the same step, the same output and state
+# GDN_IN_PROJ=fused_lean: b and a as views of a wider tensor, the output buffer not filled; the same step, the same
+# output and state, and the rows past the step's tokens zeroed as vLLM's zeros left them
 wide = torch.randn(T + 2, 3 * HV)
 wide[:, HV:2 * HV], wide[:, 2 * HV:] = b, a
 bv, av = wide[:, HV:2 * HV], wide[:, 2 * HV:]
 assert not bv.is_contiguous() and not av.is_contiguous()
 layer.kv_cache = (conv0.clone(), ssm0.clone())
-o_views = torch.full((T + 2, HV, V), 7.0)
+o_lean = torch.full((T + 2, HV, V), 7.0)
 calls_before = len(calls)
-layer._forward_core(mixed_qkv=x, b=bv, a=av, core_attn_out=o_views)
-out["views_same"] = ran == [] and torch.equal(o_views, o_kit) and torch.equal(layer.kv_cache[1], kit_ssm)
+layer._kit_lean_core = True
+layer._forward_core(mixed_qkv=x, b=bv, a=av, core_attn_out=o_lean)
+out["lean_same"] = (ran == [] and torch.equal(o_lean[:T], o_kit[:T]) and torch.equal(layer.kv_cache[1], kit_ssm))
+out["lean_padding_zeroed"] = bool((o_lean[T:] == 0).all())
 del calls[calls_before:]  # the conv stand-in's record of this extra call: the comparison below reads the first two
 layer.kv_cache = (kit_conv, kit_ssm)
 
@@ -141,8 +145,13 @@ ran.clear(); ctx.attn_metadata = None  # the profile run: no metadata
 layer._forward_core(x, b, a, o_kit); out["no metadata"] = ran == ["vllm"]
 ran.clear(); ctx.attn_metadata = {"gdn.0": md}
 layer._forward_core(torch.randn(T, 2 * dim)[:, ::2], b, a, o_kit); out["strided input"] = ran == ["vllm"]
-ran.clear(); ctx.attn_metadata = {"gdn.0": types.SimpleNamespace(**{**vars(md), "num_prefills": 1})}
-layer._forward_core(x, bv, av, o_kit); out["prefill given views"] = ran == ["vllm"]  # copies for vLLM's path
+ran.clear(); zeroed.clear(); ctx.attn_metadata = {"gdn.0": types.SimpleNamespace(**{**vars(md), "num_prefills": 1})}
+layer._forward_core(x, bv, av, torch.full((T + 2, HV, V), 7.0))  # vLLM's path: copies and a zeroed buffer
+out["lean prefill"] = ran == ["vllm"] and zeroed == [True]
+layer._kit_lean_core = False
+ran.clear(); zeroed.clear()
+layer._forward_core(x, bv, av, torch.full((T + 2, HV, V), 7.0))  # not lean: handed on as it came
+out["not lean prefill"] = ran == ["vllm given views"] and zeroed == [False]
 ran.clear(); ctx.attn_metadata = {"gdn.0": md}
 ran.clear(); kv = layer.kv_cache; layer.kv_cache = (kv[0], kv[1].transpose(2, 3).contiguous().transpose(2, 3))
 layer._forward_core(x, b, a, o_kit); out["state not in vLLM's layout"] = ran == ["vllm"]; layer.kv_cache = kv
@@ -177,11 +186,13 @@ def test_an_all_spec_step_matches_vllms_conv_split_kernel_and_copy(result):
     assert "kit: GDN packed spec step NOT taken (SSM state not [slots, 4, 32, 32], each slot contiguous, got [16, 4, 32, 32] strides" in log  # said, not raised
 
 
-def test_b_and_a_as_views_give_the_same_step_and_vllms_path_gets_them_contiguous(result):
-    """GDN_IN_PROJ=fused_views leaves b and a as views of the fused GEMM's output: the kit's kernel reads them as they
-    are, and a step that falls to vLLM's path gets contiguous copies, as vLLM's kernels read them."""
-    assert result[0]["views_same"], result[0]
-    assert result[0]["prefill given views"], result[0]
+def test_fused_lean_layer_gets_the_same_step_and_vllms_path_what_vllms_forward_gave_it(result):
+    """GDN_IN_PROJ=fused_lean leaves b and a as views and the output buffer unfilled: the kit's kernel reads the views
+    as they are and the rows past the step's tokens are zeroed; a step that falls to vLLM's path gets contiguous
+    copies and a zeroed buffer. A layer without the flag is handed on as it came."""
+    got = result[0]
+    assert got["lean_same"] and got["lean_padding_zeroed"], got
+    assert got["lean prefill"] and got["not lean prefill"], got
 
 
 @pytest.mark.parametrize("step", ["prefill", "plain decode", "no speculation", "no metadata", "strided input",

@@ -240,14 +240,14 @@ class Variant:
         cleanly (compilation/decorators.py, _verify_source_unchanged checks only the sources it inlined).
         W4A16_GEMM=kit likewise, SPEC_DRAFT_FP8 (its op in the drafter's graph), and INDUCTOR_PERSISTENT_MAX (a
         patch to Inductor's code generation, in neither vLLM's key nor Inductor's), and GDN_IN_PROJ=fused (vLLM's
-        forward compiled again from its unchanged file: the sources vLLM hashes do not change; fused_views another), and INDUCTOR_PDL (an
+        forward compiled again from its unchanged file: the sources vLLM hashes do not change; fused_lean another), and INDUCTOR_PDL (an
         Inductor setting: in Inductor's cache key, not in vLLM's, which would load the other setting's kernels)."""
         return WEIGHTS / "cache" / (self.name + ("-standby" if self["STANDBY"] and self["STANDBY_CACHE"] == "own" else "")
                                     + ({"kit": "-fp8kit", "pick": "-fp8pick"}.get(self["FP8_GEMM"], ""))
                                     + ("-w4kit" if self["W4A16_GEMM"] == "kit" else "")
                                     + ("-draftfp8" if self["SPEC_DRAFT_FP8"] != "off" else "")
                                     + (f"-persist{self['INDUCTOR_PERSISTENT_MAX']}" if self["INDUCTOR_PERSISTENT_MAX"] else "")
-                                    + ({"fused": "-inproj", "fused_views": "-inprojv"}.get(self["GDN_IN_PROJ"], ""))
+                                    + ({"fused": "-inproj", "fused_lean": "-inprojl"}.get(self["GDN_IN_PROJ"], ""))
                                     + ("-pdl" if self["INDUCTOR_PDL"] == "on" else ""))
 
     # -- server command ---------------------------------------------------------------------
@@ -354,7 +354,7 @@ class Variant:
         if self["GDN_QKV_SPLIT"] == "two_copies":  # as above (scripts/patches/gdn_qkv_split.py)
             env["KIT_GDN_QKV_SPLIT"] = "1"
         if self["GDN_IN_PROJ"] != "vllm":  # as above (scripts/patches/gdn_in_proj.py)
-            env["KIT_GDN_IN_PROJ"] = {"fused": "1", "fused_views": "views"}[self["GDN_IN_PROJ"]]
+            env["KIT_GDN_IN_PROJ"] = {"fused": "1", "fused_lean": "lean"}[self["GDN_IN_PROJ"]]
         if self["GDN_SPEC_SLICE"] != "off":  # as above (scripts/patches/gdn_spec_slice.py): on or lean
             env["KIT_GDN_SPEC_SLICE"] = "1" if self["GDN_SPEC_SLICE"] == "on" else self["GDN_SPEC_SLICE"]
         if self["GDN_SPEC_PACKED"] == "on":  # as above (scripts/patches/gdn_spec_packed.py)
@@ -486,9 +486,9 @@ def _validate(v: Variant, schema: dict) -> None:
     if c["GDN_SPEC_TILE"] != _schema()["properties"]["GDN_SPEC_TILE"]["default"] and c["GDN_SPEC_PACKED"] != "on":
         raise KitError(f"{where('GDN_SPEC_TILE')}: GDN_SPEC_TILE={c['GDN_SPEC_TILE']} needs GDN_SPEC_PACKED=on (the "
                        "kernel it tiles)")
-    if c["GDN_IN_PROJ"] == "fused_views" and c["GDN_SPEC_PACKED"] != "on":
-        raise KitError(f"{where('GDN_IN_PROJ')}: GDN_IN_PROJ=fused_views needs GDN_SPEC_PACKED=on (the step whose "
-                       "kernel reads b and a as views, and which copies them for vLLM's own path)")
+    if c["GDN_IN_PROJ"] == "fused_lean" and c["GDN_SPEC_PACKED"] != "on":
+        raise KitError(f"{where('GDN_IN_PROJ')}: GDN_IN_PROJ=fused_lean needs GDN_SPEC_PACKED=on (the step whose "
+                       "kernel reads b and a as views, and which copies and zeroes for vLLM's own path)")
     if c["GDN_SPEC_OVERLAP"] == "on" and c["GDN_SPEC_PACKED"] != "on":
         raise KitError(f"{where('GDN_SPEC_OVERLAP')}: GDN_SPEC_OVERLAP=on needs GDN_SPEC_PACKED=on (the kernel whose "
                        "loop it changes)")

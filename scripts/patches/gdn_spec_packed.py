@@ -29,6 +29,8 @@ TARGET = "vllm.model_executor.layers.mamba.gdn.qwen_gdn_linear_attn"
 _MARK = "_kit_gdn_spec_packed"
 _SEEN: list[int] = []  # the first patched step's token count, once a process
 _REFUSED: list[str] = []  # layouts the kernel does not take, each said once
+_LEAN = "_kit_lean_core"  # set on a layer by gdn_in_proj.py (GDN_IN_PROJ=fused_lean): its forward made b, a and the
+# output buffer without kernels, so this step makes good what vLLM's path and the buffer's spare rows expect
 
 
 def all_spec(md) -> bool:
@@ -77,21 +79,32 @@ def patch_class(cls) -> bool:
     def _forward_core(self, mixed_qkv, b, a, core_attn_out):
         raw = mod.get_forward_context().attn_metadata
         md = raw.get(self.prefix) if isinstance(raw, dict) else None
+        lean = getattr(self, _LEAN, False)
         if md is None or not all_spec(md) or not (mixed_qkv.is_cuda or interpret) or mixed_qkv.stride(-1) != 1:
-            # vLLM's path reads b and a contiguous; GDN_IN_PROJ=fused_views leaves them as views (gdn_in_proj.py)
-            return orig(self, mixed_qkv, b.contiguous(), a.contiguous(), core_attn_out)
+            return vllms(self, lean, mixed_qkv, b, a, core_attn_out)
         why = layout_ok(self)
         if why:
             if why not in _REFUSED:  # once a reason a process
                 _REFUSED.append(why)
                 print(f"kit: GDN packed spec step NOT taken ({why}): vLLM's path", file=sys.stderr, flush=True)
-            return orig(self, mixed_qkv, b.contiguous(), a.contiguous(), core_attn_out)
+            return vllms(self, lean, mixed_qkv, b, a, core_attn_out)
         if not _SEEN:  # once a process: the server log then shows the patched step ran, not only that it was installed
             _SEEN.append(md.num_actual_tokens)
             print(f"kit: GDN packed spec step ran (first call: {md.num_actual_tokens} tokens)", file=sys.stderr,
                   flush=True)
         spec_step(self, md, mixed_qkv, b, a, core_attn_out, conv_update=mod.causal_conv1d_update,
                   dim_first=bool(mod.is_conv_state_dim_first()))
+        t = md.num_actual_tokens
+        if lean and core_attn_out.shape[0] > t:  # the rows vLLM's zeros gave past the step's tokens
+            core_attn_out[t:].zero_()
+
+    def vllms(self, lean, mixed_qkv, b, a, core_attn_out):
+        """vLLM's own path; under GDN_IN_PROJ=fused_lean with what vLLM's forward would have given it: b and a
+        contiguous, the output buffer zeroed (gdn_in_proj.py)."""
+        if lean:
+            core_attn_out.zero_()
+            b, a = b.contiguous(), a.contiguous()
+        return orig(self, mixed_qkv, b, a, core_attn_out)
 
     setattr(_forward_core, _MARK, True)
     cls._forward_core = _forward_core
