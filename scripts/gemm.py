@@ -257,7 +257,8 @@ def plan(v, kernels: list[str], ms: list[int]) -> list[dict]:
     if not v["ARCH_CONFIG"]:
         raise KitError(f"variant {v.name} has no ARCH_CONFIG: `make gemm` reads the layer shapes from it")
     arch = json.loads((ROOT / v["ARCH_CONFIG"]).read_text())
-    shapes = gemm.layer_shapes(arch, fused_in_proj=v["GDN_IN_PROJ"] != "vllm")  # SET=GDN_IN_PROJ=fused(_views): one GEMM
+    # GDN_IN_PROJ=fused or fused_lean: the GDN layer's one input GEMM
+    shapes = gemm.layer_shapes(arch, fused_in_proj=v["GDN_IN_PROJ"] != "vllm")
     # The lm_head is 16-bit in every kit scheme; under the FP8 kernels it is timed too, as what an FP8 lm_head would
     # cost (issue 29 item 3: at the 5-token verify it reads Qwen3.5's largest matrix, 248320 x 2560).
     return [{"kernel": kn, **s} for kn in kernels for s in shapes] + \

@@ -153,7 +153,7 @@ ran.clear(); zeroed.clear()
 layer._forward_core(x, bv, av, torch.full((T + 2, HV, V), 7.0))  # not lean: handed on as it came
 out["not lean prefill"] = ran == ["vllm given views"] and zeroed == [False]
 ran.clear(); ctx.attn_metadata = {"gdn.0": md}
-ran.clear(); kv = layer.kv_cache; layer.kv_cache = (kv[0], kv[1].transpose(2, 3).contiguous().transpose(2, 3))
+kv = layer.kv_cache; layer.kv_cache = (kv[0], kv[1].transpose(2, 3).contiguous().transpose(2, 3))
 layer._forward_core(x, b, a, o_kit); out["state not in vLLM's layout"] = ran == ["vllm"]; layer.kv_cache = kv
 
 # a class with vLLM's own fused MTP path is left as it is

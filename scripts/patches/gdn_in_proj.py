@@ -30,8 +30,10 @@ their own, on CUDA: b and a stay views of the fused GEMM's output where vLLM cop
 (`b = b.contiguous()`, `a = a.contiguous()`), and the output buffer is `torch.empty` where vLLM fills it with zeros.
 On an H100 (session 20261205T1617Z's trace) the copy is one Inductor kernel of ~1 us a layer and the fill one of
 ~0.85 us, each with a launch gap, 24 of each a Qwen3.5-4B step. Only when GDN_SPEC_PACKED's step is in place on the
-class: its kernel reads rows of any stride, and it then fills what vLLM's zeros stood for (gdn_spec_packed.py): on a
-step it takes, the buffer's rows past the step's tokens, if it has any; on every other step, the whole buffer, and b and a copied contiguous for vLLM's own path. So every row holds what it held.
+class: its kernel reads rows of any stride, and it then makes good what vLLM's zeros and copies stood for
+(gdn_spec_packed.py): on a step it takes, it zeroes the buffer's rows past the step's tokens, if it has any; on every
+other step, it zeroes the whole buffer and copies b and a contiguous for vLLM's own path. So every row holds what it
+held.
 Without the packed step the copies and the fill stay (said once). Checked on CPU with torch 2.13 (not 2.11): Inductor
 passes such views to a custom op that declares one of them mutated (vLLM's `a_or_z_out`) without cloning the GEMM
 output.
