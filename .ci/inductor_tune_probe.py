@@ -4,8 +4,8 @@ Times three functions shaped like the Inductor kernels that dominate v4's non-GE
 20261205T1617Z's trace: SiLU-and-mul + per-token FP8 cast 4.7 us x 32 a step, the GDN gated RMSNorm + cast 4.4 us x 24,
 residual add + RMSNorm + cast 2.3-2.5 us x 64), compiled by torch.compile at a static 5 rows, as vLLM compiles a
 `compile_sizes` entry, under three Inductor settings: default (the settings vLLM compiles a dynamic-shape graph
-with), coordinate-descent tuning, and max-autotune with it (vLLM 0.26 turns both on for a single compile size: compiler_interface.py,
-set_inductor_config). Each is timed as CUDA-graph replays of 200 calls. The kit's INDUCTOR_PERSISTENT_MAX=16384 rule is
+with), coordinate-descent tuning, and max-autotune with it (vLLM 0.26 turns both on for a single compile size:
+compiler_interface.py, set_inductor_config). Each is timed as CUDA-graph replays of 200 calls. The kit's INDUCTOR_PERSISTENT_MAX=16384 rule is
 on, as in v4. Not a record: its output is a log the session README cites. At tree 9362460 it also timed a kit kernel
 that split SiLU-and-mul's rows over many programs (scripts/patches/silu_mul_fp8_kernel.py there): no faster
 (session 20261205T1702Z), so the kernel was removed.
