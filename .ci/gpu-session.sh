@@ -1408,7 +1408,8 @@ PY
     best=$(for kv in "$@"; do echo "--set $kv"; done); bestb=$(for kv in "$@"; do echo "--set-b $kv"; done)
     mem="--set SERVE_KV_CACHE_MEMORY_BYTES=$kv12 --set SERVE_GPU_MEMORY_UTILIZATION=0.2"
     step python3 -m scripts.kit draft-vocab --variant $F --set WEIGHTS=dummy
-    bash "$0" up a 8100 $kv12 $A --set "$S"
+    # HEADLINE_KEEP_A=1: BF16's server is up on 8100 already (h30 starts it first, so its cold compile runs beside others)
+    [ -n "${HEADLINE_KEEP_A:-}" ] || bash "$0" up a 8100 $kv12 $A --set "$S"
     for r in ${HEADLINE_RATES:-0.98,0.82,0.70,0.54 0.6,0.35,0.2,0.1 0,0,0,0}; do
       bash "$0" up f 8102 $kv12 $F --set "$S" --set SPEC_ACCEPTANCE=$r $best
       if [ $r = 0,0,0,0 ]; then L="--concurrency 1"; else L="--concurrency 1,4,8,16,32"; fi
@@ -1436,6 +1437,23 @@ PY
         > "$LOGS/h29-prof${ns:+-nostack}.log" 2>&1
       grep -h "record:\|^error:" "$LOGS/h29-prof${ns:+-nostack}.log" | cut -c1-600
     done ;;
+  h30)  # issue 29 after session 20261205T1617Z, one H100 lease: (1) qwen3.5-4b-fp8-v4-nocopy (GDN_IN_PROJ=fused_lean and
+    # GDN_METADATA_REUSE=shared) against v4 at acceptance 0, greedy completions compared first (v2cut ONLY0 SAME): the
+    # step; (2) BF16 against v4 at the pessimistic rates with vLLM's own client beside the pair, which 1617Z's pair
+    # lacked (headline, 3 rounds of 24 requests: c=1 was 2.44x against a 1.6x bar there); (3) nocopy profiled alone
+    # without the stack, to count its kernels and copies against v4's (1617Z). BF16 starts first, so its cold compile
+    # runs beside the two FP8 ones; it is up but sent nothing while the step is timed, as in a whole v2cut. ~8 min of
+    # cold compiles, ~3 min the step, ~10 min the headline, ~3 min the profile: ~25 min on an H100 after the carry.
+    v=qwen3.5-4b-fp8-v4; c=qwen3.5-4b-fp8-v4-nocopy; kv12=12884901888; Z=0,0,0,0
+    step python3 -m scripts.kit draft-vocab --variant $v --set WEIGHTS=dummy
+    bash "$0" up a 8100 $kv12 qwen3.5-4b-bf16 --set SERVE_MAX_NUM_SEQS=256
+    ONLY0=1 SAME=1 V2_BASE=$v bash "$0" v2cut $c
+    HEADLINE_KEEP_A=1 HEADLINE_RATES=0.6,0.35,0.2,0.1 HEADLINE_REQUESTS=24 HEADLINE_ROUNDS=${HEADLINE_ROUNDS:-3} V=$v \
+      bash "$0" headline
+    step python3 -m scripts.profile --variant $c --set WEIGHTS=dummy --set PORT=8114 --set SERVE_MAX_NUM_SEQS=256 \
+      --set SERVE_KV_CACHE_MEMORY_BYTES=$kv12 --set SERVE_GPU_MEMORY_UTILIZATION=0.2 --set SPEC_ACCEPTANCE=$Z --no-stack \
+      > "$LOGS/h30-prof-nostack.log" 2>&1
+    grep -h "record:\|^error:" "$LOGS/h30-prof-nostack.log" | cut -c1-600 ;;
   kprofile)  # [SIDE]: after `kernels`, where FP8 -dvg's step goes on one of its sides (f vLLM's pick, h humming, m FP8
     # Marlin, x the kit's kernel; default f): no-stack `make profile`, alone on the GPU, its own cold start. ~5 min.
     # V=qwen3.5-4b-fp8-v2 profiles the V2 runner instead: its step at acceptance 0 equalled V1's (20261127T2243Z).
