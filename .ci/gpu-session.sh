@@ -1454,6 +1454,24 @@ PY
       --set SERVE_KV_CACHE_MEMORY_BYTES=$kv12 --set SERVE_GPU_MEMORY_UTILIZATION=0.2 --set SPEC_ACCEPTANCE=$Z --no-stack \
       > "$LOGS/h30-prof-nostack.log" 2>&1
     grep -h "record:\|^error:" "$LOGS/h30-prof-nostack.log" | cut -c1-600 ;;
+  crash30)  # after session 20261205T1920Z, where qwen3.5-4b-fp8-v4-nocopy (fused_lean + GDN_METADATA_REUSE=shared)
+    # died on a device-side assert in an Inductor kernel at its first request ("The capital of France is": 5 tokens, as
+    # many as a K=4 verify, so vLLM's V2 runner can replay the FULL decode graph for that prefill), while v4 beside it
+    # answered and the same variant, restarted on its cache, was profiled on a 128-token prompt. Each key alone on v4
+    # (s: shared reuse, 8102; l: fused_lean, 8104), both cold; the `same` prompts sent to each server three times; for
+    # each server that asserted, the asserting kernel's source into the logs. ~10 min on an H100 after the carry.
+    v=qwen3.5-4b-fp8-v4; kv12=12884901888; S="SERVE_MAX_NUM_SEQS=256"; Z=0,0,0,0
+    step python3 -m scripts.kit draft-vocab --variant $v --set WEIGHTS=dummy
+    bash "$0" up s 8102 $kv12 $v --set "$S" --set SPEC_ACCEPTANCE=$Z --set GDN_METADATA_REUSE=shared
+    bash "$0" up l 8104 $kv12 $v --set "$S" --set SPEC_ACCEPTANCE=$Z --set GDN_IN_PROJ=fused_lean
+    bash "$0" ready 900 8102 8104
+    for i in 1 2 3; do for p in 8102 8104; do step bash "$0" same $p $p $v $v; done; done
+    for n in s l; do
+      grep -o "/tmp/kit/weights/cache/[^ ]*\.py:[0-9]*" "$LOGS/up-$n.log" | sort -u | head -2 | while IFS=: read -r f ln; do
+        echo "== $f:$ln"; sed -n "1,90p" "$f"; done > "$LOGS/crash30-kernel-$n.log" 2>&1
+      echo "$n: $(grep -c "device-side assert" "$LOGS/up-$n.log") assert lines, kernel source $(wc -l < "$LOGS/crash30-kernel-$n.log") lines"
+    done
+    bash "$0" down s l ;;
   kprofile)  # [SIDE]: after `kernels`, where FP8 -dvg's step goes on one of its sides (f vLLM's pick, h humming, m FP8
     # Marlin, x the kit's kernel; default f): no-stack `make profile`, alone on the GPU, its own cold start. ~5 min.
     # V=qwen3.5-4b-fp8-v2 profiles the V2 runner instead: its step at acceptance 0 equalled V1's (20261127T2243Z).
