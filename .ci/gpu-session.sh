@@ -1405,6 +1405,9 @@ PY
     # synthetic acceptance differs (B's TPOT 0.91-1.18 ms within one pass); 24 narrows that part by about sqrt(3).
     # HEADLINE_ROUNDS (default 5, CMP's): the interval resamples rounds, so more rounds narrow it too.
     shift; A=qwen3.5-4b-bf16; F=${V:-qwen3.5-4b-fp8-dvg}; kv12=12884901888; S="SERVE_MAX_NUM_SEQS=256"
+    # make compare refuses fewer than 5 rounds, but only once the servers are up: session 20261205T1920Z lost its
+    # pair that way (HEADLINE_ROUNDS=3) and kept only vLLM's client. Say so before anything starts.
+    if [ "${HEADLINE_ROUNDS:-5}" -lt 5 ]; then echo "headline: HEADLINE_ROUNDS=$HEADLINE_ROUNDS: make compare needs at least 5" >&2; exit 2; fi
     best=$(for kv in "$@"; do echo "--set $kv"; done); bestb=$(for kv in "$@"; do echo "--set-b $kv"; done)
     mem="--set SERVE_KV_CACHE_MEMORY_BYTES=$kv12 --set SERVE_GPU_MEMORY_UTILIZATION=0.2"
     step python3 -m scripts.kit draft-vocab --variant $F --set WEIGHTS=dummy
@@ -1440,7 +1443,8 @@ PY
   h30)  # issue 29 after session 20261205T1617Z, one H100 lease: (1) qwen3.5-4b-fp8-v4-nocopy (GDN_IN_PROJ=fused_lean and
     # GDN_METADATA_REUSE=shared) against v4 at acceptance 0, greedy completions compared first (v2cut ONLY0 SAME): the
     # step; (2) BF16 against v4 at the pessimistic rates with vLLM's own client beside the pair, which 1617Z's pair
-    # lacked (headline, 3 rounds of 24 requests: c=1 was 2.44x against a 1.6x bar there); (3) nocopy profiled alone
+    # lacked (headline, 5 rounds of 24 requests; session 20261205T1920Z asked for 3, which make compare refuses, and
+    # kept only the client's runs); (3) nocopy profiled alone
     # without the stack, to count its kernels and copies against v4's (1617Z). BF16 starts first, so its cold compile
     # runs beside the two FP8 ones; it is up but sent nothing while the step is timed, as in a whole v2cut. ~8 min of
     # cold compiles, ~3 min the step, ~10 min the headline, ~3 min the profile: ~25 min on an H100 after the carry.
@@ -1448,7 +1452,7 @@ PY
     step python3 -m scripts.kit draft-vocab --variant $v --set WEIGHTS=dummy
     bash "$0" up a 8100 $kv12 qwen3.5-4b-bf16 --set SERVE_MAX_NUM_SEQS=256
     ONLY0=1 SAME=1 V2_BASE=$v bash "$0" v2cut $c
-    HEADLINE_KEEP_A=1 HEADLINE_RATES=0.6,0.35,0.2,0.1 HEADLINE_REQUESTS=24 HEADLINE_ROUNDS=${HEADLINE_ROUNDS:-3} V=$v \
+    HEADLINE_KEEP_A=1 HEADLINE_RATES=0.6,0.35,0.2,0.1 HEADLINE_REQUESTS=24 HEADLINE_ROUNDS=${HEADLINE_ROUNDS:-5} V=$v \
       bash "$0" headline
     step python3 -m scripts.profile --variant $c --set WEIGHTS=dummy --set PORT=8114 --set SERVE_MAX_NUM_SEQS=256 \
       --set SERVE_KV_CACHE_MEMORY_BYTES=$kv12 --set SERVE_GPU_MEMORY_UTILIZATION=0.2 --set SPEC_ACCEPTANCE=$Z --no-stack \

@@ -113,6 +113,28 @@ layer._forward_core(mixed_qkv=x, b=bv, a=av, core_attn_out=o_lean)
 out["lean_same"] = (ran == [] and torch.equal(o_lean[:T], o_kit[:T]) and torch.equal(layer.kv_cache[1], kit_ssm))
 out["lean_padding_zeroed"] = bool((o_lean[T:] == 0).all())
 del calls[calls_before:]  # the conv stand-in's record of this extra call: the comparison below reads the first two
+
+# A step whose second sequence the kernel skips (its starting slot is the null block, as a padded request's, or a
+# request the decode graph replays before its state exists) and whose token count runs two rows past the last
+# sequence (a graph's padding). On a buffer vLLM zero-filled those rows are zeros; a lean buffer was not filled, so
+# the kernel must write them (session 20261205T1941Z: without that, NaN rows there ended in a device-side assert).
+idx2 = idx.clone(); idx2[1] = 0
+md2 = types.SimpleNamespace(**{**vars(md), "spec_state_indices_tensor": idx2, "num_actual_tokens": T + 2})
+ctx.attn_metadata = {"gdn.0": md2}
+live2 = torch.ones(T + 2, dtype=torch.bool); live2[5:10] = False; live2[T:] = False
+layer._kit_lean_core = False
+layer.kv_cache = (conv0.clone(), ssm0.clone())
+o_full = torch.full((T + 2, HV, V), 7.0)
+layer._forward_core(mixed_qkv=x, b=b, a=a, core_attn_out=o_full)
+layer._kit_lean_core = True
+layer.kv_cache = (conv0.clone(), ssm0.clone())
+o_nan = torch.full((T + 2, HV, V), float("nan"))
+layer._forward_core(mixed_qkv=x, b=bv, a=av, core_attn_out=o_nan)
+out["lean_skipped_zeroed"] = bool((o_nan[~live2] == 0).all())
+out["lean_skipped_live_same"] = torch.equal(o_nan[live2], o_full[live2])
+out["not_lean_skipped_kept"] = bool((o_full[~live2] == 7.0).all())
+del calls[calls_before:]
+ctx.attn_metadata = {"gdn.0": md}
 layer.kv_cache = (kit_conv, kit_ssm)
 
 # vLLM 0.26's spec-only branch, from vLLM's own pieces
@@ -192,6 +214,9 @@ def test_fused_lean_layer_gets_the_same_step_and_vllms_path_what_vllms_forward_g
     copies and a zeroed buffer. A layer without the flag is handed on as it came."""
     got = result[0]
     assert got["lean_same"] and got["lean_padding_zeroed"], got
+    # rows the kernel computes nothing for (a skipped sequence's, the graph's padding up to the step's tokens) hold
+    # zeros on a lean buffer, where a filled buffer keeps what it had
+    assert got["lean_skipped_zeroed"] and got["lean_skipped_live_same"] and got["not_lean_skipped_kept"], got
     assert got["lean prefill"] and got["not lean prefill"], got
 
 

@@ -16,7 +16,9 @@ token by token in float32: g = -exp(A_log) * softplus(a + dt_bias), beta = sigmo
 scaled, h = h * exp(g); v' = beta * (v - h k); h += v' k^T; o = h q. The state a sequence starts from is the slot
 its last accepted token wrote (state_indices[n, num_accepted[n] - 1]); after each token t the state goes to slot
 state_indices[n, t] (slot 0, vLLM's null block, is not written). A sequence whose starting slot is 0 or less (a
-padded row of a CUDA graph) is skipped, its output rows left as they were, as vLLM's kernel skips it.
+padded row of a CUDA graph) is skipped, its output rows left as they were, as vLLM's kernel skips it. With
+zero_skipped (GDN_IN_PROJ=fused_lean, whose output buffer is not zero-filled first) those rows, and the rows past the
+last sequence's end, are written with zeros instead: what vLLM's zero-filled buffer would have held there.
 
 Layout (vLLM's): x [T, 2*H*K + HV*V] (q heads, then k heads, then v heads, a row a token; rows may be strided);
 a, b [T, HV]; A_log, dt_bias [HV]; state [slots, HV, V, K]; state_indices [N, L] int; num_accepted [N] int;
@@ -92,7 +94,8 @@ def _gdn_token(x_ptr, a_ptr, b_ptr, idx_ptr, row, t, i_n, i_h, i_hv, ks, vs, mk,
 def _gdn_spec_packed_kernel(x_ptr, a_ptr, b_ptr, alog_ptr, dtb_ptr, h_ptr, idx_ptr, nacc_ptr, cu_ptr, o_ptr, N, scale,
                             stride_x, stride_a, stride_b, stride_h, stride_idx, stride_o,
                             H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
-                            BK: tl.constexpr, BV: tl.constexpr, OVERLAP: tl.constexpr):
+                            BK: tl.constexpr, BV: tl.constexpr, OVERLAP: tl.constexpr, ZERO_SKIPPED: tl.constexpr,
+                            T):
     i_v = tl.program_id(0)
     i_nh = tl.program_id(1)
     i_n = i_nh // HV
@@ -150,6 +153,15 @@ def _gdn_spec_packed_kernel(x_ptr, a_ptr, b_ptr, alog_ptr, dtb_ptr, h_ptr, idx_p
             tl.store(o_ptr + row * stride_o + i_hv * V + vs, o.to(o_ptr.dtype.element_ty), mask=mv)
             if slot > 0:
                 tl.store(h_ptr + slot * stride_h + hoff, h.to(h_ptr.dtype.element_ty), mask=mh)
+    if ZERO_SKIPPED:  # rows no sequence computes hold zeros, as in vLLM's zero-filled buffer
+        vz = i_v * BV + tl.arange(0, BV)
+        zero = tl.zeros([BV], dtype=tl.float32).to(o_ptr.dtype.element_ty)
+        if (eos > bos) & (slot0 <= 0):  # a skipped sequence's own rows
+            for t in range(0, eos - bos):
+                tl.store(o_ptr + (bos + t) * stride_o + i_hv * V + vz, zero, mask=vz < V)
+        if i_n == N - 1:  # rows past the last sequence's end, up to the step's token count (a graph's padding)
+            for row in range(eos, T):
+                tl.store(o_ptr + row * stride_o + i_hv * V + vz, zero, mask=vz < V)
 
 
 def state_layout_error(state: torch.Tensor, hv: int, v: int, k: int) -> str | None:
@@ -164,11 +176,13 @@ def gdn_spec_packed(x: torch.Tensor, a: torch.Tensor, b: torch.Tensor, A_log: to
                     state: torch.Tensor, state_indices: torch.Tensor, num_accepted: torch.Tensor,
                     cu_seqlens: torch.Tensor, out: torch.Tensor, *, num_k_heads: int, head_k_dim: int,
                     head_v_dim: int, scale: float | None = None, num_seqs: int | None = None,
-                    tile: tuple[int, int] | None = None, overlap: bool | None = None) -> torch.Tensor:
+                    tile: tuple[int, int] | None = None, overlap: bool | None = None,
+                    zero_skipped: bool = False) -> torch.Tensor:
     """The verify step's recurrence for num_seqs sequences (default: len(cu_seqlens) - 1), in place: `out` rows
     bos..eos-1 of each live sequence, and the state slots its tokens name. Returns `out`. tile: (BV, num_warps),
     default $KIT_GDN_SPEC_TILE, else DEFAULT_TILE; overlap (the next token's loads and the two state reductions
-    overlapped), default $KIT_GDN_SPEC_OVERLAP == "1"."""
+    overlapped), default $KIT_GDN_SPEC_OVERLAP == "1". zero_skipped: every other row of `out` (a skipped sequence's,
+    and those past the last sequence's end) written with zeros, for a buffer that was not zero-filled."""
     H, K, V = num_k_heads, head_k_dim, head_v_dim
     HV = state.shape[1]
     n = len(cu_seqlens) - 1 if num_seqs is None else num_seqs
@@ -195,13 +209,15 @@ def gdn_spec_packed(x: torch.Tensor, a: torch.Tensor, b: torch.Tensor, A_log: to
         _gdn_spec_packed_kernel[(triton.cdiv(V, BV), n * HV)](
             x, a, b, A_log, dt_bias, state, state_indices, num_accepted, cu_seqlens, out, n,
             float(K ** -0.5 if scale is None else scale), x.stride(0), a.stride(0), b.stride(0), state.stride(0),
-            state_indices.stride(0), out.stride(0), H=H, HV=HV, K=K, V=V, BK=BK, BV=BV, OVERLAP=bool(overlap), num_warps=warps,
-            num_stages=3)
+            state_indices.stride(0), out.stride(0), H=H, HV=HV, K=K, V=V, BK=BK, BV=BV, OVERLAP=bool(overlap),
+            ZERO_SKIPPED=bool(zero_skipped), T=out.shape[0], num_warps=warps, num_stages=3)
+    elif zero_skipped:
+        out.zero_()
     return out
 
 
 def reference(x, a, b, A_log, dt_bias, state, state_indices, num_accepted, cu_seqlens, out, *, num_k_heads,
-              head_k_dim, head_v_dim, scale=None, num_seqs=None):
+              head_k_dim, head_v_dim, scale=None, num_seqs=None, zero_skipped=False):
     """The same in float64 PyTorch, a token at a time: what the tests hold both kernels to."""
     H, K, V = num_k_heads, head_k_dim, head_v_dim
     HV = state.shape[1]
@@ -212,6 +228,8 @@ def reference(x, a, b, A_log, dt_bias, state, state_indices, num_accepted, cu_se
         bos, eos = int(cu_seqlens[i]), int(cu_seqlens[i + 1])
         slot0 = int(state_indices[i, int(num_accepted[i]) - 1])
         if eos <= bos or slot0 <= 0:
+            if zero_skipped:
+                out[bos:eos] = 0
             continue
         h = state[slot0].double().clone()  # [HV, V, K]
         for t in range(eos - bos):
@@ -230,4 +248,6 @@ def reference(x, a, b, A_log, dt_bias, state, state_indices, num_accepted, cu_se
             slot = int(state_indices[i, t])
             if slot > 0:
                 state[slot] = h.to(state.dtype)
+    if zero_skipped and n:
+        out[int(cu_seqlens[n]):] = 0
     return out

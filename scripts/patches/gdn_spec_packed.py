@@ -47,9 +47,11 @@ def layout_ok(layer) -> str | None:
     return f"SSM state not {bad}" if bad else None
 
 
-def spec_step(layer, md, mixed_qkv, b, a, core_attn_out, *, conv_update, dim_first: bool) -> None:
+def spec_step(layer, md, mixed_qkv, b, a, core_attn_out, *, conv_update, dim_first: bool, lean: bool = False) -> None:
     """vLLM 0.26's spec-only branch of `_forward_core`: its conv update as it calls it, then the kit's kernel into
-    core_attn_out. Nothing is allocated but the conv's output."""
+    core_attn_out. Nothing is allocated but the conv's output. lean: core_attn_out was not zero-filled, so the kernel
+    writes zeros where it computes nothing (a skipped sequence's rows, and a graph's padding rows up to the step's
+    tokens)."""
     from .gdn_spec_kernel import gdn_spec_packed
     n = md.num_spec_decodes
     t = md.num_actual_tokens
@@ -62,7 +64,7 @@ def spec_step(layer, md, mixed_qkv, b, a, core_attn_out, *, conv_update, dim_fir
     gdn_spec_packed(x, a[:t], b[:t], layer.A_log, layer.dt_bias, layer.kv_cache[1], idx, md.num_accepted_tokens,
                     md.spec_query_start_loc, core_attn_out[:t].view(t, -1, layer.head_v_dim),
                     num_k_heads=layer.num_k_heads // layer.tp_size, head_k_dim=layer.head_k_dim,
-                    head_v_dim=layer.head_v_dim, scale=layer.head_k_dim ** -0.5, num_seqs=n)
+                    head_v_dim=layer.head_v_dim, scale=layer.head_k_dim ** -0.5, num_seqs=n, zero_skipped=lean)
 
 
 def patch_class(cls) -> bool:
@@ -93,7 +95,7 @@ def patch_class(cls) -> bool:
             print(f"kit: GDN packed spec step ran (first call: {md.num_actual_tokens} tokens)", file=sys.stderr,
                   flush=True)
         spec_step(self, md, mixed_qkv, b, a, core_attn_out, conv_update=mod.causal_conv1d_update,
-                  dim_first=bool(mod.is_conv_state_dim_first()))
+                  dim_first=bool(mod.is_conv_state_dim_first()), lean=lean)
         t = md.num_actual_tokens
         if lean and core_attn_out.shape[0] > t:  # the rows vLLM's zeros gave past the step's tokens
             core_attn_out[t:].zero_()
