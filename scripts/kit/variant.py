@@ -371,6 +371,8 @@ class Variant:
             env["KIT_GDN_REUSE"] = "1" if self["GDN_METADATA_REUSE"] == "on" else self["GDN_METADATA_REUSE"]
         if self["SPEC_DRAFT_GRAPH"]:  # as above (scripts/patches/draft_graph.py): the largest graphed batch
             env["KIT_DRAFT_GRAPH"] = str(self["SPEC_DRAFT_GRAPH"])
+        if self["SPEC_PREFILL_GUARD"] == "on" and self["SPEC_METHOD"] != "none":  # scripts/patches/prefill_guard.py:
+            env["KIT_PREFILL_GUARD"] = "1"  # a prefill shaped as a verify step kept off the verify graph
         if self["SPEC_DRAFT_LOOP_GRAPH"] == "on":  # as above (scripts/patches/draft_loop_graph.py): V2's draft loop
             env["KIT_DRAFT_LOOP_GRAPH"] = "1"
         if self["API_TEXT_ONLY"]:  # as above (scripts/patches/text_only.py): read in the API server process

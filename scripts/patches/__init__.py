@@ -60,6 +60,11 @@ PATCHES = (
     Patch(None, None, "gdn_spec_kernel", "GDN verify recurrence on the packed conv output, in Triton (served by "
           "gdn_spec_packed)", "vLLM 0.26.0", "vllm-project/vllm#51674 is 0.32's CUDA kernel for the same step",
           ("tests/test_gdn_spec_kernel.py",)),
+    Patch("KIT_PREFILL_GUARD", "SPEC_PREFILL_GUARD", "prefill_guard", "a prefill step shaped as a verify step (a "
+          "prompt, or its tail, of exactly 1+K tokens) runs as a mixed batch, not through the verify step's FULL CUDA "
+          "graph, whose Gated DeltaNet kernels would skip the request's state (V1 and V2 runners)", "vLLM 0.26.0",
+          "vllm-project/vllm#49918 and #53051 (open); fixes #47123 and #53059 (open)",
+          ("tests/test_prefill_guard_patch.py",)),
     Patch("KIT_DRAFT_GRAPH", "SPEC_DRAFT_GRAPH", "draft_graph", "MTP draft passes 2..K as one CUDA graph",
           "vLLM 0.26.0", "vllm-project/vllm#45258 (RFC, open), #34880 (closed); V2 runner's drafter graphs",
           ("tests/test_draft_graph_patch.py",)),
