@@ -1458,6 +1458,34 @@ PY
       --set SERVE_KV_CACHE_MEMORY_BYTES=$kv12 --set SERVE_GPU_MEMORY_UTILIZATION=0.2 --set SPEC_ACCEPTANCE=$Z --no-stack \
       > "$LOGS/h30-prof-nostack.log" 2>&1
     grep -h "record:\|^error:" "$LOGS/h30-prof-nostack.log" | cut -c1-600 ;;
+  h31)  # issue 29 after sessions 20261205T1920Z and 1941Z (nocopy's fused_lean died at a 5-token prompt: vLLM 0.26 ran
+    # that prefill through the verify graph, vllm-project/vllm#53051; the kit now keeps it off, SPEC_PREFILL_GUARD, and
+    # the packed kernel zeroes rows it skips). One H100 lease, ~20 min after the carry:
+    # (1) o = v4 and c = qwen3.5-4b-fp8-v4-nocopy at acceptance 0, both cold; greedy completions compared (`same`: its
+    #     prompts include 5-token ones); c against o at c=1 (the step; make compare) and vLLM's client (2 rounds);
+    # (2) g = v4 with SPEC_PREFILL_GUARD=off on o's compile cache: `same` o against g, whose 5-token prompts should
+    #     differ (the guard's effect on v4's own output) while the rest agree;
+    # (3) v4 and nocopy profiled alone without the stack (kernels, copies and idle time a step, one session).
+    v=qwen3.5-4b-fp8-v4; c=qwen3.5-4b-fp8-v4-nocopy; kv12=12884901888; S="SERVE_MAX_NUM_SEQS=256"; Z=0,0,0,0
+    mem="--set SERVE_KV_CACHE_MEMORY_BYTES=$kv12 --set SERVE_GPU_MEMORY_UTILIZATION=0.2"
+    step python3 -m scripts.kit draft-vocab --variant $v --set WEIGHTS=dummy
+    bash "$0" up o 8102 $kv12 $v --set "$S" --set SPEC_ACCEPTANCE=$Z
+    bash "$0" up c 8104 $kv12 $c --set "$S" --set SPEC_ACCEPTANCE=$Z
+    bash "$0" ready 900 8102 8104
+    step bash "$0" same 8102 8104 $v $c
+    bash "$0" ready 5 8102 8104 && bash "$0" cmp 8102 8104 $v $c $mem --set "$S" --set-a PORT=8102 --set-b PORT=8104 \
+      --set-a SPEC_ACCEPTANCE=$Z --set-b SPEC_ACCEPTANCE=$Z --concurrency 1 --requests 8
+    bash "$0" ready 5 8102 8104 && BS_TAG=h31- bash "$0" bs 8102 8104 $v $c 2
+    bash "$0" down c
+    bash "$0" up g 8106 $kv12 $v --set "$S" --set SPEC_ACCEPTANCE=$Z --set SPEC_PREFILL_GUARD=off
+    bash "$0" ready 600 8102 8106 && step bash "$0" same 8102 8106 $v $v
+    echo "guard lines: $(grep -h "SPEC_PREFILL_GUARD" "$LOGS"/up-[ocg].log | sed 's/pid=[0-9]*//' | sort | uniq -c)"
+    bash "$0" down o g
+    for x in $v $c; do
+      step python3 -m scripts.profile --variant $x --set WEIGHTS=dummy --set PORT=8114 --set "$S" $mem \
+        --set SPEC_ACCEPTANCE=$Z --no-stack > "$LOGS/h31-prof-$x.log" 2>&1
+      grep -h "record:\|^error:" "$LOGS/h31-prof-$x.log" | cut -c1-600
+    done ;;
   crash30)  # after session 20261205T1920Z, where qwen3.5-4b-fp8-v4-nocopy (fused_lean + GDN_METADATA_REUSE=shared)
     # died on a device-side assert in an Inductor kernel at its first request ("The capital of France is": 5 tokens, as
     # many as a K=4 verify, so vLLM's V2 runner can replay the FULL decode graph for that prefill), while v4 beside it
