@@ -217,7 +217,7 @@ def gdn_spec_packed(x: torch.Tensor, a: torch.Tensor, b: torch.Tensor, A_log: to
 
 
 def reference(x, a, b, A_log, dt_bias, state, state_indices, num_accepted, cu_seqlens, out, *, num_k_heads,
-              head_k_dim, head_v_dim, scale=None, num_seqs=None, zero_skipped=False):
+              head_k_dim, head_v_dim, scale=None, num_seqs=None):
     """The same in float64 PyTorch, a token at a time: what the tests hold both kernels to."""
     H, K, V = num_k_heads, head_k_dim, head_v_dim
     HV = state.shape[1]
@@ -228,8 +228,6 @@ def reference(x, a, b, A_log, dt_bias, state, state_indices, num_accepted, cu_se
         bos, eos = int(cu_seqlens[i]), int(cu_seqlens[i + 1])
         slot0 = int(state_indices[i, int(num_accepted[i]) - 1])
         if eos <= bos or slot0 <= 0:
-            if zero_skipped:
-                out[bos:eos] = 0
             continue
         h = state[slot0].double().clone()  # [HV, V, K]
         for t in range(eos - bos):
@@ -248,6 +246,4 @@ def reference(x, a, b, A_log, dt_bias, state, state_indices, num_accepted, cu_se
             slot = int(state_indices[i, t])
             if slot > 0:
                 state[slot] = h.to(state.dtype)
-    if zero_skipped and n:
-        out[int(cu_seqlens[n]):] = 0
     return out
