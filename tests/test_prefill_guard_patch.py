@@ -51,7 +51,7 @@ def v1():
         setattr(cls, k, v)
 
 
-def test_v1_a_prefill_shaped_as_a_verify_is_not_uniform_inside_a_real_step(v1, capsys):
+def test_v1_a_prefill_shaped_as_a_verify_is_not_uniform_inside_a_step_real_032_method_stand_in_execute_model(v1, capsys):
     shape = dict(max_num_scheduled_tokens=1 + K, uniform_decode_query_len=1 + K, num_tokens=2 * (1 + K), num_reqs=2)
 
     def execute(self, scheduler_output, intermediate_tensors=None):  # where 0.26's execute_model asks
@@ -62,7 +62,7 @@ def test_v1_a_prefill_shaped_as_a_verify_is_not_uniform_inside_a_real_step(v1, c
     assert step(None, VERIFY) == (True, True)
     assert v1._is_uniform_decode(**shape) is True  # outside a step (dummy runs, capture): vLLM's shape test
     assert G.current() is None
-    assert G._moved == [1 + K] and capsys.readouterr().err.count("SPEC_PREFILL_GUARD: a step shaped") == 1
+    assert G._moved == {1 + K: 1} and capsys.readouterr().err.count("SPEC_PREFILL_GUARD: a step shaped") == 1
 
 
 def test_v1_patch_wraps_the_runners_execute_model_once(v1):
@@ -91,7 +91,7 @@ def v2_module():
     return mod
 
 
-def test_v2_a_prefill_shaped_as_a_verify_has_no_uniform_count_but_dummy_runs_keep_theirs(capsys):
+def test_v2_a_prefill_shaped_as_a_verify_has_no_uniform_count_but_dummy_runs_keep_theirs_stand_in_026_module(capsys):
     mod = v2_module()
     G._moved.clear()
     assert G.patch_v2(mod)
@@ -104,7 +104,7 @@ def test_v2_a_prefill_shaped_as_a_verify_has_no_uniform_count_but_dummy_runs_kee
     assert G.patch_v2(mod) is False
 
 
-def test_v2_half_says_it_is_not_active_where_the_runner_dispatches_otherwise(capsys):
+def test_v2_half_says_it_is_not_active_where_the_runner_dispatches_otherwise_stand_in_module(capsys):
     mod = types.ModuleType("kit_fake_v2_later")
     mod.GPUModelRunner = type("GPUModelRunner", (), {"execute_model": lambda self, scheduler_output: None})
     assert G.patch_v2(mod) is False

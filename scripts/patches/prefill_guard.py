@@ -26,6 +26,7 @@ another way, so the V2 half says it is not active there.
 """
 from __future__ import annotations
 
+import collections
 import functools
 import inspect
 import os
@@ -37,7 +38,7 @@ V1_TARGET = "vllm.v1.worker.gpu_model_runner"
 V2_TARGET = "vllm.v1.worker.gpu.model_runner"
 _MARK = "_kit_prefill_guard"
 _step = threading.local()  # .so: the scheduler output of the real step this thread is in, else None
-_moved: list[int] = []  # the uniform counts of steps moved off the verify graph, for the once-said line
+_moved: collections.Counter = collections.Counter()  # steps moved off the verify graph, by their uniform count
 
 
 def aliased(so, count) -> bool:
@@ -58,7 +59,7 @@ def _moved_off(count: int) -> None:
         print(f"kit: SPEC_PREFILL_GUARD: a step shaped as a verify of {count} tokens a request held a prefill; it ran "
               "as a mixed batch, not through the verify step's CUDA graph (vllm-project/vllm#53051). Said once",
               file=sys.stderr, flush=True)
-    _moved.append(count)
+    _moved[count] += 1
 
 
 def wrap_execute_model(orig):
