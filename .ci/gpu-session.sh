@@ -1444,8 +1444,8 @@ PY
     # GDN_METADATA_REUSE=shared) against v4 at acceptance 0, greedy completions compared first (v2cut ONLY0 SAME): the
     # step; (2) BF16 against v4 at the pessimistic rates with vLLM's own client beside the pair, which 1617Z's pair
     # lacked (headline, 5 rounds of 24 requests; session 20261205T1920Z asked for 3, which make compare refuses, and
-    # kept only the client's runs); (3) nocopy profiled alone
-    # without the stack, to count its kernels and copies against v4's (1617Z). BF16 starts first, so its cold compile
+    # kept only the client's runs); (3) nocopy profiled alone without the stack, to count its kernels and copies
+    # against v4's (1617Z). Superseded by h31 after nocopy died at its first prompt there. BF16 starts first, so its cold compile
     # runs beside the two FP8 ones; it is up but sent nothing while the step is timed, as in a whole v2cut. ~8 min of
     # cold compiles, ~3 min the step, ~10 min the headline, ~3 min the profile: ~25 min on an H100 after the carry.
     v=qwen3.5-4b-fp8-v4; c=qwen3.5-4b-fp8-v4-nocopy; kv12=12884901888; Z=0,0,0,0
