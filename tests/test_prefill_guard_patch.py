@@ -54,15 +54,17 @@ def v1():
 def test_v1_a_prefill_shaped_as_a_verify_is_not_uniform_inside_a_step_real_032_method_stand_in_execute_model(v1, capsys):
     shape = dict(max_num_scheduled_tokens=1 + K, uniform_decode_query_len=1 + K, num_tokens=2 * (1 + K), num_reqs=2)
 
-    def execute(self, scheduler_output, intermediate_tensors=None):  # where 0.26's execute_model asks
-        return v1._is_uniform_decode(**shape), v1._is_uniform_decode(**shape, force_uniform_decode=True)
+    def execute(self, scheduler_output, intermediate_tensors=None):  # where 0.26's execute_model asks (keywords)
+        return (v1._is_uniform_decode(**shape), v1._is_uniform_decode(**shape, force_uniform_decode=True),
+                v1._is_uniform_decode(*shape.values()))  # and positionally, as another release might
 
     step = G.wrap_execute_model(execute)
-    assert step(None, MIXED) == (False, True)  # moved; an explicit answer (capture) stays vLLM's
-    assert step(None, VERIFY) == (True, True)
+    assert step(None, MIXED) == (False, True, False)  # moved; an explicit answer (capture) stays vLLM's
+    assert step(None, MIXED, None) == (False, True, False)  # the arguments bound where they come positionally
+    assert step(None, VERIFY) == (True, True, True)
     assert v1._is_uniform_decode(**shape) is True  # outside a step (dummy runs, capture): vLLM's shape test
     assert G.current() is None
-    assert G._moved == {1 + K: 1} and capsys.readouterr().err.count("SPEC_PREFILL_GUARD: a step shaped") == 1
+    assert G._moved == {1 + K: 4} and capsys.readouterr().err.count("SPEC_PREFILL_GUARD: a step shaped") == 1
 
 
 def test_v1_patch_wraps_the_runners_execute_model_once(v1):

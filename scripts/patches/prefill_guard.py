@@ -69,8 +69,10 @@ def wrap_execute_model(orig):
 
     @functools.wraps(orig)
     def execute_model(*args, **kwargs):
-        bound = sig.bind_partial(*args, **kwargs)
-        so = None if bound.arguments.get("dummy_run") else bound.arguments.get("scheduler_output")
+        # Every step passes here, so the arguments are bound only where they are not (self, scheduler_output) plus
+        # keywords, as 0.26's worker and V2's dummy runs pass them: the step's host time is what issue 29 cuts.
+        a = sig.bind_partial(*args, **kwargs).arguments if len(args) != 2 else {**kwargs, "scheduler_output": args[1]}
+        so = None if a.get("dummy_run") else a.get("scheduler_output")
         outer = current()
         _step.so = so
         try:
@@ -89,8 +91,10 @@ def wrap_is_uniform_decode(orig):
     @functools.wraps(orig)
     def _is_uniform_decode(*args, **kwargs):
         uniform = orig(*args, **kwargs)
-        a = sig.bind(*args, **kwargs).arguments
-        if uniform and a.get("force_uniform_decode") is None and aliased(current(), a["uniform_decode_query_len"]):
+        if not uniform or current() is None:
+            return uniform
+        a = sig.bind(*args, **kwargs).arguments if args else kwargs  # 0.26 passes keywords only
+        if a.get("force_uniform_decode") is None and aliased(current(), a["uniform_decode_query_len"]):
             _moved_off(a["uniform_decode_query_len"])
             return False
         return uniform
