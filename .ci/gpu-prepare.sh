@@ -14,6 +14,9 @@
 # install_payload.sh, w.tar.xz and .gpu/whl-router/dep and runs
 #   cat /tmp/pl/p* | ... : bash .gpu/pl-<N>M/install_payload.sh /tmp/pl; tar -xJf .gpu/pl-<N>M/w.tar.xz
 # then KIT_GIT_COMMIT=<sha> bash .ci/gpu-session.sh detach NAME MODE, and `collect` calls until it ends.
+# Send the first piece's call alone and the rest only once it has returned a machine: a call that finds none costs
+# 15-90 s of device time, and a batch of five sent after a refusal cost 240 s on 2026-12-05 (session 20261205T2358Z,
+# 766 s of 1800 spent before a machine came). A refusal says when to try again; until then every call is refused.
 # (The older notes below speak of p00..p02 as the chunks: they are the source the pieces are cut from.)
 # The 64 MiB a call counts the tree too (9.3 MB on 2026-11-25, growing with the committed session logs):
 # p02 + w.tar.xz + the tree went over it that day. The wheel folders go in later calls (p01 + whl-eval is over it).
