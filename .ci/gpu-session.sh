@@ -1488,6 +1488,29 @@ PY
         --set SPEC_ACCEPTANCE=$Z --no-stack > "$LOGS/h31-prof-$x.log" 2>&1
       grep -h "record:\|^error:" "$LOGS/h31-prof-$x.log" | cut -c1-600
     done ;;
+  h32)  # issue 29 after session 20261205T2358Z (nocopy's step 3.70 ms at acceptance 0 against v4's 3.766 on an H100,
+    # still over 3.5): c = qwen3.5-4b-fp8-v4-nocopy and t = qwen3.5-4b-fp8-v4-nocopy-vocab (LM_HEAD_VOCAB=32768: the
+    # target's int8 lm_head copy holds 32801 rows, not 248320), both cold and side by side, at acceptance 0; the greedy
+    # check (`same`: on dummy weights t's completions should differ wherever the full head's top token is outside the
+    # set; that it answers is the check); t against c at c=1 (make compare) and vLLM's client (2 rounds); t profiled alone
+    # without the stack on its cache (the lm_head's kernel time a step). ~13 min on an H100 after the carry.
+    c=qwen3.5-4b-fp8-v4-nocopy; t=qwen3.5-4b-fp8-v4-nocopy-vocab; kv12=12884901888; S="SERVE_MAX_NUM_SEQS=256"; Z=0,0,0,0
+    mem="--set SERVE_KV_CACHE_MEMORY_BYTES=$kv12 --set SERVE_GPU_MEMORY_UTILIZATION=0.2"
+    step python3 -m scripts.kit draft-vocab --variant $t --set WEIGHTS=dummy
+    bash "$0" up c 8104 $kv12 $c --set "$S" --set SPEC_ACCEPTANCE=$Z
+    bash "$0" up t 8106 $kv12 $t --set "$S" --set SPEC_ACCEPTANCE=$Z
+    bash "$0" ready 900 8104 8106
+    echo "lm_head lines: $(grep -h "kit: lm_head" "$LOGS"/up-[ct].log | sed 's/pid=[0-9]*//' | sort | uniq -c)"
+    step bash "$0" same 8104 8106 $c $t
+    bash "$0" ready 5 8104 8106 && bash "$0" cmp 8104 8106 $c $t $mem --set "$S" --set-a PORT=8104 --set-b PORT=8106 \
+      --set-a SPEC_ACCEPTANCE=$Z --set-b SPEC_ACCEPTANCE=$Z --concurrency 1 --requests 8
+    bash "$0" ready 5 8104 8106 && BS_TAG=h32- bash "$0" bs 8104 8106 $c $t 2
+    bash "$0" down c t
+    for x in ${H32_PROF-$t}; do
+      step python3 -m scripts.profile --variant $x --set WEIGHTS=dummy --set PORT=8114 --set "$S" $mem \
+        --set SPEC_ACCEPTANCE=$Z --no-stack > "$LOGS/h32-prof-$x.log" 2>&1
+      grep -h "record:\|^error:" "$LOGS/h32-prof-$x.log" | cut -c1-600
+    done ;;
   crash30)  # after session 20261205T1920Z, where qwen3.5-4b-fp8-v4-nocopy (fused_lean + GDN_METADATA_REUSE=shared)
     # died on a device-side assert in an Inductor kernel at its first request ("The capital of France is": 5 tokens, as
     # many as a K=4 verify, so vLLM's V2 runner can replay the FULL decode graph for that prefill), while v4 beside it

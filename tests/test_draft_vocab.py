@@ -164,13 +164,14 @@ def test_variant_key_reaches_the_server_env_and_needs_mtp_and_its_set(tmp_path, 
     with pytest.raises(KitError, match="needs SPEC_METHOD=mtp"):
         load("qwen3-4b-bf16-tuned", ["SPEC_DRAFT_VOCAB=64"])
     monkeypatch.setattr(DV, "WEIGHTS", tmp_path)
-    with pytest.raises(KitError, match=r"draft vocabulary .* missing.*draft-vocab --variant qwen3.5-4b-bf16-tuned "
-                                       r"--set SPEC_DRAFT_VOCAB=64"):
+    with pytest.raises(KitError, match=r"SPEC_DRAFT_VOCAB=64: the token set .* missing.*draft-vocab --variant "
+                                       r"qwen3.5-4b-bf16-tuned --set SPEC_DRAFT_VOCAB=64"):
         DV.require(v)
     target = DV.path_for("Qwen/Qwen3.5-4B", 64)
     target.parent.mkdir(parents=True)
     target.write_text(json.dumps({"ids": [1, 2, 3]}))
-    assert DV.require(v) == target
+    assert DV.require(v) == [target]
+    assert DV.require(load("qwen3.5-4b-bf16-tuned")) == []
 
 
 class StandInSpeculatorV2:

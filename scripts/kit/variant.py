@@ -351,6 +351,9 @@ class Variant:
             env["KIT_W4A16_GEMM"] = "1"
         if self["LM_HEAD_W8"] != "off":  # as above (scripts/patches/lm_head_w8.py): the scheme
             env["KIT_LM_HEAD_W8"] = self["LM_HEAD_W8"]
+            if self["LM_HEAD_VOCAB"]:  # the same patch: the copy holds only the set's rows
+                from .draft_vocab import path_for
+                env["KIT_LM_HEAD_VOCAB"] = str(path_for(self["MODEL"], self["LM_HEAD_VOCAB"]))
         if self["GDN_QKV_SPLIT"] == "two_copies":  # as above (scripts/patches/gdn_qkv_split.py)
             env["KIT_GDN_QKV_SPLIT"] = "1"
         if self["GDN_IN_PROJ"] != "vllm":  # as above (scripts/patches/gdn_in_proj.py)
@@ -482,6 +485,9 @@ def _validate(v: Variant, schema: dict) -> None:
     if c["SPEC_DRAFT_VOCAB"] and c["SPEC_METHOD"] != "mtp":
         raise KitError(f"{where('SPEC_DRAFT_VOCAB')}: SPEC_DRAFT_VOCAB={c['SPEC_DRAFT_VOCAB']} needs SPEC_METHOD=mtp "
                        f"(is {c['SPEC_METHOD']})")
+    if c["LM_HEAD_VOCAB"] and c["LM_HEAD_W8"] == "off":
+        raise KitError(f"{where('LM_HEAD_VOCAB')}: LM_HEAD_VOCAB={c['LM_HEAD_VOCAB']} needs LM_HEAD_W8 (int8 or fp8: "
+                       "the 8-bit copy it trims)")
     if c["SPEC_DRAFT_VOCAB_W8"] != "off" and not c["SPEC_DRAFT_VOCAB"]:
         raise KitError(f"{where('SPEC_DRAFT_VOCAB_W8')}: SPEC_DRAFT_VOCAB_W8={c['SPEC_DRAFT_VOCAB_W8']} needs "
                        "SPEC_DRAFT_VOCAB (the set whose rows it copies)")

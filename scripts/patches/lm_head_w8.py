@@ -20,6 +20,11 @@ CUDA graph capture, and the kernel autotunes the shape then. From then on a batc
 multiplies the 8-bit copy, a larger one the 16-bit weight as before. vLLM 0.26 computes logits eagerly, outside the
 compiled graph, so the branch is plain Python.
 
+LM_HEAD_VOCAB=N (issue 29's "trimmed for the verify where quality allows"): $KIT_LM_HEAD_VOCAB names a token-set file
+(scripts/kit/draft_vocab.py's, the drafts' format), and the copy holds only those rows. A batch of up to 16 rows then
+reads N rows, not the whole head (Qwen3.5-4B at 32768: 32801 rows, 84 MB, against 248320 rows, 636 MB), and every
+other token's logit is -inf: the output can hold only the set's tokens there. Larger batches read the 16-bit head.
+
 Read at every interpreter's start (sitecustomize.py): torch and vLLM are imported only in the hook.
 """
 from __future__ import annotations
@@ -28,6 +33,7 @@ import os
 import sys
 
 ENV = "KIT_LM_HEAD_W8"
+VOCAB_ENV = "KIT_LM_HEAD_VOCAB"  # LM_HEAD_VOCAB's set file (Variant.to_env)
 TARGET = "vllm.model_executor.layers.vocab_parallel_embedding"
 M_MAX = 16  # the kernel's largest batch (w8a16_kernel.BLOCK_M)
 SCHEMES = {"int8": 127.0, "fp8": 448.0}  # the largest magnitude each holds: a row's absmax maps to it
@@ -58,7 +64,34 @@ def _runs_on(x) -> bool:
     return x.is_cuda or os.environ.get("TRITON_INTERPRET") == "1"
 
 
-def patch_module(mod, scheme: str) -> None:
+def set_ids(path: str, rows: int) -> list[int]:
+    """The ids of LM_HEAD_VOCAB's set file below the head's `rows` (a padded head has more rows than the tokenizer)."""
+    from scripts.kit.draft_vocab import load_ids
+    ids = [i for i in load_ids(path) if i < rows]
+    if not ids:
+        raise ValueError(f"{path}: no id below the lm_head's {rows} rows")
+    return ids
+
+
+def _make_copy(layer, scheme: str, vocab: str):
+    """(8-bit rows, scales, ids tensor or None): the whole head's copy, or only the rows of `vocab`'s set."""
+    w = layer.weight.detach()
+    if not vocab:
+        return (*quantize_rows(w, scheme), None)
+    import torch
+    ids = torch.tensor(set_ids(vocab, w.shape[0]), dtype=torch.long, device=w.device)
+    return (*quantize_rows(w.index_select(0, ids), scheme), ids)
+
+
+def trimmed(y_set, ids, rows: int):
+    """The [M, rows] logits from the set's [M, len(ids)]: -inf everywhere else, so no other token can win or be
+    sampled."""
+    import torch
+    y = torch.full((y_set.shape[0], rows), float("-inf"), dtype=y_set.dtype, device=y_set.device)
+    return y.index_copy_(1, ids, y_set)
+
+
+def patch_module(mod, scheme: str, vocab: str = "") -> None:
     import torch
     cls = mod.UnquantizedEmbeddingMethod
     if getattr(cls.apply, "_kit_lm_head_w8", None):
@@ -69,15 +102,19 @@ def patch_module(mod, scheme: str) -> None:
         if torch.compiler.is_compiling() or not _runs_on(x):
             return orig(self, layer, x, bias)
         from scripts.patches.w8a16_kernel import w8a16_matmul
-        q = layer.__dict__.get("_kit_w8")
-        if q is None:  # the first logits call: vLLM's profile run
-            q = layer.__dict__["_kit_w8"] = quantize_rows(layer.weight.detach(), scheme)
-            w8a16_matmul(x[:1].reshape(1, -1), *q)  # autotune this shape now, not in a served step
-            print(f"kit: lm_head {scheme} copy {tuple(q[0].shape)}, one scale a row, for batches up to {M_MAX}",
+        c = layer.__dict__.get("_kit_w8")
+        if c is None:  # the first logits call: vLLM's profile run
+            c = layer.__dict__["_kit_w8"] = _make_copy(layer, scheme, vocab)
+            w8a16_matmul(x[:1].reshape(1, -1), c[0], c[1])  # autotune this shape now, not in a served step
+            print(f"kit: lm_head {scheme} copy {tuple(c[0].shape)}, one scale a row, for batches up to {M_MAX}"
+                  + (f": only the {c[0].shape[0]} tokens of LM_HEAD_VOCAB's set ({vocab}) can be produced there, every "
+                     f"other of the {layer.weight.shape[0]} rows' logit is -inf" if vocab else ""),
                   file=sys.stderr, flush=True)
         if x.dim() != 2 or not 0 < x.shape[0] <= M_MAX:
             return orig(self, layer, x, bias)
-        y = w8a16_matmul(x, *q)
+        y = w8a16_matmul(x, c[0], c[1])
+        if c[2] is not None:
+            y = trimmed(y, c[2], layer.weight.shape[0])
         return y if bias is None else y + bias
 
     apply._kit_lm_head_w8 = scheme
@@ -92,5 +129,6 @@ def install(target: str = TARGET) -> bool:
             print(f"kit: {ENV}={scheme!r} is neither of {', '.join(SCHEMES)}: lm_head left 16-bit", file=sys.stderr)
         return False
     from scripts.patches.on_import import after_import
-    after_import(target, lambda mod: patch_module(mod, scheme))
+    vocab = os.environ.get(VOCAB_ENV, "")
+    after_import(target, lambda mod: patch_module(mod, scheme, vocab))
     return True
