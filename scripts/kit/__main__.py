@@ -84,7 +84,8 @@ def main(argv=None) -> int:
                        help=f"{text_help} (repeatable; e.g. a sample of your traffic); default: the kit's {kit_text}")
         return v
     text_verb("draft-vocab", "the token sets SPEC_DRAFT_VOCAB=N drafts from (MTP) and LM_HEAD_VOCAB=N keeps the "
-              "target's logits to, beside the weights: the N most frequent tokens of calibration text", "calibration text", "calibration text")
+              "target's logits to, beside the weights: the N most frequent tokens of calibration text",
+              "calibration text", "calibration text")
     lh = text_verb("lm-head-check", "what LM_HEAD_W8 does to a model's logits: its 16-bit lm_head against the 8-bit "
                    "copies the patch can serve, on text (one lmhead_check record)", "text to run", "held-out text")
     lh.add_argument("--tokens", type=int, default=512, help="positions compared (the text's first N tokens; default 512)")
