@@ -1466,8 +1466,8 @@ PY
     # (2) g = v4 with SPEC_PREFILL_GUARD=off on o's compile cache: `same` o against g, whose 5-token prompts should
     #     differ (the guard's effect on v4's own output) while the rest agree;
     # (3) v4 and nocopy profiled alone without the stack (kernels, copies and idle time a step, one session).
-    # H31_PROF: the variants (3) profiles, default both (~3 min each); empty skips it. Session 20261205T2331Z lost 240 s
-    # of its 1800 to machines that did not start, and the whole job no longer fit what was left.
+    # H31_PROF: the variants (3) profiles, default both (~3 min each); empty skips it. Session 20261205T2358Z came after
+    # 766 s of its 1800 went to machines that did not start, and ran with H31_PROF= (the whole job no longer fit).
     v=qwen3.5-4b-fp8-v4; c=qwen3.5-4b-fp8-v4-nocopy; kv12=12884901888; S="SERVE_MAX_NUM_SEQS=256"; Z=0,0,0,0
     mem="--set SERVE_KV_CACHE_MEMORY_BYTES=$kv12 --set SERVE_GPU_MEMORY_UTILIZATION=0.2"
     step python3 -m scripts.kit draft-vocab --variant $v --set WEIGHTS=dummy
