@@ -20,7 +20,14 @@ def test_record_roundtrip_and_provenance(tree):
     prov = back["provenance"]
     assert prov["device"]["kind"] in ("cpu", "gpu") and prov["weights"] == "real" and prov["acceptance"] == "none"
     assert prov["versions"]["python"] and back["config_sha256"] == load("a").config_sha256
+    assert prov["host"]["cpu_model"] and prov["host"]["python_loop_ms"] > 0  # to tell a slow host from a fast one
     assert [p for p, _ in records("a", "serve_smoke", root=tree.res)] == [path]
+
+
+def test_the_python_loop_figure_measures_the_loop():
+    from scripts.kit.device import python_loop_ms
+    # 400 times the work must take longer than 1x: a figure that did not move with the loop would tell hosts nothing
+    assert python_loop_ms(n=400_000, runs=1) > python_loop_ms(n=1_000, runs=1) > 0
 
 
 def test_writes_never_overwrite(tree):

@@ -187,12 +187,39 @@ def conditions() -> dict:
 @functools.cache
 def host_facts() -> dict:
     """A stable id of this machine (records from different machines are never compared): sha256 of
-    /etc/machine-id, else of the hostname; the boot id tells two boots of one machine apart."""
+    /etc/machine-id, else of the hostname; the boot id tells two boots of one machine apart. Also the CPU's model and
+    python_loop_ms: at low acceptance a speculating step can be bound by the engine's Python, and GPU hosts of one kind
+    differ there (session 20261206T0237Z's H100 ran vLLM's scheduler code slower than 20261205T1617Z's)."""
     import hashlib
     read = lambda p: (open(p).read().strip() if os.path.exists(p) else "")
     mid = read("/etc/machine-id") or _platform.node()
     return {"id": hashlib.sha256(mid.encode()).hexdigest()[:16], "boot_id": read("/proc/sys/kernel/random/boot_id") or None,
-            "hostname": _platform.node(), **host_load()}
+            "hostname": _platform.node(), "cpu_model": cpu_model(), "python_loop_ms": python_loop_ms(), **host_load()}
+
+
+def python_loop_ms(n: int = 100_000, runs: int = 3) -> float:
+    """The best of `runs` timings of one fixed single-threaded Python loop (dict, list and attribute work, the kind an
+    engine's scheduler does a step), in ms: a figure to tell a slow host from a fast one across records, not a
+    benchmark of anything served. Lower is faster; it depends on the interpreter too (a record names its version)."""
+    class Req:
+        __slots__ = ("i", "n")
+
+        def __init__(self, i):
+            self.i, self.n = i, 0
+    best = float("inf")
+    for _ in range(runs):
+        t = time.perf_counter()
+        table, queue = {}, []
+        for i in range(n):
+            r = table.get(i & 255)
+            if r is None:
+                r = table[i & 255] = Req(i)
+            r.n += 1
+            queue.append(r.i)
+            if len(queue) > 64:
+                queue.clear()
+        best = min(best, (time.perf_counter() - t) * 1000)
+    return round(best, 2)
 
 
 def host_platform() -> str:
