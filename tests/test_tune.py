@@ -896,7 +896,7 @@ def test_step_cuts_measured_on_a_gpu_are_levers_there_and_leave_with_what_they_n
     ls, skipped = T.levers(v.config, "gpu", lambda o: True, arch, (1, 8))
     got = {lv.name: lv.values for lv in ls}
     assert got["draft_argmax"] == ({"SPEC_DRAFT_ARGMAX": "kit"}, {"SPEC_DRAFT_ARGMAX": "torch"})
-    assert got["draft_fp8"] == ({"SPEC_DRAFT_FP8": "marlin"}, {"SPEC_DRAFT_FP8": "off"})
+    assert got["draft_fp8"] == ({"SPEC_DRAFT_FP8": "marlin"}, {"SPEC_DRAFT_FP8": "cutlass"}, {"SPEC_DRAFT_FP8": "off"})
     assert got["gdn_spec_overlap"] == ({"GDN_SPEC_OVERLAP": "on"}, {"GDN_SPEC_OVERLAP": "off"})
     ls, skipped = T.levers(v.config, "cpu", lambda o: True, arch, (1, 8))
     assert not {"draft_argmax", "draft_fp8", "gdn_spec_overlap"} & {lv.name for lv in ls}

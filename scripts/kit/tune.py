@@ -204,12 +204,13 @@ def levers(cfg: dict, platform: str, weights_ok, arch: dict | None = None,
         # The drafter's host time (issue 19): a value on an incumbent without speculation is dropped by fixup.
         out.append(Lever("spec_padding", ({"SPEC_PADDED_DRAFTER_BATCH": "off"}, {"SPEC_PADDED_DRAFTER_BATCH": "on"}),
                          "drafter input padding off (disable_padded_drafter_batch) or on"))
-        if gpu:  # FP8 Marlin (scripts/patches/draft_fp8.py); a value on an incumbent without speculation: fixup
-            out.append(Lever("draft_fp8", ({"SPEC_DRAFT_FP8": "marlin"}, {"SPEC_DRAFT_FP8": "off"}),
-                             "the drafter's 16-bit linears from FP8 copies on FP8 Marlin at <= 16 rows (output "
-                             "unchanged), or 16-bit"))
+        if gpu:  # FP8 Marlin or CUTLASS (scripts/patches/draft_fp8.py); on an incumbent without speculation: fixup
+            out.append(Lever("draft_fp8", ({"SPEC_DRAFT_FP8": "marlin"}, {"SPEC_DRAFT_FP8": "cutlass"},
+                                           {"SPEC_DRAFT_FP8": "off"}),
+                             "the drafter's 16-bit linears from FP8 copies at <= 16 rows, on FP8 Marlin or on CUTLASS "
+                             "with the tokens cast in its graph (output unchanged), or 16-bit"))
         else:
-            skipped.append("draft_fp8: FP8 Marlin is a GPU lever")
+            skipped.append("draft_fp8: FP8 Marlin and CUTLASS are GPU levers")
         if method == "mtp":  # a set made beforehand, as weights are: the tuner writes no files
             from .draft_vocab import path_for
             if path_for(cfg["MODEL"], DRAFT_VOCAB).is_file():
