@@ -17,6 +17,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 import torch  # noqa: E402
 
+from graph_time import time_graph  # noqa: E402  (.ci/, this script's folder)
 from scripts import gemm as G  # noqa: E402
 
 SHAPES = {"fc": (2560, 5120), "qkv_proj": (10240, 2560), "o_proj": (2560, 4096), "gate_up_proj": (18432, 2560),
@@ -33,31 +34,12 @@ def layer(n, k, gen):
 
 def timed(fn, x) -> tuple[float, int]:
     """us a call (CUDA-graph replays) and the kernels one call launches (from the profiler)."""
-    for _ in range(3):
-        fn(x)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        fn(x)
-    torch.cuda.current_stream().wait_stream(s)
-    with torch.cuda.graph(g):
-        for _ in range(CALLS):
-            fn(x)
-    times = []
-    for _ in range(REPLAYS):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1000 / CALLS)
+    us = time_graph(fn, (x,), CALLS, REPLAYS)["us_median"]
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as p:
         fn(x)
         torch.cuda.synchronize()
     kernels = [e.name for e in p.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-    return round(sorted(times)[len(times) // 2], 2), kernels
+    return us, kernels
 
 
 def main() -> None:

@@ -20,6 +20,7 @@ import json
 import sys
 
 import torch
+from graph_time import time_graph  # .ci/, this script's folder
 from vllm.vllm_flash_attn import flash_attn_varlen_func, get_scheduler_metadata
 
 HQ, HKV, D = 16, 4, 256
@@ -46,25 +47,7 @@ def case(q_len: int, kv_len: int, splits: int, page: int) -> float:
         flash_attn_varlen_func(q, kc, vc, max_seqlen_q=q_len, cu_seqlens_q=cu_q, max_seqlen_k=kv_len, seqused_k=used,
                                softmax_scale=D ** -0.5, causal=True, block_table=table, out=out,
                                scheduler_metadata=meta, num_splits=splits, fa_version=3)
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(3):
-            call()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(CALLS):
-            call()
-    times = []
-    for _ in range(REPLAYS):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1000 / CALLS)
-    return sorted(times)[len(times) // 2]
+    return time_graph(call, (), CALLS, REPLAYS)["us_median"]
 
 
 def main() -> None:

@@ -24,6 +24,7 @@ from scripts.patches import inductor_persistent  # noqa: E402
 inductor_persistent.install()
 import torch  # noqa: E402
 import torch._inductor.config as icfg  # noqa: E402
+from graph_time import time_graph  # noqa: E402  (.ci/, this script's folder)
 
 FP8 = torch.float8_e4m3fn
 M = 5
@@ -64,31 +65,6 @@ def cases():
 
 SETTINGS = {"default": {}, "coordinate_descent": {"coordinate_descent_tuning": True},
             "max_autotune+coordinate_descent": {"max_autotune": True, "coordinate_descent_tuning": True}}
-
-
-def time_graph(fn, args, calls=200, replays=20):
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(3):
-            fn(*args)
-    torch.cuda.current_stream().wait_stream(s)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(calls):
-            fn(*args)
-    graph.replay()
-    torch.cuda.synchronize()
-    per = []
-    for _ in range(replays):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        graph.replay()
-        b.record()
-        b.synchronize()
-        per.append(a.elapsed_time(b) * 1000.0 / calls)
-    per.sort()
-    return {"us_median": round(per[len(per) // 2], 3), "us_min": round(per[0], 3), "us_max": round(per[-1], 3)}
 
 
 def main():

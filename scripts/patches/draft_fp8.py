@@ -76,13 +76,15 @@ def quantize_tokens(x):
 
 def cutlass_copy(weight, dtype):
     """(FP8 [K, N] column-major, float32 scale [N, 1]) of a 16-bit [N, K] weight, one scale a row, for vLLM's CUTLASS
-    GEMM; None where it does not run (no CUDA GPU of compute capability 8.9 or newer, or N or K not a multiple of 16,
-    which its CUTLASS path needs)."""
+    GEMM; None where it does not run (no CUDA GPU of compute capability 8.9 or newer). A shape it cannot take (N or
+    K not a multiple of 16) raises, and convert() leaves that layer 16-bit."""
     import torch
     from scripts.patches.lm_head_w8 import quantize_rows
-    n, k = weight.shape
-    if not weight.is_cuda or n % 16 or k % 16 or torch.cuda.get_device_capability(weight.device) < (8, 9):
+    if not weight.is_cuda or torch.cuda.get_device_capability(weight.device) < (8, 9):
         return None
+    n, k = weight.shape
+    if n % 16 or k % 16:
+        raise ValueError(f"{n} x {k}: CUTLASS needs multiples of 16")
     q, scale = quantize_rows(weight, "fp8")
     return q.t(), scale[:, None]
 
@@ -187,10 +189,6 @@ def convert(model, how: str | None = None) -> list[str]:
                   flush=True)
             continue
         if copy is None:
-            if how == "cutlass" and weight.is_cuda and any(d % 16 for d in weight.shape):
-                print(f"kit: draft FP8 copy NOT made for {name} ({tuple(weight.shape)}: CUTLASS needs multiples of "
-                      "16): 16-bit", file=sys.stderr, flush=True)
-                continue
             print(f"kit: draft FP8 copies NOT made (FP8 {kernel} does not run here): the draft stays 16-bit",
                   file=sys.stderr, flush=True)
             return []
