@@ -176,6 +176,23 @@ def test_a_failed_start_names_the_engines_exception_not_the_api_servers_wrapper(
     assert srv.root_cause() is None
 
 
+def test_a_start_out_of_gpu_memory_names_the_allocation_and_the_keys_that_leave_room(tmp_path):
+    """2026-12-06 on the H100: -mega's warm start on its bake's startup plan ran out of memory in vLLM's warm-up.
+    The replay is that engine's own log (committed, gzipped), printed by a process that then exits 1."""
+    import gzip
+    from scripts.kit.paths import ROOT
+    real = ROOT / "results/gpu-sessions/20261206T0552Z/logs/qwen3.5-4b-fp8-v4-mega/settle-20261206T060152.log.gz"
+    (tmp_path / "replay.log").write_bytes(gzip.decompress(real.read_bytes()))
+    srv = ServerProcess([sys.executable, "-c", f"import sys; sys.stdout.write(open({str(tmp_path / 'replay.log')!r})"
+                         ".read()); sys.exit(1)"], {}, "127.0.0.1", free_port(), ready_timeout_s=30,
+                        log_path=tmp_path / "log.txt")
+    with pytest.raises(KitError, match=r"cause \(line \d+ of the log\): torch\.OutOfMemoryError: CUDA out of memory\. "
+                                       r"Tried to allocate 1\.71 GiB.*; fix: leave the engine more than the 1\.71 GiB it "
+                                       r"asked for: a lower SERVE_GPU_MEMORY_UTILIZATION"):
+        with srv:
+            pass
+
+
 # Says it is up, serves /health, and on SIGTERM does what vLLM does at every stop: prints a traceback
 # and leak warnings, and leaves a vllm_dist_* file in the temp folder.
 NOISY = textwrap.dedent("""

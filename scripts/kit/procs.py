@@ -609,7 +609,14 @@ class ServerProcess:
     # sequences, 2026-11-27 at 256 with 4 GiB of KV).
     KEY_HINTS = ((re.compile(r"max_num_seqs \((\d+)\) exceeds available Mamba cache blocks \((\d+)\)"),
                   "set SERVE_MAX_NUM_SEQS to at most {1} (it is {0}), or give the KV cache more memory "
-                  "(SERVE_KV_CACHE_MEMORY_BYTES or SERVE_GPU_MEMORY_UTILIZATION)"),)
+                  "(SERVE_KV_CACHE_MEMORY_BYTES or SERVE_GPU_MEMORY_UTILIZATION)"),
+                 # vLLM sizes the KV cache from a profile run, then warms up: V2's warm-up prefills up to
+                 # max_num_seqs requests at once, a peak the profile never saw (H100, session 20261206T0552Z:
+                 # 1.71 GiB asked, 1.60 GiB free, on a warm start that applied the bake's startup plan).
+                 (re.compile(r"CUDA out of memory\. Tried to allocate ([\d.]+ [KMG]iB)"),
+                  "leave the engine more than the {0} it asked for: a lower SERVE_GPU_MEMORY_UTILIZATION or "
+                  "SERVE_KV_CACHE_MEMORY_BYTES, or fewer sequences (SERVE_MAX_NUM_SEQS), whose warm-up runs them "
+                  "all after the KV cache is allocated"),)
 
     def _log_hint(self) -> str:
         t = self.tail(25)
