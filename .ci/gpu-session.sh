@@ -1505,6 +1505,12 @@ PY
     # ~13 min on an H100 after the carry.
     PROF=${H33_PROF-qwen3.5-4b-fp8-v4-nocopy-draftcutlass} bash "$0" stepvs qwen3.5-4b-fp8-v4-nocopy \
       qwen3.5-4b-fp8-v4-nocopy-draftcutlass h33 ;;
+  h34)  # issue 29's step with every cut the kit has, after sessions 20261206T0237Z (the trimmed head, a kernel of 0.18 ms
+    # off) and 0338Z (the CUTLASS drafter, a probe): c = qwen3.5-4b-fp8-v4-nocopy-draftcutlass (the cuts that keep the
+    # output) and t = qwen3.5-4b-fp8-v4-nocopy-vocab-draftcutlass (with the trim, which changes it) through `stepvs`:
+    # both steps at acceptance 0 in one session, the figure issue 29's 3.5 ms is about, and t's profile. ~13 min on an
+    # H100 after the carry. Supersedes h33 (nocopy against -draftcutlass) as the next step lease.
+    bash "$0" stepvs qwen3.5-4b-fp8-v4-nocopy-draftcutlass qwen3.5-4b-fp8-v4-nocopy-vocab-draftcutlass h34 ;;
   stepvs)  # C T TAG: issue 29's step at acceptance 0, one cut: C (8104) and T (8106) both cold and side by side; the
     # greedy check (`same`: for a cut that changes the output on dummy weights, that it answers is the check); T
     # against C at c=1 (make compare, 5 rounds of 8) and vLLM's client (2 rounds); then each variant in $PROF (default
