@@ -188,7 +188,7 @@ def test_a_start_out_of_gpu_memory_names_the_allocation_and_the_keys_that_leave_
                         log_path=tmp_path / "log.txt")
     with pytest.raises(KitError, match=r"cause \(line \d+ of the log\): torch\.OutOfMemoryError: CUDA out of memory\. "
                                        r"Tried to allocate 1\.71 GiB.*; fix: leave the engine more than the 1\.71 GiB it "
-                                       r"asked for: a lower SERVE_GPU_MEMORY_UTILIZATION"):
+                                       r"asked for: fewer sequences \(SERVE_MAX_NUM_SEQS"):
         with srv:
             pass
 

@@ -614,9 +614,10 @@ class ServerProcess:
                  # max_num_seqs requests at once, a peak the profile never saw (H100, session 20261206T0552Z:
                  # 1.71 GiB asked, 1.60 GiB free, on a warm start that applied the bake's startup plan).
                  (re.compile(r"CUDA out of memory\. Tried to allocate ([\d.]+ [KMG]iB)"),
-                  "leave the engine more than the {0} it asked for: a lower SERVE_GPU_MEMORY_UTILIZATION or "
-                  "SERVE_KV_CACHE_MEMORY_BYTES, or fewer sequences (SERVE_MAX_NUM_SEQS), whose warm-up runs them "
-                  "all after the KV cache is allocated"),)
+                  "leave the engine more than the {0} it asked for: fewer sequences (SERVE_MAX_NUM_SEQS: vLLM's "
+                  "warm-up runs them all after the KV cache is allocated), a smaller SERVE_KV_CACHE_MEMORY_BYTES, or "
+                  "a lower SERVE_GPU_MEMORY_UTILIZATION (where the start applied a startup plan, the plan's KV size "
+                  "holds whatever the utilization says until `make bake` measures it again)"),)
 
     def _log_hint(self) -> str:
         t = self.tail(25)
