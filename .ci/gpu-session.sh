@@ -673,14 +673,18 @@ for c in (1, 8, 8, 3, 8):
     done ;;
   bs)  # PORT_A PORT_B A B ROUNDS [bench flags]: vLLM's own client (`vllm bench serve`) against two running servers,
     # A and B interleaved ROUNDS times, each run's JSON kept in $LOGS/bench/: the upstream cross-check of a headline.
-    # BS_TAG prefixes the files' names, for two pairs of the same variants in one job.
+    # BS_TAG prefixes the files' names, for two pairs of the same variants in one job. Greedy, as the kit's probe asks:
+    # vLLM 0.26's client leaves the temperature to the server, and a dummy folder has no generation_config.json, so
+    # until 2026-12-06 every cross-check here sampled at temperature 1 while the probe beside it was greedy (session
+    # 20261206T0747Z: the client's TPOT ~0.3 ms a token over the probe's at acceptance 0). Flags after ROUNDS go to the
+    # client last, so `--temperature 1` there measures the server's default again.
     pa=$2; pb=$3; a=$4; b=$5; n=$6; shift 6; mkdir -p "$LOGS/bench"
     for r in $(seq 1 "$n"); do for side in "a $pa $a" "b $pb $b"; do set -- $side "$@"; s=$1 port=$2 v=$3; shift 3
       # The served weights folder is the tokenizer (dummy folders carry the real Qwen tokenizer).
       tok=$(tokdir "$v")
       step python3 -m vllm.entrypoints.cli.main bench serve --backend openai --base-url "http://127.0.0.1:$port" \
         --model "$v" --tokenizer "$tok" --dataset-name random --random-input-len 256 --random-output-len 256 \
-        --num-prompts 12 --max-concurrency 1 --ignore-eos --seed "$r" --save-result --result-dir "$LOGS/bench" \
+        --num-prompts 12 --max-concurrency 1 --ignore-eos --temperature 0 --seed "$r" --save-result --result-dir "$LOGS/bench" \
         --result-filename "bench-${BS_TAG:-}$r-$s-$v.json" "$@"
     done; done ;;
   fp8)  # issue 29 [PHASE...]: q35 (Qwen3.5: BF16 vs FP8 checkpoint + -dvg patches vs vLLM's online FP8 + the same, at the
@@ -1211,6 +1215,9 @@ PY
     # child's standby on its bake (STANDBY_CACHE=variant). ~25 min on an H100 after the carry: the lease's whole job.
     # First run, session 20261206T0552Z: -mega's bake (cold, 363.85 s of engine init) stopped at its settle start, out
     # of memory in vLLM's V2 warm-up at 1024 sequences; -mega now serves 256, and `turns` goes on with v4 if it fails.
+    # Second run, session 20261206T0747Z (~12 min): -mega baked and started three times (15.11-18.95 s), its standby
+    # woke in 0.5 s; v4's bake ran out of memory in FlashInfer's autotune pass at 1024 sequences. v4 serves 256 since:
+    # the next run should give the pair (~18 min).
     m=qwen3.5-4b-fp8-v4-mega
     step python3 -m scripts.kit draft-vocab --variant $m --set WEIGHTS=dummy
     bash "$0" turns "${2:-3}" $m qwen3.5-4b-fp8-v4 || exit 1
@@ -1511,6 +1518,24 @@ PY
     # both steps at acceptance 0 in one session, the figure issue 29's 3.5 ms is about, and t's profile. ~13 min on an
     # H100 after the carry. Supersedes h33 (nocopy against -draftcutlass) as the next step lease.
     bash "$0" stepvs qwen3.5-4b-fp8-v4-nocopy-draftcutlass qwen3.5-4b-fp8-v4-nocopy-vocab-draftcutlass h34 ;;
+  h35)  # issue 29's step after session 20261206T0747Z, where qwen3.5-4b-fp8-v4-nocopy-vocab-draftcutlass (every cut, the
+    # trimmed head included) stepped in 3.381 ms at acceptance 0 by `make compare` but 3.69-3.76 ms by vLLM's client,
+    # which then sampled at temperature 1 (above, `bs`). Here that variant alone on the GPU, as the done-when asks: the
+    # kit's probe (`make eval-latency`, c=1, five passes of 8 requests, the compare's workload) and vLLM's client greedy
+    # and at temperature 1, two rounds each, interleaved, on the one server. ~10 min on an H100 after the carry (a cold
+    # compile, then ~5 min of timing). For the variant's headline against BF16 run `headline` with V= after it.
+    t=qwen3.5-4b-fp8-v4-nocopy-vocab-draftcutlass; kv12=12884901888; S="SERVE_MAX_NUM_SEQS=256"; Z=0,0,0,0
+    step python3 -m scripts.kit draft-vocab --variant $t --set WEIGHTS=dummy
+    bash "$0" up t 8106 $kv12 $t --set "$S" --set SPEC_ACCEPTANCE=$Z
+    bash "$0" ready 900 8106 || exit 1
+    step python3 -m scripts.probe --variant $t --set WEIGHTS=dummy --set "$S" --set SPEC_ACCEPTANCE=$Z \
+      --set SERVE_KV_CACHE_MEMORY_BYTES=$kv12 --set SERVE_GPU_MEMORY_UTILIZATION=0.2 --url http://127.0.0.1:8106 \
+      --concurrency 1 --repeats 5 --requests 8 --input-lens 128,1024,4096 --output-min 64 --output-max 128 --prefix-tokens 0
+    for r in 1 2; do
+      BS_TAG=h35-greedy-r$r- bash "$0" bs 8106 8106 $t $t 1
+      BS_TAG=h35-t1-r$r- bash "$0" bs 8106 8106 $t $t 1 --temperature 1
+    done
+    bash "$0" down t ;;
   stepvs)  # C T TAG: issue 29's step at acceptance 0, one cut: C (8104) and T (8106) both cold and side by side; the
     # greedy check (`same`: for a cut that changes the output on dummy weights, that it answers is the check); T
     # against C at c=1 (make compare, 5 rounds of 8) and vLLM's client (2 rounds); then each variant in $PROF (default

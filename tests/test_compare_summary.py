@@ -120,6 +120,10 @@ def test_answer_names_the_best_record_per_family_and_rate_set():
     assert first.startswith(opening(top, Q35_PUBLISHED))
     assert f"`{top['record']}`: {top['device']}, weights dummy" in first
     assert ("`SERVE_MAX_NUM_SEQS=256`" in first) == (top["run_settings"] == {"SERVE_MAX_NUM_SEQS": "256"})
+    # the side that ran a setting its config.env lacks is the one named (only the BF16 baseline, once the variant
+    # itself sets it)
+    for v, d in top["run_settings_by_side"].items():
+        assert f"`{v}` ran with `SERVE_MAX_NUM_SEQS={d['SERVE_MAX_NUM_SEQS']}`, which its config.env does not set" in first
     assert pessimistic.startswith(opening(best("qwen3.5-4b-bf16", Q35_PESSIMISTIC), Q35_PESSIMISTIC))
     assert "0,0,0,0" not in qwen35  # acceptance 0 is the drafter's floor, not an answer
     best4 = best("qwen3-4b-bf16", RATES)

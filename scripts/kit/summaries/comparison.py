@@ -276,6 +276,7 @@ def _gpu_rows(recs: list) -> tuple[list[dict], list[dict], list[tuple[str, str]]
             out.append((rel, _why_out(rec)))
             continue
         r["run_settings"] = {**sa, **sb}
+        r["run_settings_by_side"] = {rec["payload"]["sides"][s]["variant"]: d for s, d in (("a", sa), ("b", sb)) if d}
         gpu.append(r)
     key = lambda r: (r["utc"], r["record"])
     return sorted(gpu, key=key), sorted(cpu, key=key), out
@@ -370,10 +371,11 @@ def _answer_lines(rows: list[dict], name_variant: bool) -> list[str]:
                     f"({verdict_text(b)})")
         gp = (f", goodput at c={top} {_marked(b['record'], rec, 'goodput_req_per_s', top)}"
               if b["goodput_req_per_s_top"] and b["goodput_req_per_s_top"]["ratio"] is not None else "")
-        ran = b.get("run_settings")
-        where = (f" (`{b['record']}`: {b['device']}, weights {b['weights']}, {b['utc'][:10]}"
-                 + (", ran with " + ", ".join(f"`{k}={v}`" for k, v in ran.items()) + ", which config.env does not set"
-                    if ran else "") + ")")
+        # Named by side: "which config.env does not set" read as the answer's own variant when only the
+        # baseline lacked the key (v4's README, 2026-12-06, after v4's config.env took SERVE_MAX_NUM_SEQS=256).
+        ran = "".join(f", `{v}` ran with " + ", ".join(f"`{k}={x}`" for k, x in d.items()) + ", which its config.env does not set"
+                      for v, d in (b.get("run_settings_by_side") or {}).items())
+        where = f" (`{b['record']}`: {b['device']}, weights {b['weights']}, {b['utc'][:10]}{ran})"
         others = [r for r in by[rates] if r is not b and r["b"] == b["b"]]
         also = ("; other records of this pair at these rates: " + ", ".join(
             f"{ratio_text(r['tpot_p50_ms_c1'])} (`{r['record']}`)" for r in others) if others else "")
