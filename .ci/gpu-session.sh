@@ -1536,6 +1536,16 @@ PY
       BS_TAG=h35-t1-r$r- bash "$0" bs 8106 8106 $t $t 1 --temperature 1
     done
     bash "$0" down t ;;
+  gdnstates)  # GDN_PROFILE_STATES=on (scripts/patches/gdn_profile_states.py) where it was needed: qwen3.5-4b-fp8-v4's bake
+    # at vLLM's H100 default of 1024 sequences, which without the key ran out of memory in FlashInfer's autotune pass
+    # after the KV cache (session 20261206T0747Z: 65.76 GiB of KV, then "Tried to allocate 2.00 GiB"). Passes if the
+    # bake and its settle start come up; the engine's KV line shows what the key took. ~8 min on an H100 (a cold compile).
+    v=qwen3.5-4b-fp8-v4
+    step python3 -m scripts.kit draft-vocab --variant $v --set WEIGHTS=dummy
+    step python3 -m scripts.bake --variant $v --set WEIGHTS=dummy --max-concurrency 8 --set SERVE_MAX_NUM_SEQS=1024 \
+      --set GDN_PROFILE_STATES=on
+    grep -h "Available KV cache memory\|kit: GDN_PROFILE_STATES\|OutOfMemoryError" results/$v/logs/bake-*.log \
+      results/$v/logs/settle-*.log 2>/dev/null | cut -c1-300 ;;
   stepvs)  # C T TAG: issue 29's step at acceptance 0, one cut: C (8104) and T (8106) both cold and side by side; the
     # greedy check (`same`: for a cut that changes the output on dummy weights, that it answers is the check); T
     # against C at c=1 (make compare, 5 rounds of 8) and vLLM's client (2 rounds); then each variant in $PROF (default

