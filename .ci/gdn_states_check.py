@@ -34,6 +34,7 @@ vc = VllmConfig()
 object.__setattr__(vc, "model_config", types.SimpleNamespace(hf_text_config=cfg, hf_config=cfg, dtype=torch.bfloat16,
                                                            is_moe=False))
 vc.scheduler_config.max_num_seqs = max_seqs
+vc.additional_config = {"gdn_prefill_backend": "triton"}  # as the kit serves Qwen3.5 (--gdn-prefill-backend triton)
 ctx = set_current_vllm_config(vc)
 ctx.__enter__()
 init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="nccl")
