@@ -117,7 +117,7 @@ def test_the_first_gdn_layer_runs_the_profiles_batch_once_a_forward_on_vllm_cpus
         assert c["q"] == [1, 20, 2, 32] and c["v"] == [1, 20, 4, 16] and c["final"] is True and c["l2"] is False
     # the failing chunk rule: said once, the warm-up returned both times
     said = [ln for ln in err.splitlines() if ln.startswith("kit: GDN_PROFILE_STATES:")]
-    assert len(said) == 1 and "20 tokens did not run (RuntimeError: stand-in failure)" in said[0]
+    assert len(said) == 1 and "20 tokens stopped (RuntimeError: stand-in failure)" in said[0]
 
 
 def test_a_batch_of_more_tokens_than_sequences_is_split_as_vllms_dummy_run_splits_it():

