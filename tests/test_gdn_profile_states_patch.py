@@ -44,14 +44,11 @@ vc = VllmConfig()
 # torchvision); the scheduler's max_num_seqs is what the patch reads.
 object.__setattr__(vc, "model_config", types.SimpleNamespace(hf_text_config=cfg, hf_config=cfg, dtype=torch.bfloat16,
                                                            is_moe=False))
-vc.scheduler_config.max_num_seqs = int(sys.argv[2])
 ctx = set_current_vllm_config(vc); ctx.__enter__()
 init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo")
 initialize_model_parallel(1, 1)
 
 assert P.patch_class(M.QwenGatedDeltaNetAttention)
-a = M.QwenGatedDeltaNetAttention(cfg, vc, prefix="model.layers.0.linear_attn")
-b = M.QwenGatedDeltaNetAttention(cfg, vc, prefix="model.layers.1.linear_attn")
 hk, hv, kd, vd = 2, 4, 32, 16
 
 def prep_stand_in(conv_output, a, b, A_log, dt_bias, num_k_heads, head_k_dim, head_v_dim, apply_l2norm, output_g_exp):
@@ -78,23 +75,34 @@ class ChunkStandIn(torch.nn.Module):  # stand-in for the chunk rule (Triton, no 
                       "l2": kw["use_qk_l2norm_in_kernel"]})
         n = kw["cu_seqlens"].numel() - 1
         return kw["v"], torch.zeros(n, hv, vd, kd, dtype=torch.float32)
-a.chunk_gated_delta_rule, b.chunk_gated_delta_rule = ChunkStandIn("a"), ChunkStandIn("b")
 
-t = int(sys.argv[3])
-qkv = torch.zeros(t, 2 * hk * kd + hv * vd, dtype=torch.bfloat16)
-a._warmup_prefill_kernels(qkv, 0)   # the profile's first forward, first GDN layer
-b._warmup_prefill_kernels(qkv, 0)   # its second layer
-a._warmup_prefill_kernels(qkv, 0)   # a second profile forward
-fail["on"] = True
-a._warmup_prefill_kernels(qkv, 0); a._warmup_prefill_kernels(qkv, 0)
-print("RESULT " + json.dumps({"calls": calls, "state_dtype": str(a.get_state_dtype()[1]),
-                              "max_seqs": [a._kit_max_seqs, b._kit_max_seqs]}))
+results = []
+for i, (max_seqs, t) in enumerate(json.loads(sys.argv[2])):  # each case as a fresh engine process would see it
+    P._state.update(first=None, said=False)
+    vc.scheduler_config.max_num_seqs = max_seqs
+    a = M.QwenGatedDeltaNetAttention(cfg, vc, prefix=f"model.layers.{2 * i}.linear_attn")
+    b = M.QwenGatedDeltaNetAttention(cfg, vc, prefix=f"model.layers.{2 * i + 1}.linear_attn")
+    a.chunk_gated_delta_rule, b.chunk_gated_delta_rule = ChunkStandIn("a"), ChunkStandIn("b")
+    calls.clear(); fail["on"] = False
+    qkv = torch.zeros(t, 2 * hk * kd + hv * vd, dtype=torch.bfloat16)
+    a._warmup_prefill_kernels(qkv, 0)   # the profile's first forward, first GDN layer
+    b._warmup_prefill_kernels(qkv, 0)   # its second layer
+    a._warmup_prefill_kernels(qkv, 0)   # a second profile forward
+    fail["on"] = True
+    a._warmup_prefill_kernels(qkv, 0); a._warmup_prefill_kernels(qkv, 0)
+    results.append({"calls": list(calls), "state_dtype": str(a.get_state_dtype()[1]),
+                    "max_seqs": [a._kit_max_seqs, b._kit_max_seqs]})
+print("RESULT " + json.dumps(results))
 '''
 
 
-def run(max_seqs: int, tokens: int) -> tuple[dict, str]:
-    port = str(29900 + max_seqs % 90)
-    proc = subprocess.run([sys.executable, "-c", SCRIPT, port, str(max_seqs), str(tokens)], cwd=ROOT,
+CASES = [(6, 20), (1024, 8192)]  # max_num_seqs, the profile forward's tokens
+
+
+@pytest.fixture(scope="module")
+def cases() -> tuple[list[dict], str]:
+    """SCRIPT in a fresh interpreter (its own gloo rank and vLLM config): each case's calls, and its stderr."""
+    proc = subprocess.run([sys.executable, "-c", SCRIPT, "29917", json.dumps(CASES)], cwd=ROOT,
                           capture_output=True, text=True, timeout=600,
                           env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
     line = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
@@ -102,8 +110,8 @@ def run(max_seqs: int, tokens: int) -> tuple[dict, str]:
     return json.loads(line[0][7:]), proc.stderr
 
 
-def test_the_first_gdn_layer_runs_the_profiles_batch_once_a_forward_on_vllm_cpus_own_class():
-    r, err = run(max_seqs=6, tokens=20)
+def test_the_first_gdn_layer_runs_the_profiles_batch_once_a_forward_on_vllm_cpus_own_class(cases):
+    (r, _), err = cases
     calls = r["calls"]
     assert r["max_seqs"] == [6, 6]
     # vLLM's own warm-up (one 64-token sequence), once a layer, then the kit's batch on the first layer only
@@ -115,13 +123,13 @@ def test_the_first_gdn_layer_runs_the_profiles_batch_once_a_forward_on_vllm_cpus
         assert c["cu"] == [0, 3, 6, 9, 12, 15, 20]
         assert c["init"] == [6, 4, 16, 32] and c["init_zero"] and c["init_dtype"] == r["state_dtype"]
         assert c["q"] == [1, 20, 2, 32] and c["v"] == [1, 20, 4, 16] and c["final"] is True and c["l2"] is False
-    # the failing chunk rule: said once, the warm-up returned both times
+    # the failing chunk rule: said once a process, the warm-up returned both times
     said = [ln for ln in err.splitlines() if ln.startswith("kit: GDN_PROFILE_STATES:")]
-    assert len(said) == 1 and "20 tokens stopped (RuntimeError: stand-in failure)" in said[0]
+    assert len(said) == 2 and "20 tokens stopped (RuntimeError: stand-in failure)" in said[0]  # once a case (process)
 
 
-def test_a_batch_of_more_tokens_than_sequences_is_split_as_vllms_dummy_run_splits_it():
-    r, _ = run(max_seqs=1024, tokens=8192)
+def test_a_batch_of_more_tokens_than_sequences_is_split_as_vllms_dummy_run_splits_it(cases):
+    (_, r), _ = cases
     ours = [c for c in r["calls"] if c["cu"] != [0, 64]]
     cu = ours[0]["cu"]
     assert len(cu) == 1025 and cu[-1] == 8192 and {b - a for a, b in zip(cu, cu[1:])} == {8}
