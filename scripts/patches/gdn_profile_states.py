@@ -8,9 +8,11 @@ prefill of n new requests gathers n initial states, and the chunk kernel allocat
 state per 64-token chunk (`chunk_gated_delta_rule_fwd_h`): for Qwen3.5-4B (32 value heads, 128 x 128) 2 MiB a
 sequence for the final state alone. None of it is in the profile's peak. The dummy batch the profile would have run
 spreads max_num_batched_tokens over min(that, max_num_seqs) requests, 1024 of 8 tokens by vLLM's defaults on an H100,
-and vLLM runs exactly that batch again after the KV cache is allocated (FlashInfer's autotune pass, the V2 warm-up):
-`qwen3.5-4b-fp8-v4`'s bake ran out of memory there on an H100 ("Tried to allocate 2.00 GiB", session 20261206T0747Z),
-and so can traffic that brings that many short prompts at once. Upstream: vllm-project/vllm#48601 (an H100, a hybrid
+and vLLM runs batches of that many requests after the KV cache is allocated (FlashInfer's autotune pass runs this very
+batch; the V2 warm-up one short request a sequence slot): `qwen3.5-4b-fp8-v4`'s bake ran out of memory there on an
+H100 ("Tried to allocate 2.00 GiB", session 20261206T0747Z), and so can traffic that brings that many short prompts
+at once. On vLLM 0.26's own layer on an H100 the profile's GDN call held 0.008 GiB as vLLM ships it and 4.41 GiB with
+this patch at 1024 sequences of 8 tokens (results/gpu-sessions/20261206T0836Z/README.md, a log, not a record). Upstream: vllm-project/vllm#48601 (an H100, a hybrid
 GDN model, out of memory after the KV cache); #57926 (open) for the sampler's part of the same gap.
 
 What changes: in a forward without attention metadata (the profile), the process's first GDN layer, after vLLM's own
