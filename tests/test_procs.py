@@ -176,21 +176,40 @@ def test_a_failed_start_names_the_engines_exception_not_the_api_servers_wrapper(
     assert srv.root_cause() is None
 
 
-def test_a_start_out_of_gpu_memory_names_the_allocation_and_the_keys_that_leave_room(tmp_path):
-    """2026-12-06 on the H100: -mega's warm start on its bake's startup plan ran out of memory in vLLM's warm-up.
-    The replay is that engine's own log (committed, gzipped), printed by a process that then exits 1."""
+@pytest.mark.parametrize("log, size", [
+    # -mega's warm start on its bake's startup plan, out of memory in vLLM's V2 warm-up
+    ("20261206T0552Z/logs/qwen3.5-4b-fp8-v4-mega/settle-20261206T060152.log.gz", "1.71 GiB"),
+    # v4's cold bake, out of memory in FlashInfer's autotune pass
+    ("20261206T0747Z/logs/qwen3.5-4b-fp8-v4/bake-20261206T075318.log.gz", "2.00 GiB")])
+def test_a_start_out_of_gpu_memory_names_the_allocation_and_the_keys_that_leave_room(tmp_path, log, size):
+    """2026-12-06 on the H100, two engines out of memory in the GDN prefill after the KV cache was allocated. The
+    replay is each engine's own log (committed, gzipped), printed by a process that then exits 1."""
     import gzip
     from scripts.kit.paths import ROOT
-    real = ROOT / "results/gpu-sessions/20261206T0552Z/logs/qwen3.5-4b-fp8-v4-mega/settle-20261206T060152.log.gz"
+    real = ROOT / "results/gpu-sessions" / log
     (tmp_path / "replay.log").write_bytes(gzip.decompress(real.read_bytes()))
     srv = ServerProcess([sys.executable, "-c", f"import sys; sys.stdout.write(open({str(tmp_path / 'replay.log')!r})"
                          ".read()); sys.exit(1)"], {}, "127.0.0.1", free_port(), ready_timeout_s=30,
                         log_path=tmp_path / "log.txt")
-    with pytest.raises(KitError, match=r"cause \(line \d+ of the log\): torch\.OutOfMemoryError: CUDA out of memory\. "
-                                       r"Tried to allocate 1\.71 GiB.*; fix: leave the engine more than the 1\.71 GiB it "
-                                       r"asked for: fewer sequences \(SERVE_MAX_NUM_SEQS"):
+    s = re.escape(size)
+    with pytest.raises(KitError, match=rf"cause \(line \d+ of the log\): torch\.OutOfMemoryError: CUDA out of memory\. "
+                                       rf"Tried to allocate {s}.*; fix: leave the engine more than the {s} it "
+                                       r"asked for: fewer sequences \(SERVE_MAX_NUM_SEQS.*; the allocation is a Gated "
+                                       r"DeltaNet prefill's per-sequence states.*GDN_PROFILE_STATES=on"):
         with srv:
             pass
+
+
+def test_an_out_of_memory_start_without_a_gdn_frame_gets_no_gdn_hint(tmp_path):
+    log = tmp_path / "replay.log"
+    log.write_text("INFO starting\ntorch.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.00 GiB. GPU 0 has a "
+                   "total capacity of 79.18 GiB of which 1.00 GiB is free.\n")
+    srv = ServerProcess([sys.executable, "-c", f"import sys; sys.stdout.write(open({str(log)!r}).read()); sys.exit(1)"],
+                        {}, "127.0.0.1", free_port(), ready_timeout_s=30, log_path=tmp_path / "log.txt")
+    with pytest.raises(KitError, match=r"fix: leave the engine more than the 3\.00 GiB") as e:
+        with srv:
+            pass
+    assert "Gated DeltaNet" not in str(e.value)
 
 
 # Says it is up, serves /health, and on SIGTERM does what vLLM does at every stop: prints a traceback

@@ -619,11 +619,21 @@ class ServerProcess:
                   "a lower SERVE_GPU_MEMORY_UTILIZATION (where the start applied a startup plan, the plan's KV size "
                   "holds whatever the utilization says until `make bake` measures it again)"),)
 
+    # Where the traceback shows which allocation it was, and a key that sizes for it. The GDN prefill's per-sequence
+    # states are missing from vLLM's memory profile (scripts/patches/gdn_profile_states.py): v4's bake on the H100 ran
+    # out of memory in that kernel (session 20261206T0747Z), and so did -mega's warm start (session 20261206T0552Z).
+    FRAME_HINTS = ((re.compile(r"OutOfMemoryError"), re.compile(r"chunk_gated_delta_rule"),
+                    "the allocation is a Gated DeltaNet prefill's per-sequence states, which vLLM's memory profile "
+                    "leaves out: GDN_PROFILE_STATES=on (then `make bake`) sizes the KV cache for them"),)
+
     def _log_hint(self) -> str:
         t = self.tail(25)
         cause = self.root_cause()
         fix = next((hint.format(*m.groups()) for rx, hint in self.KEY_HINTS if cause
                     for m in [rx.search(cause[1])] if m), None)
+        if fix and cause:
+            log = self.log_path.read_text(errors="replace") if self.log_path and self.log_path.exists() else ""
+            fix += "".join(f"; {hint}" for c, frame, hint in self.FRAME_HINTS if c.search(cause[1]) and frame.search(log))
         return (f"; cause (line {cause[0]} of the log): {cause[1]}" if cause else "") + \
             (f"; fix: {fix}" if fix else "") + (f"; last lines of {self.log_path}:\n{t}" if t else "")
 
