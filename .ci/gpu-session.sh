@@ -1522,7 +1522,7 @@ PY
     # trimmed head included) stepped in 3.381 ms at acceptance 0 by `make compare` but 3.69-3.76 ms by vLLM's client,
     # which then sampled at temperature 1 (above, `bs`). Here that variant alone on the GPU, as the done-when asks: the
     # kit's probe (`make eval-latency`, c=1, five passes of 8 requests, the compare's workload) and vLLM's client greedy
-    # and at temperature 1, two rounds each, interleaved, on the one server. ~10 min on an H100 after the carry (a cold
+    # and at temperature 1, four runs each (two rounds of a pair), interleaved, on the one server. ~10 min on an H100 after the carry (a cold
     # compile, then ~5 min of timing). For the variant's headline against BF16 run `headline` with V= after it.
     t=qwen3.5-4b-fp8-v4-nocopy-vocab-draftcutlass; kv12=12884901888; S="SERVE_MAX_NUM_SEQS=256"; Z=0,0,0,0
     step python3 -m scripts.kit draft-vocab --variant $t --set WEIGHTS=dummy

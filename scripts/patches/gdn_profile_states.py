@@ -31,6 +31,7 @@ the class there with stand-ins for the Triton kernels.
 from __future__ import annotations
 
 import inspect
+import itertools
 import os
 import sys
 
@@ -38,7 +39,7 @@ ENV = "KIT_GDN_PROFILE_STATES"
 TARGET = "vllm.model_executor.layers.mamba.gdn.qwen_gdn_linear_attn"
 CLASS = "QwenGatedDeltaNetAttention"
 _MARK = "_kit_gdn_profile_states"
-_state = {"first": None, "said": False}  # the process's first GDN layer (its prefix); whether a failure was printed
+_state = {"first": None, "said": False}  # the process's first GDN layer; whether a failure was printed
 
 
 def split(num_tokens: int, max_seqs: int) -> list[int]:
@@ -71,7 +72,7 @@ def profile_batch(layer, qkv, v_dim: int) -> None:
         a=torch.randn(t, hv, device=device, dtype=dtype), b=torch.randn(t, hv, device=device, dtype=dtype),
         A_log=layer.A_log, dt_bias=layer.dt_bias, num_k_heads=hk, head_k_dim=layer.head_k_dim,
         head_v_dim=layer.head_v_dim, apply_l2norm=True, output_g_exp=False)
-    cu = torch.tensor([0] + [sum(lens[:i + 1]) for i in range(len(lens))], device=device, dtype=torch.int32)
+    cu = torch.tensor([0, *itertools.accumulate(lens)], device=device, dtype=torch.int32)
     chunk_indices = chunk_offsets = None
     if getattr(layer, "gdn_prefill_backend", None) == "cutedsl":
         from vllm.model_executor.layers.mamba.ops.gdn_chunk_cutedsl import prepare_metadata_cutedsl
@@ -94,15 +95,15 @@ def patch_class(cls) -> bool:
         init(self, *args, **kwargs)
         self._kit_max_seqs = _max_seqs(init, args, kwargs)
         if _state["first"] is None and self._kit_max_seqs:
-            _state["first"] = getattr(self, "prefix", "") or id(self)
+            _state["first"] = self
 
     def _warmup_prefill_kernels(self, qkv, v_dim):
         warm(self, qkv, v_dim)
-        if _state["first"] != (getattr(self, "prefix", "") or id(self)) or not getattr(self, "_kit_max_seqs", None):
+        if self is not _state["first"]:
             return
         try:
             profile_batch(self, qkv, v_dim)
-        except Exception as e:  # the profile is then vLLM's, and the server says so once
+        except Exception as e:  # the server goes on, and says so once
             if not _state["said"]:
                 _state["said"] = True
                 print(f"kit: GDN_PROFILE_STATES: the profile's GDN prefill of {qkv.shape[0]} tokens stopped "
