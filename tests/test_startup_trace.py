@@ -137,6 +137,35 @@ def test_the_first_cuda_init_is_one_event_naming_its_caller_fake_torch_cuda(tmp_
     assert inits[0]["by"][0].endswith(f"test_startup_trace.py:{get_device_name.__code__.co_firstlineno + 1}")
 
 
+def test_a_reentrant_cuda_init_names_the_caller_not_the_hook_fake_torch_cuda(tmp_path, monkeypatch):
+    """FAKE torch.cuda (no GPU here): torch's _lazy_init calls the module's _lazy_init again from inside, so the
+    inner call's caller was the hook itself (session 20261206T1114Z's traces named startup_trace.py:184)."""
+    import types
+    from scripts.patches import startup_trace as T
+    monkeypatch.setenv("KIT_STARTUP_TRACE", str(tmp_path))
+    monkeypatch.setitem(T._state, "pid", None)
+    monkeypatch.setitem(T._state, "cuda", False)
+    cuda = types.SimpleNamespace(done=False, depth=0)
+    cuda.is_initialized = lambda: cuda.done
+
+    src = ("def real():\n    cuda.depth += 1\n    if cuda.depth == 1:\n        cuda._lazy_init()\n"
+           "    cuda.done = True\n")
+    ns = {"cuda": cuda}  # torch's own init, under a torch path as callers() sees it, re-entering the module's hook
+    exec(compile(src, "/site-packages/torch/cuda/__init__.py", "exec"), ns)
+    cuda._lazy_init = ns["real"]
+    T._hook_cuda_init(cuda)
+
+    def fla_probe():  # stands for the import-time device probe that asked
+        cuda._lazy_init()
+    fla_probe()
+    T._state["file"].close()
+    ev = [json.loads(line) for line in (tmp_path / f"{os.getpid()}.jsonl").read_text().splitlines()]
+    inits = [e for e in ev if e.get("ev") == "CUDA initialized"]
+    assert len(inits) == 1
+    assert inits[0]["by"][0].endswith(f"test_startup_trace.py:{fla_probe.__code__.co_firstlineno + 1}")
+    assert not any("patches/startup_trace.py" in b for b in inits[0]["by"])
+
+
 def test_the_reduction_keeps_the_tokenizer_and_its_renderer_apart(tmp_path):
     """API_TOKENIZER_POOL_LATE moves the renderer's tokenizer copies off the start's path: the detail must time the
     renderer on its own, not only inside the phase before the engine's launch (as the 0815Z records did)."""

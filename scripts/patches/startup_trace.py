@@ -159,11 +159,14 @@ def _patch(module, qual: str, label: str, release: str | None = None) -> None:
 
 
 def callers(frame, limit: int = 3) -> list[str]:
-    """The innermost `limit` frames outside torch, as 'package/path.py:line' (site-packages stripped)."""
-    out = []
+    """The innermost `limit` frames outside torch and this file, as 'package/path.py:line' (site-packages
+    stripped). This file's own frames are left out: torch's _lazy_init calls the hooked one again from inside, so
+    the first event's caller was this wrapper (every H100 trace of session 20261206T1114Z named
+    startup_trace.py:184, where FLA's import asked)."""
+    out, own = [], __file__.replace(os.sep, "/")
     while frame is not None and len(out) < limit:
         f = frame.f_code.co_filename.replace(os.sep, "/")
-        if "/torch/" not in f:
+        if "/torch/" not in f and f != own:
             out.append(f"{f.rsplit('/site-packages/', 1)[-1]}:{frame.f_lineno}")
         frame = frame.f_back
     return out
