@@ -1912,7 +1912,8 @@ PY
     [ -d presults ] && { tar -czf "$OUT/p.tgz" --exclude='./profiles' --exclude='*/logs' -C presults .
       for t in presults/profiles/*; do [ -f "$t" ] && cp "$t" "$OUT/"; done; }
     echo "still running: $(running | tr '\n' ' ')" ;;
-  *) echo "usage: $0 spine | smoke VARIANT... | catalog SECONDS VARIANT [--set K=V ...] | parallel SECONDS KV_BYTES SPEC..." \
-          "| shim VARIANT NAME | quantize SECONDS VARIANT KV_BYTES | gates VARIANT KV_BYTES | tune BASE SECONDS | sweep FLAGS.. | wheels DIR TARGET | levers | levers2 | levers3 | levers4 | levers5 | levers6" \
-          "| megacheck [VARIANT] | startprof VARIANT | startcuts VARIANT | start5 [N] | start6 [N] | start7 [N] | start8 [N] | start9 [N] | start10 [N] | start11 [N] | start12 [N] | start13 [N] | start14 [N] | start17 [N] | start18 [N] | start19 [N] | start21 [N [LEG..]] | start22 [N] | start23 [N] | warm1 VARIANT [N] | standby1 VARIANT [CYCLES [--set K=V..]] | startlegs N LEG.. | more N LEG.. | v2step KEY=VALUE | v2prof KEY=VALUE [N] | v2profs KEY=VALUE.. | kernels | gemm3 | gemm4 | gemm5 | kfit | v2 | cut KEY=VALUE.. | headline [KEY=VALUE..] | stop NAME | chain MODE ARGS.. ++ MODE ARGS.. | detach NAME MODE ARGS.. | collect SECONDS" >&2; exit 2 ;;
+  *) # Every mode with the first line of its comment, read from this file: a hand-kept list had fallen 20 modes behind.
+    echo "usage: $0 MODE [ARGS..]; modes:" >&2
+    sed -n -e 's/^  \([a-z0-9][a-z0-9_-]*\))  *# *\(.\{0,100\}\).*/  \1  \2/p' -e t \
+      -e 's/^  \([a-z0-9][a-z0-9_-]*\)).*/  \1/p' "$0" >&2; exit 2 ;;
 esac

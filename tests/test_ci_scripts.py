@@ -62,3 +62,17 @@ def test_detach_refuses_a_job_name_this_machine_has_used(tmp_path):
         if made:
             import shutil
             shutil.rmtree(jobs.parent, ignore_errors=True)
+
+
+def test_gpu_session_usage_names_every_mode(tmp_path):
+    """An unknown mode prints every mode of the script's case, read from the script itself: the hand-kept usage line
+    had fallen 20 modes behind (2026-12-06). A label without a comment is listed too."""
+    import re
+    script = ROOT / ".ci" / "gpu-session.sh"
+    labels = re.findall(r"^  ([a-z0-9][a-z0-9_-]*)\)", script.read_text(), flags=re.M)
+    r = subprocess.run(["bash", str(script), "no-such-mode"], cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                       env={"PATH": "/usr/bin:/bin", "KIT_GIT_COMMIT": ""})
+    assert r.returncode == 2
+    listed = re.findall(r"^  ([a-z0-9][a-z0-9_-]*)(?:  |$)", r.stderr, flags=re.M)
+    assert len(labels) > 90 and listed == labels
+    assert re.search(r"^  megastep  issue 32", r.stderr, flags=re.M)  # with the first line of its comment
