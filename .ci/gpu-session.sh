@@ -1217,7 +1217,8 @@ PY
     # of memory in vLLM's V2 warm-up at 1024 sequences; -mega now serves 256, and `turns` goes on with v4 if it fails.
     # Second run, session 20261206T0747Z (~12 min): -mega baked and started three times (15.11-18.95 s), its standby
     # woke in 0.5 s; v4's bake ran out of memory in FlashInfer's autotune pass at 1024 sequences. v4 serves 256 since:
-    # the next run should give the pair (~18 min).
+    # the next run should give the pair (~18 min). Third run, session 20261206T1114Z (~21 min): the pair, v4 45.88-61.54 s
+    # and -mega 14.96-16.70 s to ready, -mega's standby 0.502 s. Issue 32 now waits on `megastep` only.
     m=qwen3.5-4b-fp8-v4-mega
     step python3 -m scripts.kit draft-vocab --variant $m --set WEIGHTS=dummy
     bash "$0" turns "${2:-3}" $m qwen3.5-4b-fp8-v4 || exit 1
@@ -1545,7 +1546,9 @@ PY
   gdnstates)  # GDN_PROFILE_STATES=on (scripts/patches/gdn_profile_states.py) where it was needed: qwen3.5-4b-fp8-v4's bake
     # at vLLM's H100 default of 1024 sequences, which without the key ran out of memory in FlashInfer's autotune pass
     # after the KV cache (session 20261206T0747Z: 65.76 GiB of KV, then "Tried to allocate 2.00 GiB"). Passes if the
-    # bake and its settle start come up; the engine's KV line shows what the key took. ~8 min on an H100 (a cold compile).
+    # bake and its settle start come up; the engine's KV line shows what the key took. First run, session 20261206T1114Z:
+    # cut off by the session's end 6 min in, after the autotune pass and graph capture had run through (61.53 GiB of KV
+    # against 65.76 without the key) but before ready. Give it ~10 min on an H100 (a cold compile at 1024 sequences).
     v=qwen3.5-4b-fp8-v4
     step python3 -m scripts.kit draft-vocab --variant $v --set WEIGHTS=dummy
     step python3 -m scripts.bake --variant $v --set WEIGHTS=dummy --max-concurrency 8 --set SERVE_MAX_NUM_SEQS=1024 \
