@@ -198,4 +198,17 @@ def test_the_reduction_says_when_the_api_process_initialized_cuda(tmp_path):
         {"role": "engine", "at_s": 9.0, "by": ["vllm/v1/worker/gpu_worker.py:200"]}]
     assert tr["detail"]["multimodal check"] == {"s": 1.0, "calls": 1}
     lines = [l for l in startup.text(tr).splitlines() if "CUDA initialized" in l]
-    assert lines == ["  CUDA initialized in the API process at 3.50 s by vllm/third_party/fla/ops/utils.py:152"]
+    assert len(lines) == 1  # the API process's only: an engine that initialises CUDA is as it should be
+    assert lines[0].startswith("  CUDA initialized in the API process at 3.50 s by vllm/third_party/fla/ops/utils.py:152: ")
+    assert "spawns the engine" in lines[0] and "API_TEXT_ONLY=1" in lines[0]
+
+
+def test_the_api_cuda_line_names_the_caller_past_the_tracers_own_frame():
+    """Traces written before 2026-12-06 (session 20261206T1114Z's v4 records among them) have the tracer's hook first
+    in `by`: the printed line skips it and names the caller, FLA's device probe."""
+    rec = json.loads((ROOT / "results/qwen3.5-4b-fp8-v4/20261206T113528Z-startup.json").read_text())
+    tr = rec["payload"]["trace"]
+    assert tr["detail"]["cuda_init"][0]["by"][0].endswith("scripts/patches/startup_trace.py:184")  # as recorded
+    lines = [l for l in startup.text(tr).splitlines() if "CUDA initialized" in l]
+    assert len(lines) == 1
+    assert " by /tmp/site/vllm/third_party/flash_linear_attention/ops/utils.py:123: " in lines[0]

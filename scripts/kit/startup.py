@@ -178,6 +178,9 @@ def reduce(trace_dir: Path, t0: float, ready: float | None, first_token: float |
     return {"path": path, "unplaced": pending, "detail": detail, "processes": processes, "missing": missing}
 
 
+_TRACER = "scripts/patches/startup_trace.py"
+
+
 def text(tr: dict) -> str:
     """The path as aligned lines (what bake and verify print)."""
     width = max((len(r["phase"]) for r in tr["path"]), default=10)
@@ -185,7 +188,12 @@ def text(tr: dict) -> str:
              + (f"  incl. {', '.join(r['includes'])}" if r.get("includes") else "") for r in tr["path"]]
     for c in tr["detail"].get("cuda_init", []):
         if c["role"] == "api":  # why vLLM's engine was spawned, whatever VLLM_WORKER_MULTIPROC_METHOD asked
-            lines.append(f"  CUDA initialized in the API process at {c['at_s']:.2f} s by {(c['by'] or ['?'])[0]}")
+            # the tracer's own frame led `by` until 2026-12-06 (torch re-enters the hooked init): name the caller
+            by = next((b for b in c["by"] if f"{_TRACER}:" not in b), "?")
+            lines.append(f"  CUDA initialized in the API process at {c['at_s']:.2f} s by {by}: vLLM then spawns "
+                         f"the engine, which imports everything again. Where the model's import did it (Qwen3.5's "
+                         f"flash-linear-attention utilities), API_TEXT_ONLY=1 with SERVE_LANGUAGE_MODEL_ONLY=true keeps "
+                         f"it out of the API process (docs/compile-cache.md)")
     if tr["missing"]:
         lines.append(f"  not traced in this vLLM: {', '.join(tr['missing'])}")
     return "\n".join(lines)
