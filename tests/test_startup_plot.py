@@ -41,3 +41,43 @@ def test_plot_is_deterministic_and_follows_the_numbers():
     docs["v"]["results"]["startup"]["traced"][1] = traced(KEYS, ready=28.57)
     assert S.plot_png(docs) != a
     assert S.plot_png({"v": {"results": {}}}) is None
+
+
+def _rec(utc, boot, ready=20.0, passed=True, expected="hit", trace=True, cuts=None):
+    cfg = dict(cuts or {})
+    return {"provenance": {"utc": utc, "device": {"name": "NVIDIA H100 80GB HBM3"}, "host": {"boot_id": boot} if boot else {}},
+            "config": cfg,
+            "payload": {"expected": expected, "passed": passed, "warm": {"ready_s": ready, "first_token_s": ready + 0.2},
+                        "trace": {"path": [{"phase": "weights", "s": ready}]} if trace else None}}
+
+
+def test_last_session_keeps_the_newest_boots_passing_traced_starts_in_order():
+    recs = [("r/1", _rec("2026-12-01T10:00:00Z", "A")), ("r/2", _rec("2026-12-06T11:30:00Z", "B", 16.7)),
+            ("r/3", _rec("2026-12-06T11:33:00Z", "B", passed=False)), ("r/4", _rec("2026-12-06T11:34:00Z", "B", 15.0)),
+            ("r/5", _rec("2026-12-06T11:35:00Z", "B", expected="miss")), ("r/6", _rec("2026-12-07T09:00:00Z", None))]
+    last = S._last_session(recs)
+    assert [t["record"] for t in last] == ["r/2", "r/4"] and {t["boot"] for t in last} == {"B"}
+    assert [t["ready_s"] for t in last] == [16.7, 15.0]
+
+
+def test_the_session_plot_takes_the_newest_boot_that_started_two_sets_only():
+    def start(utc, boot, cuts=None):
+        return {**traced(cuts or {}, utc=utc), "boot": boot}
+    docs = {"v4": {"results": {"startup": {"last_session": [start("2026-12-06T11:31:53Z", "B"),
+                                                            start("2026-12-06T11:35:28Z", "B")]}}},
+            "mega": {"results": {"startup": {"last_session": [start("2026-12-06T11:30:27Z", "B", KEYS),
+                                                              start("2026-12-06T11:34:25Z", "B", KEYS)]}}},
+            # a newer boot that started one variant with one set of keys: no before/after in it
+            "other": {"results": {"startup": {"last_session": [start("2026-12-08T01:00:00Z", "C"),
+                                                               start("2026-12-08T01:01:00Z", "C")]}}},
+            "old": {"results": {"startup": {"last_session": [start("2026-11-01T00:00:00Z", "A"),
+                                                             start("2026-11-01T00:01:00Z", "A", KEYS)]}}}}
+    rows = S.session_rows(docs)
+    assert [(n, t["utc"][11:19]) for n, t in rows] == [("mega", "11:30:27"), ("v4", "11:31:53"), ("mega", "11:34:25"),
+                                                       ("v4", "11:35:28")]
+    png = S.session_png(docs)
+    assert png[:4] == b"\x89PNG" and png == S.session_png(docs)
+    del docs["v4"], docs["mega"]
+    assert [n for n, _ in S.session_rows(docs)] == ["old", "old"]  # the newest boot with two sets left
+    del docs["old"]
+    assert S.session_rows(docs) == [] and S.session_png(docs) is None

@@ -3,13 +3,17 @@
 The headline is the latest run that expected a hit; deliberate misses (e.g. another GPU name without
 the shim) are counted and the latest is kept for contrast. `traced`: the newest passing warm start of
 each set of start-up cuts (START_KEYS) that has a trace (scripts/kit/startup.py), phase by phase;
-docs/startup.png draws them for every variant (artifacts).
+docs/startup.png draws them for every variant (artifacts). `last_session`: every traced warm start of the variant's
+newest machine boot (provenance.host.boot_id), in order; docs/startup-session.png draws the newest boot that started
+two or more variants or sets of cuts: starts one machine ran in one session, the one figure fit for a before/after
+(starts from different sessions and machines differ by more than some cuts save).
 """
 from __future__ import annotations
 
 from scripts.kit.paths import ROOT
 
 PLOT = ROOT / "docs" / "startup.png"
+SESSION_PLOT = ROOT / "docs" / "startup-session.png"
 
 
 def _cuts(rec: dict) -> dict:
@@ -25,10 +29,28 @@ def _traced(records) -> list[dict]:
         p = r["payload"]
         if p.get("trace") and p["expected"] == "hit" and p["passed"]:
             newest[tuple(sorted(_cuts(r).items()))] = (rel, r)
-    return [{"record": rel, "utc": r["provenance"]["utc"], "cuts": _cuts(r), "gpu": r["provenance"]["device"]["name"],
-             "ready_s": r["payload"]["warm"]["ready_s"], "first_token_s": r["payload"]["warm"]["first_token_s"],
-             "path": [{"phase": x["phase"], "s": x["s"]} for x in r["payload"]["trace"]["path"]]}
-            for rel, r in sorted(newest.values(), key=lambda t: t[1]["provenance"]["utc"])]
+    return [_start(rel, r) for rel, r in sorted(newest.values(), key=lambda t: t[1]["provenance"]["utc"])]
+
+
+def _start(rel: str, r: dict) -> dict:
+    return {"record": rel, "utc": r["provenance"]["utc"], "cuts": _cuts(r), "gpu": r["provenance"]["device"]["name"],
+            "ready_s": r["payload"]["warm"]["ready_s"], "first_token_s": r["payload"]["warm"]["first_token_s"],
+            "path": [{"phase": x["phase"], "s": x["s"]} for x in r["payload"]["trace"]["path"]]}
+
+
+def _boot(r: dict) -> str | None:
+    """One machine boot: records before host facts were kept have none, and are in no session plot."""
+    return (r["provenance"].get("host") or {}).get("boot_id")
+
+
+def _last_session(records) -> list[dict]:
+    ok = [(rel, r) for rel, r in records
+          if r["payload"].get("trace") and r["payload"]["expected"] == "hit" and r["payload"]["passed"] and _boot(r)]
+    if not ok:
+        return []
+    boot = _boot(max(ok, key=lambda t: t[1]["provenance"]["utc"])[1])
+    return [{**_start(rel, r), "boot": boot} for rel, r in sorted(ok, key=lambda t: t[1]["provenance"]["utc"])
+            if _boot(r) == boot]
 
 
 def _row(rec: dict) -> dict:
@@ -51,6 +73,9 @@ def summarize(variant, records) -> dict:
     traced = _traced(records)
     if traced:
         out["traced"] = traced
+    last = _last_session(records)
+    if last:
+        out["last_session"] = last
     return out
 
 
@@ -76,11 +101,10 @@ def row_centres(labels: list[str], line: float = 0.3) -> list[float]:
     return out
 
 
-def plot_png(docs: dict) -> bytes | None:
-    """One horizontal bar per traced warm start (variant x cuts), its phases stacked left to right."""
-    rows = [(name, t) for name, doc in docs.items() for t in doc["results"].get("startup", {}).get("traced", [])]
-    if not rows:
-        return None
+def _bars(rows: list[tuple[str, dict]], labels: list[str], title: str, legend_y: float = -0.05,
+          room: float = 0.0) -> bytes:
+    """One horizontal bar per start, its phases stacked left to right, the first row on top; `room` widens the x axis
+    by that share so the longest bar's "to ready" text stays inside, `legend_y` places the legend under short plots."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -89,7 +113,6 @@ def plot_png(docs: dict) -> bytes | None:
     phases = [c[0] for c in CHECKPOINTS]
     cmap = plt.get_cmap("tab20")
     colors = {ph: cmap(i % 20) for i, ph in enumerate(phases)}
-    labels = [bar_label(n, t) for n, t in rows]
     ys = row_centres(labels)
     fig, ax = plt.subplots(figsize=(12, 2.6 + sum(0.2 + 0.17 * lab.count("\n") for lab in labels)), dpi=100)
     for y, (name, t) in zip(ys, rows):
@@ -102,18 +125,55 @@ def plot_png(docs: dict) -> bytes | None:
     ax.set_yticks(ys, labels, fontsize=7)
     ax.set_ylim(ys[-1] + 1, ys[0] - 1)  # top to bottom, oldest first
     ax.set_xlabel("seconds from the kit's spawn of the server (traced from inside it, KIT_STARTUP_TRACE)")
-    handles, labels = ax.get_legend_handles_labels()
-    seen = dict(zip(labels, handles))
+    handles, names = ax.get_legend_handles_labels()
+    seen = dict(zip(names, handles))
     ax.legend([seen[p] for p in phases if p in seen], [p for p in phases if p in seen], fontsize=7, ncol=4,
-              loc="upper center", bbox_to_anchor=(0.5, -0.05))
+              loc="upper center", bbox_to_anchor=(0.5, legend_y))
+    if room:
+        ax.set_xlim(0, max(sum(seg["s"] for seg in t["path"]) for _, t in rows) * (1 + room))
     ax.grid(True, axis="x", alpha=0.3)
-    ax.set_title("warm start on a baked cache, phase by phase (each bar's GPU under its label)", fontsize=9)
+    ax.set_title(title, fontsize=9)
     return png_bytes(fig)
 
 
+def plot_png(docs: dict) -> bytes | None:
+    """One horizontal bar per traced warm start (variant x cuts), its phases stacked left to right."""
+    rows = [(name, t) for name, doc in docs.items() for t in doc["results"].get("startup", {}).get("traced", [])]
+    if not rows:
+        return None
+    return _bars(rows, [bar_label(n, t) for n, t in rows],
+                 "warm start on a baked cache, phase by phase (each bar's GPU under its label)")
+
+
+def session_rows(docs: dict) -> list[tuple[str, dict]]:
+    """The starts of the newest machine boot that warm-started two or more variants or sets of cuts, in the order
+    they ran; none where no boot did."""
+    by_boot: dict[str, list[tuple[str, dict]]] = {}
+    for name, doc in docs.items():
+        for t in doc["results"].get("startup", {}).get("last_session", []):
+            by_boot.setdefault(t["boot"], []).append((name, t))
+    pairs = [rows for rows in by_boot.values()
+             if len({(n, tuple(sorted(t["cuts"].items()))) for n, t in rows}) >= 2]
+    if not pairs:
+        return []
+    newest = max(pairs, key=lambda rows: max(t["utc"] for _, t in rows))
+    return sorted(newest, key=lambda nt: nt[1]["utc"])
+
+
+def session_png(docs: dict) -> bytes | None:
+    rows = session_rows(docs)
+    if not rows:
+        return None
+    labels = [f"{n}\n{len(t['cuts'])} start keys" if t["cuts"] else f"{n}\nno start key" for n, t in rows]
+    labels = [f"{lab}\n{t['utc'][11:19]} UTC" for lab, (_, t) in zip(labels, rows)]
+    first = rows[0][1]
+    return _bars(rows, labels, f"one machine, one session ({first['utc'][:10]}, {first['gpu']}): warm starts on "
+                               f"baked caches, in the order they ran, phase by phase", legend_y=-0.12, room=0.1)
+
+
 def artifacts(docs: dict) -> dict:
-    png = plot_png(docs)
-    return {PLOT: png} if png is not None else {}
+    out = {PLOT: plot_png(docs), SESSION_PLOT: session_png(docs)}
+    return {path: png for path, png in out.items() if png is not None}
 
 
 def readme_table(docs: dict) -> str:
