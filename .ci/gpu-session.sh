@@ -1521,8 +1521,8 @@ PY
     bash "$0" stepvs qwen3.5-4b-fp8-v4-nocopy-draftcutlass qwen3.5-4b-fp8-v4-nocopy-vocab-draftcutlass h34 ;;
   megastep)  # issue 32's last question: does qwen3.5-4b-fp8-v4-mega (v4's step keys on the kit's start keys) step as
     # v4 does? Session 20261206T1114Z measured the pair's starts (v4 45.88-61.54 s, -mega 14.96-16.70 s to ready) but no
-    # step. The start keys should not touch it (the c=1 verify of 5 tokens pads to the 8-token graph in both; v4's
-    # FlashInfer autotune found no entry to use): `stepvs` with v4 as C and -mega as T, both cold side by side, the
+    # step. The start keys should not touch it (at c=1 both run the target's 5-token graph and the
+    # drafter's 1-sequence graph; v4's FlashInfer autotune found no entry to use): `stepvs` with v4 as C and -mega as T, both cold side by side, the
     # greedy check, make compare at acceptance 0, c=1, and vLLM's client (greedy); no profile. ~12 min on an H100.
     PROF="" bash "$0" stepvs qwen3.5-4b-fp8-v4 qwen3.5-4b-fp8-v4-mega megastep ;;
   h35)  # issue 29's step after session 20261206T0747Z, where qwen3.5-4b-fp8-v4-nocopy-vocab-draftcutlass (every cut, the
