@@ -1407,7 +1407,7 @@ PY
   headline)  # [KEY=VALUE...]: issue 29's done-when for Qwen3.5, after `kernels`/`cut` found the best settings (given
     # here, on FP8 -dvg; none: as committed). BF16 against it at the published rates (c=1, the 4.0x target; c=1..32),
     # the pessimistic ones (c=1..32: >= 1.6x at c=1, goodput no worse at any level) and acceptance 0 (c=1: the step,
-    # <= 3.5 ms), B restarted per rate set, vLLM's own client beside each rate set's pair but acceptance 0's. 12 GiB of KV each:
+    # <= 3.5 ms), B restarted per rate set, vLLM's own client beside each rate set's pair. 12 GiB of KV each:
     # at 8 GiB a speculating Qwen3.5 server ran at most 24 of 32 requests at once, its cache full, and c=32 measured
     # its queue (20261127T2243Z); 12 GiB ran all 32 (20261126T1513Z). V=qwen3.5-4b-fp8-v2 measures that one. ~16 min.
     # HEADLINE_RATES="0,0,0,0" runs only the rate sets named, in that order (default all three): session 20261202T2055Z
@@ -1432,9 +1432,11 @@ PY
       bash "$0" ready 900 8100 8102 && bash "$0" cmp 8100 8102 $A $F $mem --set "$S" --set-a PORT=8100 \
         --set-b PORT=8102 --set-b SPEC_ACCEPTANCE=$r $bestb $L --requests "${HEADLINE_REQUESTS:-8}" \
         --rounds "${HEADLINE_ROUNDS:-5}"
-      # vLLM's own client at both headline rate sets: session 20261205T1617Z's pessimistic-rate headline had none
+      # vLLM's own client at every rate set: session 20261205T1617Z's pessimistic-rate headline had none, and the step
+      # at acceptance 0 had none beside its pair until 2026-12-06 (h34's client read 0.3 ms above the probe then,
+      # sampling at temperature 1; `bs` is greedy since).
       t=headline-; [ $r = 0.98,0.82,0.70,0.54 ] || t="headline-r${r//,/_}-"  # no commas in a file name that comes back
-      [ $r != 0,0,0,0 ] && bash "$0" ready 5 8100 8102 && BS_TAG=$t bash "$0" bs 8100 8102 $A $F 3
+      bash "$0" ready 5 8100 8102 && BS_TAG=$t bash "$0" bs 8100 8102 $A $F 3
       bash "$0" down f
     done
     bash "$0" down a ;;
