@@ -39,7 +39,7 @@ QPY := $(if $(wildcard .venv-quant/bin/python),.venv-quant/bin/python,python3)
 V := --variant $(VARIANT) $(foreach s,$(SET),--set $(s))
 # Image targets: ENGINE=docker|podman (default: the one on PATH), TARGET=gpu|cpu (default: this host's), IMAGE=tag.
 IMG := $(if $(ENGINE),--engine $(ENGINE)) $(if $(DRY_RUN),--dry-run)
-.PHONY: help install wheelhouse download serve standby serve-fleet failover eval-latency profile profile-compare gemm compare variance sweep eval-quality eval-quality-full quantize bake verify-cache build-base build build-import verify-image k8s tune check-schemas test test-all vllm026-src golden report new
+.PHONY: help install wheelhouse download serve standby serve-fleet failover eval-latency profile profile-compare gemm compare variance sweep eval-quality eval-quality-full quantize bake verify-cache start-pair build-base build build-import verify-image k8s tune check-schemas test test-all vllm026-src golden report new
 
 help: ## list targets, then the variables they read
 	@awk '/^[a-z0-9-]+:.*## /{split($$0, t, /:.*## /); printf "  make %-18s %s\n", t[1], t[2]} /^#:/{v = v substr($$0, 4) "\n"} END{printf "\n%s", v}' $(MAKEFILE_LIST)
@@ -81,6 +81,8 @@ bake: ## pre-compile VARIANT's torch.compile cache and write its manifest
 	$(PY) -m scripts.bake $(V)
 verify-cache: ## cold-start offline and prove the baked cache was hit
 	$(PY) -m scripts.bake $(V) --verify
+start-pair: ## is B readier than A? their warm starts of one machine boot (make verify-cache, alternately), phase by phase and round by round, the paired difference to ready with its 95% interval: A=VARIANT B=VARIANT [BOOT=boot_id]
+	$(PY) -m scripts.startpair --a $(or $(A),$(error start-pair: set A=VARIANT, the variant before)) --b $(or $(B),$(error start-pair: set B=VARIANT, the variant after)) $(if $(BOOT),--boot $(BOOT))
 build-base: ## the CPU image's base (Debian 12 minbase + python3, mmdebstrap), skipped when made from the same inputs [ENGINE=]
 	$(PY) -m scripts.image base $(IMG)
 build: ## image for VARIANT: GPU host: vLLM base, cache baked natively; CPU host: the local base, wheelhouse, eager [ENGINE= TARGET=gpu|cpu IMAGE=]
