@@ -1236,6 +1236,8 @@ PY
       if [ "$a" = "$b" ]; then pair=$a; elif [ $((i % 2)) = 1 ]; then pair="$a $b"; else pair="$b $a"; fi
       for x in $pair; do step python3 -m scripts.bake --variant $x $W --verify; done
     done
+    # the rounds paired, phase by phase, with the interval (what session 20261206T1114Z's README computed by hand)
+    [ "$a" = "$b" ] || step python3 -m scripts.startpair --a "$a" --b "$b"
     true ;;  # a failed verify is in its record; what follows the rounds (a profile, a standby) still runs
   start17)  # [N] issue 32 for the best Qwen3.5 variant: qwen3.5-4b-fp8-v3-loop-quick (V2 graph sizes + the start keys,
     # made 2026-12-03 without a GPU) and qwen3.5-4b-fp8-v3-loop (before: vLLM's 51 default sizes, no start key), each
