@@ -21,6 +21,7 @@ from pathlib import Path
 from scripts.kit.errors import KitError, run_main
 from scripts.kit.paths import RESULTS, ROOT
 from scripts.kit.record import records
+from scripts.kit.summaries.startup import boot as _boot, traced_hit
 from scripts.kit.variant import load
 
 # Student's t, two-sided 95% (0.975 quantile), by degrees of freedom; above 30 the normal's 1.96 is within 4%.
@@ -30,16 +31,11 @@ T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8
         29: 2.045, 30: 2.042}
 
 
-def _boot(r: dict) -> str | None:
-    return (r["provenance"].get("host") or {}).get("boot_id")
-
-
 def warm_starts(variant: str, root: Path) -> list[tuple[str, dict]]:
     """The variant's traced warm starts that hit their baked cache, oldest first, each with the path it is read from."""
     out = []
     for path, r in records(variant, "startup", root):
-        p = r["payload"]
-        if p.get("trace") and p["expected"] == "hit" and p["passed"] and _boot(r):
+        if traced_hit(r) and _boot(r):
             out.append((str(path.relative_to(ROOT)) if ROOT in path.parents else str(path), r))
     return out
 

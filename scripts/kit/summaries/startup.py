@@ -23,11 +23,21 @@ def _cuts(rec: dict) -> dict:
     return {k: rec["config"][k] for k in START_KEYS if k in rec["config"] and rec["config"][k] != default.get(k)}
 
 
+def traced_hit(r: dict) -> bool:
+    """A warm start that expected its baked cache to hit, passed, and has a trace (make verify-cache)."""
+    p = r["payload"]
+    return bool(p.get("trace")) and p["expected"] == "hit" and p["passed"]
+
+
+def boot(r: dict) -> str | None:
+    """One machine boot: records before host facts were kept have none, and are in no session plot or pair."""
+    return (r["provenance"].get("host") or {}).get("boot_id")
+
+
 def _traced(records) -> list[dict]:
     newest = {}
     for rel, r in records:
-        p = r["payload"]
-        if p.get("trace") and p["expected"] == "hit" and p["passed"]:
+        if traced_hit(r):
             newest[tuple(sorted(_cuts(r).items()))] = (rel, r)
     return [_start(rel, r) for rel, r in sorted(newest.values(), key=lambda t: t[1]["provenance"]["utc"])]
 
@@ -38,19 +48,13 @@ def _start(rel: str, r: dict) -> dict:
             "path": [{"phase": x["phase"], "s": x["s"]} for x in r["payload"]["trace"]["path"]]}
 
 
-def _boot(r: dict) -> str | None:
-    """One machine boot: records before host facts were kept have none, and are in no session plot."""
-    return (r["provenance"].get("host") or {}).get("boot_id")
-
-
 def _last_session(records) -> list[dict]:
-    ok = [(rel, r) for rel, r in records
-          if r["payload"].get("trace") and r["payload"]["expected"] == "hit" and r["payload"]["passed"] and _boot(r)]
+    ok = [(rel, r) for rel, r in records if traced_hit(r) and boot(r)]
     if not ok:
         return []
-    boot = _boot(max(ok, key=lambda t: t[1]["provenance"]["utc"])[1])
-    return [{**_start(rel, r), "boot": boot} for rel, r in sorted(ok, key=lambda t: t[1]["provenance"]["utc"])
-            if _boot(r) == boot]
+    last = boot(max(ok, key=lambda t: t[1]["provenance"]["utc"])[1])
+    return [{**_start(rel, r), "boot": last} for rel, r in sorted(ok, key=lambda t: t[1]["provenance"]["utc"])
+            if boot(r) == last]
 
 
 def _row(rec: dict) -> dict:
