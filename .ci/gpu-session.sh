@@ -1528,6 +1528,8 @@ PY
     # step. The start keys should not touch it (at c=1 both run the target's 5-token graph and the
     # drafter's 1-sequence graph; v4's FlashInfer autotune found no entry to use): `stepvs` with v4 as C and -mega as T, both cold side by side, the
     # greedy check, make compare at acceptance 0, c=1, and vLLM's client (greedy); no profile. ~12 min on an H100.
+    # Ran in session 20261206T1415Z (~10 min after the carry): identical outputs, -mega 3.745 ms against v4's 3.713
+    # (within the 2% margin, a steady gap in both clients).
     PROF="" bash "$0" stepvs qwen3.5-4b-fp8-v4 qwen3.5-4b-fp8-v4-mega megastep ;;
   h35)  # issue 29's step after session 20261206T0747Z, where qwen3.5-4b-fp8-v4-nocopy-vocab-draftcutlass (every cut, the
     # trimmed head included) stepped in 3.381 ms at acceptance 0 by `make compare` but 3.69-3.76 ms by vLLM's client,
@@ -1535,6 +1537,8 @@ PY
     # kit's probe (`make eval-latency`, c=1, five passes of 8 requests, the compare's workload) and vLLM's client greedy
     # and at temperature 1, four runs each (two rounds of a pair), interleaved, on the one server. ~10 min on an H100 after the carry (a cold
     # compile, then ~5 min of timing). For the variant's headline against BF16 run `headline` with V= after it.
+    # Ran in session 20261206T1415Z, cut off in the fourth client run: 3.577 ms by the probe, 3.567-3.569 greedy and
+    # 3.572-3.575 at temperature 1 by vLLM's client, on a host slower than 0747Z's; above 3.5 ms there.
     t=qwen3.5-4b-fp8-v4-nocopy-vocab-draftcutlass; kv12=12884901888; S="SERVE_MAX_NUM_SEQS=256"; Z=0,0,0,0
     step python3 -m scripts.kit draft-vocab --variant $t --set WEIGHTS=dummy
     bash "$0" up t 8106 $kv12 $t --set "$S" --set SPEC_ACCEPTANCE=$Z
