@@ -219,7 +219,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="seed of the prompt tokens (default: 0)")
     p.add_argument("--no-stack", dest="stack", action="store_false",
                    help="no Python-function ranges (torch_profiler_with_stack=false): less host overhead, so truer "
-                        "gaps, but the V2 runner's phases fall to 'other'")
+                        "gaps; the V2 runner's graph replays are then placed by launch order (target before the "
+                        "step's sampler kernels, draft after), its eager kernels no rule names stay 'other'")
     p.add_argument("--request-timeout-s", type=float, default=L.REQUEST_TIMEOUT_S,
                    help=f"per request and per profiler call (default: {L.REQUEST_TIMEOUT_S:g})")
     p.add_argument("--results-dir", type=Path, default=RESULTS, help="where records go (default: results/)")

@@ -411,6 +411,52 @@ def test_a_trace_whose_kernels_match_no_phase_says_how_to_split_it():
     assert say not in P.table_text(stacked["phases"], stacked["steps"], stacked["timeline"], stacked["step_ms"])
 
 
+def graph_launch(corr, ts):
+    return {"ph": "X", "cat": "cuda_runtime", "name": "cudaGraphLaunch", "pid": PID, "tid": TID, "ts": ts, "dur": 3,
+            "args": {"correlation": corr}}
+
+
+def test_v2_graph_replays_without_stacks_split_by_where_the_graph_was_launched():
+    """vLLM's V2 runner under --no-stack: no rule sees a replayed kernel's context, so a graph launched before the
+    step's first sampler kernel is the target's and one after it the drafter's. Step 0 speculates (target graph,
+    eager rejection kernel, two draft graphs, an eager copy); step 1 samples nothing (no speculation): its graph
+    stays the target's. A replayed kernel a rule names (the sampler's, by its own name) keeps its rule."""
+    ev = [ann(DECODE, 0, 5),
+          graph_launch(1, 1), kernel("cutlass_3x_gemm_sm90_fp8", 1, 5, 20), kernel("_gdn_spec_packed_kernel", 1, 25, 4),
+          launch(2, 10), kernel("_rejection_kernel", 2, 30, 2),
+          graph_launch(3, 12), kernel("cutlass_3x_gemm_sm90_fp8", 3, 33, 6),
+          graph_launch(4, 14), kernel("cutlass_3x_gemm_sm90_fp8", 4, 40, 8), kernel("_resample_kernel", 4, 48, 1),
+          launch(5, 16), kernel("Memcpy DtoD (Device -> Device)", 5, 50, 1),
+          ann(DECODE, 100, 5), graph_launch(6, 101), kernel("cutlass_3x_gemm_sm90_fp8", 6, 105, 30),
+          ann("execute_context_0(0)_generation_0(0)", 200, 5)]
+    red = P.reduce({"traceEvents": ev})
+    us = {r["phase"]: r["total_ms"] * 1e3 for r in red["phases"]}
+    assert us["target forward"] == pytest.approx(20 + 4 + 30)
+    assert us["draft"] == pytest.approx(6 + 8)
+    assert us["sampler"] == pytest.approx(2 + 1)
+    assert us["other"] == pytest.approx(1)        # an eager kernel no rule names stays other
+    assert not P.unsplit(red["phases"])
+    assert red["leaves"] == 8
+    # The same launches without the graph (eager cudaLaunchKernel): nothing to place by order, all other.
+    eager = [dict(e, name="cudaLaunchKernel") if e.get("name") == "cudaGraphLaunch" else e for e in ev]
+    assert P.unsplit(P.reduce({"traceEvents": eager})["phases"])
+
+
+def test_a_committed_v2_trace_without_stacks_splits_into_target_and_draft(capsys):
+    """Session 20261206T0747Z's trace of the all-cuts variant (V2 runner, --no-stack) was all 'other' in its record;
+    by graph order the target's verify is most of the step's kernel time and the drafter's four passes the rest."""
+    from scripts.kit.paths import ROOT
+    red = P.reduce(P.load_trace(ROOT / "results/profiles/20261206T081001Z-qwen3.5-4b-fp8-v4-nocopy-vocab-draftcutlass"
+                                       ".trace.json.gz"))
+    ms = {r["phase"]: r["ms_per_step"] for r in red["phases"]}
+    assert not P.unsplit(red["phases"])
+    assert ms["target forward"] > 3 * ms["draft"] > 0
+    assert ms["other"] < 0.1 * ms["target forward"]
+    kinds = {k["kind"]: k for k in phases(red)["target forward"]["kinds"]}
+    assert kinds["gemm"]["ms_per_step"] > 0.5 * ms["target forward"]
+    assert kinds["gated deltanet"]["per_step"] == 24  # the target's GDN layers, once each
+
+
 def test_two_runs_of_one_second_get_their_own_trace_folder_and_log(tmp_path):
     """Two jobs profiling on two GPUs of one host can start in the same second: each claims its own name (the log
     made with O_EXCL), so neither reduces the other's traces; with an explicit --trace-dir the clash is an error."""

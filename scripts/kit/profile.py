@@ -15,7 +15,11 @@ The trace is Kineto's chrome-trace JSON, one file per worker process (`traceEven
     on a CPU trace (no device events) every top-level `cpu_op` of the stepping thread in a window.
   - phase of a leaf: the first RULES entry whose pattern finds a name in the leaf's context: its
     own name, then every record_function and Python-function range open on the launching thread
-    when it ran or was launched. A leaf no rule matches is "other", never dropped.
+    when it ran or was launched. A leaf no rule matches is "other", never dropped, with one exception
+    (GRAPH_ORDER): a kernel replayed by a CUDA graph (its launch is cudaGraphLaunch) that no rule
+    places goes by where its graph was launched in the step: before the step's first sampler kernel
+    it is the target forward, after it the draft. vLLM's V2 runner opens no scope of its own, so a
+    trace without Python stacks (--no-stack) is split this way; with stacks the rules place it first.
   - gaps: time the device sat idle inside the decode windows. GPU: from the first kernel of a step
     to the first kernel of the next decode step (the last kernel's end where the next step is not a
     decode step), minus the union of kernel time. CPU: the window minus its top-level ops (Python,
@@ -92,6 +96,13 @@ _COMPILED = [(phase, re.compile(pat)) for phase, pat, _ in RULES]
 # detailed_trace_annotation) writes "(sq<n>sk<n>...)" where the plain one writes "(<n>)".
 STEP = re.compile(r"^execute_context_(\d+)\((?:sq)?(\d+)[^)]*\)_generation_(\d+)\((?:sq)?(\d+)[^)]*\)$")
 DEVICE_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
+# A speculating step verifies, then samples (the rejection kernels are eager and named by RULES), then drafts: a graph
+# launched before the step's first sampler kernel is the target's, one launched after it the drafter's. In session
+# 20261206T0747Z's V2 trace (no stack) each step launched the target's graph, the sampler's kernels, the drafter's
+# first pass and its loop graph, in that order. A step that samples nothing (no speculation) puts every graph in the
+# target forward.
+GRAPH_LAUNCH = "cudaGraphLaunch"
+GRAPH_ORDER = ("target forward", "draft")
 
 # What a device kernel does, from its name: the first pattern that finds it wins. Within the target's forward
 # the question is which part misses its bytes' floor: the GEMMs read (nearly) all the weights, so their time
@@ -298,6 +309,8 @@ def reduce(trace: dict, top: int = 3) -> dict:
             if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {}):
                 launches[e["args"]["correlation"]] = e
         per_window = defaultdict(list)
+        replayed = []                     # (window, launch ts, kernel) of graph kernels no rule placed
+        first_sample = {}                 # window -> launch ts of its first sampler kernel
         for k in device:
             launch = launches.get(k.get("args", {}).get("correlation"))
             if launch is None:
@@ -308,12 +321,22 @@ def reduce(trace: dict, top: int = 3) -> dict:
             rule = ctx.get((launch["pid"], launch["tid"]), _NONE).at(launch["ts"])
             own = _rule_index(k["name"])
             i = min(x for x in (rule, own) if x is not None) if (rule, own) != (None, None) else None
+            per_window[w].append((k["ts"], k["ts"] + k["dur"]))
+            leaves += 1
+            if i is None and launch.get("name") == GRAPH_LAUNCH:
+                replayed.append((w, launch["ts"], k))
+                continue
             phase = RULES[i][0] if i is not None else "other"
+            if phase == "sampler":
+                first_sample[w] = min(first_sample.get(w, launch["ts"]), launch["ts"])
             totals[phase] += k["dur"]
             names[phase][k["name"]] += k["dur"]
             launched[phase][k["name"]] += 1
-            per_window[w].append((k["ts"], k["ts"] + k["dur"]))
-            leaves += 1
+        for w, ts, k in replayed:
+            phase = GRAPH_ORDER[0] if w not in first_sample or ts < first_sample[w] else GRAPH_ORDER[1]
+            totals[phase] += k["dur"]
+            names[phase][k["name"]] += k["dur"]
+            launched[phase][k["name"]] += 1
         gaps = 0.0
         for w, iv in per_window.items():
             first = min(s for s, _ in iv)
@@ -461,8 +484,9 @@ def table_text(phases: list[dict], steps: dict, timeline: str, step_ms, gaps_by_
         rows.append("gaps by the vLLM function the host was in (traced time: a profiler with stacks slows Python):")
         rows += [f"  {g['ms_per_step']:>8} ms {g['share_pct']!s:>6}%  {g['frame']}" for g in gaps_by_frame]
     if unsplit(phases):
-        rows.append("no kernel matched a phase rule, so all are in 'other': the runner emitted no profiling scopes and the "
-                    "trace has no Python stack (vLLM's V2 runner under --no-stack); profile with the stack to split it")
+        rows.append("no kernel matched a phase rule, so all are in 'other': the runner emitted no profiling scopes, the "
+                    "trace has no Python stack and no CUDA graph replays to place by order; profile with the stack to "
+                    "split it")
     return "\n".join(rows)
 
 
