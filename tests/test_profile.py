@@ -437,6 +437,11 @@ def test_v2_graph_replays_without_stacks_split_by_where_the_graph_was_launched()
     assert us["other"] == pytest.approx(1)        # an eager kernel no rule names stays other
     assert not P.unsplit(red["phases"])
     assert red["leaves"] == 8
+    # A sampler-named kernel replayed inside the target's graph does not move where the step samples: the target's
+    # graph stays the target's.
+    inside = ev[:4] + [kernel("_resample_kernel", 1, 29, 1)] + ev[4:]
+    us2 = {r["phase"]: r["total_ms"] * 1e3 for r in P.reduce({"traceEvents": inside})["phases"]}
+    assert us2["target forward"] == pytest.approx(20 + 4 + 30) and us2["draft"] == pytest.approx(6 + 8)
     # The same launches without the graph (eager cudaLaunchKernel): nothing to place by order, all other.
     eager = [dict(e, name="cudaLaunchKernel") if e.get("name") == "cudaGraphLaunch" else e for e in ev]
     assert P.unsplit(P.reduce({"traceEvents": eager})["phases"])

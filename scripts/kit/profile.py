@@ -97,7 +97,7 @@ _COMPILED = [(phase, re.compile(pat)) for phase, pat, _ in RULES]
 STEP = re.compile(r"^execute_context_(\d+)\((?:sq)?(\d+)[^)]*\)_generation_(\d+)\((?:sq)?(\d+)[^)]*\)$")
 DEVICE_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 # A speculating step verifies, then samples (the rejection kernels are eager and named by RULES), then drafts: a graph
-# launched before the step's first sampler kernel is the target's, one launched after it the drafter's. In session
+# launched before the step's first eager sampler kernel is the target's, one launched after it the drafter's. In session
 # 20261206T0747Z's V2 trace (no stack) each step launched the target's graph, the sampler's kernels, the drafter's
 # first pass and its loop graph, in that order. A step that samples nothing (no speculation) puts every graph in the
 # target forward.
@@ -327,8 +327,8 @@ def reduce(trace: dict, top: int = 3) -> dict:
                 replayed.append((w, launch["ts"], k))
                 continue
             phase = RULES[i][0] if i is not None else "other"
-            if phase == "sampler":
-                first_sample[w] = min(first_sample.get(w, launch["ts"]), launch["ts"])
+            if phase == "sampler" and launch.get("name") != GRAPH_LAUNCH:  # a sampler kernel inside a graph says
+                first_sample[w] = min(first_sample.get(w, launch["ts"]), launch["ts"])  # nothing of the graph's place
             totals[phase] += k["dur"]
             names[phase][k["name"]] += k["dur"]
             launched[phase][k["name"]] += 1
