@@ -17,8 +17,8 @@ The trace is Kineto's chrome-trace JSON, one file per worker process (`traceEven
     own name, then every record_function and Python-function range open on the launching thread
     when it ran or was launched. A leaf no rule matches is "other", never dropped, with one exception
     (GRAPH_ORDER): a kernel replayed by a CUDA graph (its launch is cudaGraphLaunch) that no rule
-    places goes by where its graph was launched in the step: before the step's first sampler kernel
-    it is the target forward, after it the draft. vLLM's V2 runner opens no scope of its own, so a
+    places goes by where its graph was launched in the step: before the step's first eager sampler
+    kernel it is the target forward, after it the draft. vLLM's V2 runner opens no scope of its own, so a
     trace without Python stacks (--no-stack) is split this way; with stacks the rules place it first.
   - gaps: time the device sat idle inside the decode windows. GPU: from the first kernel of a step
     to the first kernel of the next decode step (the last kernel's end where the next step is not a
@@ -310,7 +310,7 @@ def reduce(trace: dict, top: int = 3) -> dict:
                 launches[e["args"]["correlation"]] = e
         per_window = defaultdict(list)
         replayed = []                     # (window, launch ts, kernel) of graph kernels no rule placed
-        first_sample = {}                 # window -> launch ts of its first sampler kernel
+        first_sample = {}                 # window -> launch ts of its first eager sampler kernel
         for k in device:
             launch = launches.get(k.get("args", {}).get("correlation"))
             if launch is None:
