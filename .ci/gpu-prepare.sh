@@ -18,8 +18,8 @@
 # 15-90 s of device time, and a batch of five sent after a refusal cost 240 s on 2026-12-05 (session 20261205T2358Z,
 # 766 s of 1800 spent before a machine came). A refusal says when to try again; until then every call is refused.
 # Call `status` first and send the first piece only when it shows no `none_now`: on 2026-12-06 (session
-# 20261206T1415Z) five first calls 5-8 min apart were refused at 90 s each, a named nvidia-h100-x1 too (450 s gone),
-# and the sixth got an H100; a refused call costs the same whether it names a kind or not.
+# 20261206T1415Z) six first calls 2-8 min apart were refused at 90 s each, a named nvidia-h100-x1 too (540 s gone;
+# the last three right after a status without none_now), and the seventh got an H100.
 # (The older notes below speak of p00..p02 as the chunks: they are the source the pieces are cut from.)
 # The 64 MiB a call counts the tree too (9.3 MB on 2026-11-25, growing with the committed session logs):
 # p02 + w.tar.xz + the tree went over it that day. The wheel folders go in later calls (p01 + whl-eval is over it).
