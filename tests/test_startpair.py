@@ -11,9 +11,12 @@ from scripts.kit.paths import ROOT
 V4, MEGA = "qwen3.5-4b-fp8-v4", "qwen3.5-4b-fp8-v4-mega"
 
 
+BOOT_1114Z = "a5bd5802-875d-42a4-b464-d42f33cfb1e8"
+
+
 def test_the_h100_pair_of_session_1114z_pairs_its_three_rounds_in_order():
-    res = P.pair(V4, MEGA)
-    assert res["boot"] == "a5bd5802-875d-42a4-b464-d42f33cfb1e8" and res["gpu"] == "NVIDIA H100 80GB HBM3"
+    res = P.pair(V4, MEGA, boot=BOOT_1114Z)  # named: a later session's starts of both would be the default
+    assert res["boot"] == BOOT_1114Z and res["gpu"] == "NVIDIA H100 80GB HBM3"
     assert [r["a_minus_b_s"] for r in res["rounds"]] == [41.17, 45.56, 30.92]
     assert [r["a"].rsplit("/", 1)[1][:16] for r in res["rounds"]] == ["20261206T113153Z", "20261206T113318Z",
                                                                      "20261206T113528Z"]
@@ -39,8 +42,28 @@ def test_six_h200_rounds_give_the_interval_the_session_readme_computed_by_hand()
 def test_starts_of_different_machines_are_not_a_pair():
     with pytest.raises(KitError, match="no machine boot holds warm starts of both qwen3.5-4b-fp8-v4 and qwen3-4b-bf16"):
         P.pair(V4, "qwen3-4b-bf16")
-    with pytest.raises(KitError, match="--boot nope: no warm starts of both .* boots with both: a5bd5802"):
+    with pytest.raises(KitError, match="--boot nope: no warm starts of both .* boots with both: .*a5bd5802"):
         P.pair(V4, MEGA, boot="nope")
+
+
+def test_without_a_boot_the_newest_boot_holding_both_is_paired(tmp_path):
+    """Copies (here only, under tmp_path) of session 1114Z's starts, and of its first round as if a later machine
+    had run it: the default pairs the later boot's one round; naming the old boot still gives its three."""
+    import json
+    for variant in (V4, MEGA):
+        (tmp_path / variant).mkdir()
+        starts = P.warm_starts(variant, ROOT / "results")
+        for rel, r in starts:
+            if r["provenance"]["host"]["boot_id"] == BOOT_1114Z:
+                (tmp_path / variant / rel.rsplit("/", 1)[1]).write_text(json.dumps(r))
+        rel, r = next((rel, r) for rel, r in starts if r["provenance"]["host"]["boot_id"] == BOOT_1114Z)
+        later = json.loads(json.dumps(r))
+        later["provenance"]["host"]["boot_id"] = "later-boot"
+        later["provenance"]["utc"] = "2027-01-01T00:00:00Z"
+        (tmp_path / variant / ("20270101T000000Z-startup.json")).write_text(json.dumps(later))
+    res = P.pair(V4, MEGA, tmp_path)
+    assert res["boot"] == "later-boot" and [x["a_minus_b_s"] for x in res["rounds"]] == [41.17]
+    assert len(P.pair(V4, MEGA, tmp_path, boot=BOOT_1114Z)["rounds"]) == 3
 
 
 def test_one_pair_has_no_interval():
