@@ -57,8 +57,8 @@ serve-fleet: ## REPLICAS=N servers of VARIANT (one GPU each) behind vllm-router 
 	$(PY) -m scripts.fleet $(V) $(if $(REPLICAS),--replicas $(REPLICAS)) $(if $(POLICY),--policy $(POLICY)) $(if $(DRY_RUN),--dry-run)
 eval-latency: ## latency probe of VARIANT (URL= to probe a running server; PROBE="--concurrency 1,2 --repeats 3 ...": probe flags, see `python -m scripts.probe --help`)
 	$(PY) -m scripts.probe $(V) $(if $(URL),--url $(URL)) $(if $(BASELINE),--baseline $(BASELINE)) $(PROBE)
-profile: ## one decode step by phase (target, draft, sampler, bookkeeping, gaps) from vLLM's torch profiler: record, results/profiles/ trace, experiments/VARIANT/profile.png
-	$(PY) -m scripts.profile $(V)
+profile: ## one decode step by phase (target, draft, sampler, bookkeeping, gaps) from vLLM's torch profiler: record, results/profiles/ trace, experiments/VARIANT/profile.png (PROFILE="--host ...": the engine's host time by phase, py-spy; see `python -m scripts.profile --help`)
+	$(PY) -m scripts.profile $(V) $(PROFILE)
 profile-compare: ## two profile records side by side, A=RECORD B=RECORD: ms a step by phase and kind of kernel, host gaps by phase and frame, B - A, the config keys that differ [TOP=N: the N kernels that moved most, from the kept traces]
 	$(PY) -m scripts.profile --compare $(or $(A),$(error profile-compare: set A=RECORD, a profile record (results/VARIANT/*-profile.json))) $(or $(B),$(error profile-compare: set B=RECORD, a profile record (results/VARIANT/*-profile.json))) $(if $(TOP),--kernels $(TOP))
 gemm: ## each linear layer of VARIANT's architecture timed per kernel and batch size against its byte floor: record (CUDA GPU) [KERNELS=bf16,fp8,w4a16_g32,...] [M=1,2,4,5,8] [DRY_RUN=1]

@@ -1551,6 +1551,20 @@ PY
       BS_TAG=h35-t1-r$r- bash "$0" bs 8106 8106 $t $t 1 --temperature 1
     done
     bash "$0" down t ;;
+  h36)  # [VARIANT...]: where the step's host time goes at acceptance 0 (`make profile --host`: py-spy on the engine
+    # process, c=1, 8 requests of 4096 in / 256 out, 200 Hz), the all-cuts variant then v4 by default. Why: session
+    # 20261206T1703Z's step at acceptance 0 moved 3.56-4.44 ms between passes with the engine thread on a CPU 93-97% of
+    # each pass (BF16's 70-78%), and vLLM's client read 3.40-4.58 ms: on these hosts the step is the host's, and the
+    # torch profiler's trace cannot say where a host's time goes. py-spy comes with the final carry call (add
+    # ".gpu/whl-prof" to its carry list). ~5 min a variant on an H100 (a cold compile, then under a minute sampled).
+    shift; kv12=12884901888; S="SERVE_MAX_NUM_SEQS=256"
+    [ -x /tmp/prof/bin/py-spy ] || { echo "h36: no /tmp/prof/bin/py-spy: carry .gpu/whl-prof" >&2; exit 2; }
+    for v in ${@:-qwen3.5-4b-fp8-v4-nocopy-vocab-draftcutlass qwen3.5-4b-fp8-v4}; do
+      step python3 -m scripts.kit draft-vocab --variant $v --set WEIGHTS=dummy
+      step python3 -m scripts.profile --host --py-spy /tmp/prof/bin/py-spy --variant $v --set WEIGHTS=dummy \
+        --set "$S" --set SPEC_ACCEPTANCE=0,0,0,0 --set SERVE_KV_CACHE_MEMORY_BYTES=$kv12 \
+        --set SERVE_GPU_MEMORY_UTILIZATION=0.2 --set PORT=8114 --requests 8 --prompt-tokens 4096 --decode-tokens 256
+    done ;;
   gdnstates)  # GDN_PROFILE_STATES=on (scripts/patches/gdn_profile_states.py) where it was needed: qwen3.5-4b-fp8-v4's bake
     # at vLLM's H100 default of 1024 sequences, which without the key ran out of memory in FlashInfer's autotune pass
     # after the KV cache (session 20261206T0747Z: 65.76 GiB of KV, then "Tried to allocate 2.00 GiB"). Passes if the

@@ -24,21 +24,30 @@ Output: one `profile` record (schemas/payloads/profile.schema.json) under result
 trace gzipped at results/profiles/<UTC>-<variant>.trace.json.gz, and experiments/<variant>/profile.png
 (stacked bars of ms per step by phase, one bar per profile record: the variant's newest).
 
+--host asks where the engine's *host* time goes, which the torch profiler cannot say (its hooks slow
+the host side they would time). No profiler in the server: py-spy samples vLLM's engine-core process
+from outside while the same workload runs, and scripts/kit/hostprof.py reduces its engine thread's
+samples to the busy loop's phases, in ms per output token (at c=1 and acceptance 0, the step's host
+time). Output: one `host_profile` record and results/profiles/<UTC>-<variant>.host.txt.gz.
+
     python -m scripts.profile --variant qwen3.5-4b-awq-seq8-mtp4 --set WEIGHTS=dummy
     python -m scripts.profile --variant tiny --decode-tokens 16
     python -m scripts.profile --plot results/a/X-profile.json results/b/Y-profile.json -o /tmp/x.png
     python -m scripts.profile --reduce results/profiles/<UTC>-<variant>.trace.json.gz
+    python -m scripts.profile --host --variant tiny --requests 4 --decode-tokens 128
 """
 from __future__ import annotations
 
 import argparse
 import hashlib
 import json
+import os
 import sys
 import time
 from pathlib import Path
 
 from scripts.kit import latency as L
+from scripts.kit import hostprof as H
 from scripts.kit import profile as P
 from scripts.kit import weights
 from scripts.kit.device import device_provenance, host_platform
@@ -51,6 +60,8 @@ from scripts.kit.variant import load
 from scripts.serve import add_variant_args, describe
 
 PROMPT_TOKENS, DECODE_TOKENS, REQUESTS, WARMUP_REQUESTS = 128, 64, 1, 1
+HOST_RATE_HZ = 200  # py-spy's default is 100; a 3.5 ms step then gets a sample every ~1.4 steps
+ENGINE_COMM = "VLLM::EngineCor"  # vLLM's engine-core process title, as /proc/PID/comm cuts it (15 characters)
 PLOT_RECORDS = 4  # newest profile records of the variant drawn by default
 SCOPES_ENV = {"VLLM_CUSTOM_SCOPES_FOR_PROFILING": "1"}
 
@@ -87,6 +98,16 @@ def workload(a) -> L.Workload:
                       output_max=a.decode_tokens, requests=a.requests, prefix_tokens=0, prefix_requests=0)
 
 
+def warm_up(proc: ServerProcess, model: str, w: L.Workload, a) -> float:
+    """Start the server, wait until it answers, send the untimed requests; its seconds to ready."""
+    proc.start()
+    ready = proc.wait_ready()
+    print(f"server ready in {ready:.1f} s; warm-up: {a.warmup_requests} request(s)", file=sys.stderr)
+    for req in L.level_requests(w, 1, 0, warmup=True)[:a.warmup_requests]:
+        complete(proc.url, model, req, a.request_timeout_s)
+    return ready
+
+
 def complete(url: str, model: str, req: L.Request, timeout_s: float) -> int:
     """One non-streaming completion; returns its output tokens."""
     import requests
@@ -114,12 +135,12 @@ def worker_traces(trace_dir: Path) -> list[Path]:
     return sorted(files, key=lambda p: (not any(t in p.name for t in ("rank0", "tp0")), p.name))
 
 
-def keep_trace(src: Path, dest_dir: Path, stamp: str, variant: str) -> Path:
-    """Copy the trace to <dest_dir>/<stamp>-<variant>.trace.json.gz, gzipped, never over a file."""
+def keep_trace(src: Path, dest_dir: Path, stamp: str, variant: str, suffix: str = ".trace.json.gz") -> Path:
+    """Copy the trace to <dest_dir>/<stamp>-<variant><suffix>, gzipped, never over a file."""
     import gzip
     dest_dir.mkdir(parents=True, exist_ok=True)
     for n in range(1, 100):
-        dest = dest_dir / (f"{stamp}-{variant}.trace.json.gz" if n == 1 else f"{stamp}-{variant}-{n}.trace.json.gz")
+        dest = dest_dir / (f"{stamp}-{variant}{suffix}" if n == 1 else f"{stamp}-{variant}-{n}{suffix}")
         if not dest.exists():
             break
     data = src.read_bytes()
@@ -237,8 +258,20 @@ def parser() -> argparse.ArgumentParser:
                    help="with --compare: also the N kernels (default 12) whose time a step moved most, by name, from "
                         "the two records' kept traces (results/profiles/)")
     p.add_argument("--reduce", type=Path, metavar="TRACE",
-                   help="only reduce a kept trace (results/profiles/*.trace.json.gz) with today's rules and print "
-                        "its table; serves nothing, writes nothing")
+                   help="only reduce a kept trace (results/profiles/*.trace.json.gz, or a --host run's "
+                        "*.host.txt.gz) with today's rules and print its table; serves nothing, writes nothing")
+    p.add_argument("--host", action="store_true",
+                   help="where the engine's host time goes instead of the kernels': no torch profiler; py-spy samples "
+                        "vLLM's engine-core process (--idle, from outside, without stopping it) while the requests "
+                        "run, and its engine thread's samples are reduced to the busy loop's phases (schedule, "
+                        "execute, sample and draft, the wait for the step's tokens, update, outputs) and the "
+                        "functions most often on top; a host_profile record, the raw samples kept gzipped at "
+                        "results/profiles/<UTC>-<variant>.host.txt.gz. Needs py-spy (pip install py-spy) and leave "
+                        "to read another process's memory (root, or ptrace_scope 0)")
+    p.add_argument("--rate", type=float, default=HOST_RATE_HZ,
+                   help=f"with --host: py-spy samples a second (default: {HOST_RATE_HZ:g})")
+    p.add_argument("--py-spy", type=Path, dest="py_spy",
+                   help="with --host: the py-spy binary (default: py-spy on PATH, else beside this Python)")
     return p
 
 
@@ -255,6 +288,10 @@ def main(argv=None) -> int:
     for flag in ("prompt_tokens", "decode_tokens", "requests"):
         if getattr(a, flag) < 1:
             raise KitError(f"--{flag.replace('_', '-')} {getattr(a, flag)}: need at least 1")
+    if a.host:
+        return host_main(a)
+    if a.py_spy is not None or a.rate != HOST_RATE_HZ:
+        raise KitError("--py-spy and --rate go with --host (the torch profiler samples nothing)")
     v = load(a.variant, a.set)
     platform = host_platform()
     print(describe(v, platform), file=sys.stderr)
@@ -279,11 +316,7 @@ def main(argv=None) -> int:
     dev = device_provenance()
     out_tokens = []
     try:
-        proc.start()
-        ready = proc.wait_ready()
-        print(f"server ready in {ready:.1f} s; warm-up: {a.warmup_requests} request(s)", file=sys.stderr)
-        for req in L.level_requests(w, 1, 0, warmup=True)[:a.warmup_requests]:
-            complete(proc.url, v.name, req, a.request_timeout_s)
+        ready = warm_up(proc, v.name, w, a)
         with flock(gpu_lock_path(), waiting="profile: waiting for the GPU lock (a probe, or a server starting)"):
             profiler_call(proc.url, "start", a.request_timeout_s)
             try:
@@ -345,11 +378,148 @@ def main(argv=None) -> int:
     return 0
 
 
+def py_spy_binary(given: Path | None) -> Path:
+    import shutil
+    if given is not None:
+        if not (given.is_file() and os.access(given, os.X_OK)):
+            raise KitError(f"--py-spy {given}: not an executable file")
+        return given
+    found = shutil.which("py-spy") or next((str(c) for c in [Path(sys.executable).with_name("py-spy")] if c.is_file()), None)
+    if not found:
+        raise KitError("--host needs py-spy, and none is on PATH or beside this Python: pip install py-spy, "
+                       "or name it with --py-spy PATH")
+    return Path(found)
+
+
+def engine_pid(url: str) -> int:
+    """The engine-core process among the server's (the process listening on its port and its descendants)."""
+    from scripts.kit import procstat
+    pids = procstat.server_pids(url)
+    comms = {}
+    for pid in pids:
+        try:
+            comms[pid] = (procstat.PROC / str(pid) / "comm").read_text().strip()
+        except OSError:
+            continue
+    hits = [pid for pid, c in comms.items() if c.startswith(ENGINE_COMM)]
+    if len(hits) != 1:
+        raise KitError(f"--host: {len(hits)} processes named {ENGINE_COMM} behind {url} (one engine, data parallel "
+                       f"1, is what --host samples); the server's processes: "
+                       + (", ".join(f"{pid} {c}" for pid, c in sorted(comms.items())) or "none found"))
+    return hits[0]
+
+
+def start_sampler(spy: Path, pid: int, rate: float, raw: Path, log: Path, timeout_s: float = 60) -> "subprocess.Popen":
+    """py-spy in its own process group, polled until it says it samples (or dies: its log's tail is the error)."""
+    import subprocess
+    out = log.open("wb")
+    sp = subprocess.Popen([str(spy), "record", "--pid", str(pid), "--rate", f"{rate:g}", "--format", "raw",
+                           "--threads", "--idle", "--nonblocking", "-o", str(raw)],
+                          stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+    out.close()
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout_s:
+        if sp.poll() is not None:
+            raise KitError(f"py-spy exited ({sp.returncode}) before sampling pid {pid}: "
+                           f"{log.read_text(errors='replace').strip()[-400:]} ({rel(log)})")
+        if "Sampling process" in log.read_text(errors="replace"):
+            return sp
+        time.sleep(0.1)
+    stop_sampler(sp)
+    raise KitError(f"py-spy did not start sampling pid {pid} within {timeout_s:g} s ({rel(log)})")
+
+
+def stop_sampler(sp, timeout_s: float = 120) -> None:
+    """SIGINT: py-spy writes its samples and exits; a py-spy that does not is killed with its group."""
+    import signal
+    import subprocess
+    if sp.poll() is None:
+        os.killpg(sp.pid, signal.SIGINT)
+        try:
+            sp.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(sp.pid, signal.SIGKILL)
+            sp.wait()
+
+
+def host_main(a) -> int:
+    spy = py_spy_binary(a.py_spy)
+    if a.rate <= 0 or a.rate > 1000:
+        raise KitError(f"--rate {a.rate:g}: between 0 and 1000 samples a second")
+    import subprocess
+    from tqdm import tqdm
+    version = subprocess.run([str(spy), "--version"], capture_output=True, text=True).stdout.strip()
+    v = load(a.variant, a.set)
+    platform = host_platform()
+    print(describe(v, platform), file=sys.stderr)
+    weights.require(v)
+    argv, env = v.to_argv(platform), v.to_env(platform)
+    w = workload(a)
+    logs = a.results_dir / v.name / "logs"
+    name = run_name(logs, time.strftime("%Y%m%dT%H%M%S", time.gmtime()), None)
+    raw, spy_log = logs / f"{name}.host.txt", logs / f"{name}.py-spy.log"
+    log = logs / f"{name}.log"
+    print(f"server log: {rel(log)}", file=sys.stderr)
+    proc = ServerProcess(argv, env, v["HOST"], v["PORT"], v["READY_TIMEOUT_S"], log_path=log)
+    stop_on_signals()
+    started = time.time()
+    out_tokens = []
+    sp = None
+    try:
+        ready = warm_up(proc, v.name, w, a)
+        pid = engine_pid(proc.url)
+        with flock(gpu_lock_path(), waiting="profile: waiting for the GPU lock (a probe, or a server starting)"):
+            sp = start_sampler(spy, pid, a.rate, raw, spy_log)
+            print(f"py-spy samples the engine (pid {pid}) at {a.rate:g} Hz: {a.requests} request(s)", file=sys.stderr)
+            try:
+                for req in tqdm(L.level_requests(w, 1, 0), desc="requests", unit="req", file=sys.stderr,
+                                disable=None):
+                    out_tokens.append(complete(proc.url, v.name, req, a.request_timeout_s))
+            finally:
+                stop_sampler(sp)
+    except KeyboardInterrupt:
+        print("interrupted: no record written", file=sys.stderr)
+        return 130
+    finally:
+        if sp is not None:
+            stop_sampler(sp)
+        proc.stop()
+    if not raw.is_file():
+        raise KitError(f"py-spy wrote no samples to {rel(raw)} ({rel(spy_log)})")
+    decode_tokens = sum(max(0, n - 1) for n in out_tokens)  # the first token of a request comes from its prefill
+    try:
+        red = H.reduce(H.load(raw), a.rate, decode_tokens)
+    except ValueError as e:
+        raise KitError(f"{rel(raw)}: {e}") from None
+    payload = {
+        "workload": {**w.spec(), "sha256": w.sha256, "prompt_tokens": a.prompt_tokens, "decode_tokens": a.decode_tokens,
+                     "requests": a.requests, "warmup_requests": a.warmup_requests, "concurrency": 1},
+        "sampler": {"tool": "py-spy", "version": version, "rate_hz": a.rate, "engine_comm": ENGINE_COMM,
+                    "flags": ["--format", "raw", "--threads", "--idle", "--nonblocking"]},
+        "server": {"ready_s": round(ready, 2), "argv": [str(x) for x in argv]},
+        "reduction": red,
+        "rules": [{"phase": ph, "function": fn, "path": frag} for ph, fn, frag in H.PHASES],
+        "raw": None,
+    }
+    rec = make_record("host_profile", v, payload, started=started, server_argv=proc.argv, server_env=proc.env)
+    utc = rec["provenance"]["utc"].replace("-", "").replace(":", "")
+    kept = keep_trace(raw, a.profiles_dir or a.results_dir / "profiles", utc, v.name, suffix=".host.txt.gz")
+    data = kept.read_bytes()
+    rec["payload"]["raw"] = {"path": rel(kept), "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    path = write_record(rec, a.results_dir)
+    print(H.table_text(red), file=sys.stderr)
+    print(f"record: {rel(path)}\nsamples: {rel(kept)}", file=sys.stderr)
+    refresh_after_write(path)
+    return 0
+
+
 def reduce_only(trace: Path) -> int:
     """A kept trace through the current reducer: the same table a run prints (phases without bytes or
     floors, which need the run's variant and device), gaps by host included."""
     if not trace.is_file():
         raise KitError(f"--reduce {trace}: no such file")
+    if ".host." in trace.name:
+        return host_reduce_only(trace)
     try:
         red = P.reduce(P.load_trace(trace))
     except (OSError, ValueError, KeyError) as e:
@@ -358,6 +528,23 @@ def reduce_only(trace: Path) -> int:
         raise KitError(f"{trace}: no decode step annotation (execute_context_0(0)_generation_...) in the trace")
     print(P.table_text(red["phases"], red["steps"], red["timeline"], red["step_ms"], red["gaps_by_host"],
                        red["gaps_by_frame"]))
+    return 0
+
+
+def host_reduce_only(path: Path) -> int:
+    """A kept py-spy sample file through today's phase rules. Its record (if any) holds the rate and the tokens;
+    without one, the file alone gives shares, and ms at the kit's default rate."""
+    rec = next((r for _, r in records(None, "host_profile") if (r["payload"]["raw"] or {}).get("path") == rel(path)),
+               None) if path.resolve().is_relative_to(ROOT) else None
+    rate = rec["payload"]["sampler"]["rate_hz"] if rec else HOST_RATE_HZ
+    tokens = rec["payload"]["reduction"]["output_tokens"] if rec else None
+    try:
+        red = H.reduce(H.load(path), rate, tokens)
+    except (OSError, ValueError, UnicodeDecodeError) as e:
+        raise KitError(f"--reduce {path}: {e}") from None
+    if rec is None:
+        print(f"(no host_profile record names {path}: ms assume {HOST_RATE_HZ:g} Hz)")
+    print(H.table_text(red))
     return 0
 
 

