@@ -1552,15 +1552,17 @@ PY
     done
     bash "$0" down t ;;
   h36)  # [VARIANT...]: where the step's host time goes at acceptance 0 (`make profile --host`: py-spy on the engine
-    # process, c=1, 8 requests of 4096 in / 256 out, 200 Hz), the all-cuts variant then v4 by default. Why: session
+    # process, c=1, 8 requests of 4096 in / 256 out, 200 Hz), by default the all-cuts variant, v4, and BF16 (whose step is
+    # the device's: its engine thread was on a CPU 70-78% of each pass, so its profile shows a loop that waits). Why: session
     # 20261206T1703Z's step at acceptance 0 moved 3.56-4.44 ms between passes with the engine thread on a CPU 93-97% of
     # each pass (BF16's 70-78%), and vLLM's client read 3.40-4.58 ms: on these hosts the step is the host's, and the
     # torch profiler's trace cannot say where a host's time goes. py-spy comes with the final carry call (add
-    # ".gpu/whl-prof" to its carry list). ~5 min a variant on an H100 (a cold compile, then under a minute sampled).
+    # ".gpu/whl-prof" to its carry list). ~5 min a speculating variant on an H100 (a cold compile, then under a minute
+    # sampled), less for BF16: ~14 min in all.
     shift; kv12=12884901888; S="SERVE_MAX_NUM_SEQS=256"
     [ -x /tmp/prof/bin/py-spy ] || { echo "h36: no /tmp/prof/bin/py-spy: carry .gpu/whl-prof" >&2; exit 2; }
-    for v in ${@:-qwen3.5-4b-fp8-v4-nocopy-vocab-draftcutlass qwen3.5-4b-fp8-v4}; do
-      step python3 -m scripts.kit draft-vocab --variant $v --set WEIGHTS=dummy
+    for v in ${@:-qwen3.5-4b-fp8-v4-nocopy-vocab-draftcutlass qwen3.5-4b-fp8-v4 qwen3.5-4b-bf16}; do
+      case $v in *bf16) ;; *) step python3 -m scripts.kit draft-vocab --variant $v --set WEIGHTS=dummy ;; esac
       step python3 -m scripts.profile --host --py-spy /tmp/prof/bin/py-spy --variant $v --set WEIGHTS=dummy \
         --set "$S" --set SPEC_ACCEPTANCE=0,0,0,0 --set SERVE_KV_CACHE_MEMORY_BYTES=$kv12 \
         --set SERVE_GPU_MEMORY_UTILIZATION=0.2 --set PORT=8114 --requests 8 --prompt-tokens 4096 --decode-tokens 256
