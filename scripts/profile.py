@@ -262,10 +262,10 @@ def parser() -> argparse.ArgumentParser:
                         "*.host.txt.gz) with today's rules and print its table; serves nothing, writes nothing")
     p.add_argument("--host", action="store_true",
                    help="where the engine's host time goes instead of the kernels': no torch profiler; py-spy samples "
-                        "vLLM's engine-core process (--idle, from outside, without stopping it) while the requests "
-                        "run, and its engine thread's samples are reduced to the busy loop's phases (schedule, "
-                        "execute, sample and draft, the wait for the step's tokens, update, outputs) and the "
-                        "functions most often on top; a host_profile record, the raw samples kept gzipped at "
+                        "vLLM's engine-core process and its children (--idle, from outside, without stopping them) "
+                        "while the requests run, and its engine thread's samples are reduced to the busy loop's phases "
+                        "(schedule, execute, sample and draft, the wait for the step's tokens, update, outputs) and the "
+                        "functions most often on top, each worker process's loop (where the model runs in one) too; a host_profile record, the raw samples kept gzipped at "
                         "results/profiles/<UTC>-<variant>.host.txt.gz. Needs py-spy (pip install py-spy) and leave "
                         "to read another process's memory (root, or ptrace_scope 0)")
     p.add_argument("--rate", type=float, default=HOST_RATE_HZ,
@@ -392,7 +392,8 @@ def py_spy_binary(given: Path | None) -> Path:
 
 
 def engine_pid(url: str) -> int:
-    """The engine-core process among the server's (the process listening on its port and its descendants)."""
+    """The engine-core process among the server's (the process listening on its port and its descendants). py-spy
+    samples it with its children (--subprocesses): the worker processes, where the model runs in them."""
     from scripts.kit import procstat
     pids = procstat.server_pids(url)
     comms = {}
@@ -414,7 +415,7 @@ def start_sampler(spy: Path, pid: int, rate: float, raw: Path, log: Path, timeou
     import subprocess
     out = log.open("wb")
     sp = subprocess.Popen([str(spy), "record", "--pid", str(pid), "--rate", f"{rate:g}", "--format", "raw",
-                           "--threads", "--idle", "--nonblocking", "-o", str(raw)],
+                           "--threads", "--idle", "--nonblocking", "--subprocesses", "-o", str(raw)],
                           stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
     out.close()
     t0 = time.monotonic()
@@ -495,10 +496,11 @@ def host_main(a) -> int:
         "workload": {**w.spec(), "sha256": w.sha256, "prompt_tokens": a.prompt_tokens, "decode_tokens": a.decode_tokens,
                      "requests": a.requests, "warmup_requests": a.warmup_requests, "concurrency": 1},
         "sampler": {"tool": "py-spy", "version": version, "rate_hz": a.rate, "engine_comm": ENGINE_COMM,
-                    "flags": ["--format", "raw", "--threads", "--idle", "--nonblocking"]},
+                    "flags": ["--format", "raw", "--threads", "--idle", "--nonblocking", "--subprocesses"]},
         "server": {"ready_s": round(ready, 2), "argv": [str(x) for x in argv]},
         "reduction": red,
         "rules": [{"phase": ph, "function": fn, "path": frag} for ph, fn, frag in H.PHASES],
+        "worker_rules": [{"phase": ph, "function": fn, "path": frag} for ph, fn, frag in H.WORKER_PHASES],
         "raw": None,
     }
     rec = make_record("host_profile", v, payload, started=started, server_argv=proc.argv, server_env=proc.env)

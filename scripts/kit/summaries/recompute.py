@@ -31,10 +31,10 @@ def host_mismatches(payload: dict) -> list[str]:
     if bad or not raw:
         return bad
     red = payload["reduction"]
-    rules = [(r["phase"], r["function"], r["path"]) for r in payload["rules"]]
+    rules, worker_rules = ([(r["phase"], r["function"], r["path"]) for r in payload[k]] for k in ("rules", "worker_rules"))
     try:
-        again = H.reduce(H.load(ROOT / raw["path"]), red["rate_hz"], red["output_tokens"], top=len(red["top"]) or 15,
-                         rules=rules)
+        again = H.reduce(H.load(ROOT / raw["path"]), red["rate_hz"], red["output_tokens"], top=red["top_n"],
+                         rules=rules, worker_rules=worker_rules)
     except ValueError as e:
         return [f"payload/raw: {raw['path']}: {e}"]
     return [f"payload/reduction/{k}: the record gives {red[k]!r}, its samples {again[k]!r}"
