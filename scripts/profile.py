@@ -62,6 +62,7 @@ from scripts.serve import add_variant_args, describe
 PROMPT_TOKENS, DECODE_TOKENS, REQUESTS, WARMUP_REQUESTS = 128, 64, 1, 1
 HOST_RATE_HZ = 200  # py-spy's default is 100; a 3.5 ms step then gets a sample every ~1.4 steps
 ENGINE_COMM = "VLLM::EngineCor"  # vLLM's engine-core process title, as /proc/PID/comm cuts it (15 characters)
+WORKER_COMM = "VLLM::Worker"  # its worker processes' (VLLM::Worker, VLLM::Worker_TP0, ...)
 PLOT_RECORDS = 4  # newest profile records of the variant drawn by default
 SCOPES_ENV = {"VLLM_CUSTOM_SCOPES_FOR_PROFILING": "1"}
 
@@ -262,7 +263,8 @@ def parser() -> argparse.ArgumentParser:
                         "*.host.txt.gz) with today's rules and print its table; serves nothing, writes nothing")
     p.add_argument("--host", action="store_true",
                    help="where the engine's host time goes instead of the kernels': no torch profiler; py-spy samples "
-                        "vLLM's engine-core process and its children (--idle, from outside, without stopping them) "
+                        "vLLM's engine-core process, and its worker processes where the model runs in them (--idle, from "
+                        "outside, without stopping them) "
                         "while the requests run, and its engine thread's samples are reduced to the busy loop's phases "
                         "(schedule, execute, sample and draft, the wait for the step's tokens, update, outputs) and the "
                         "functions most often on top, each worker process's loop (where the model runs in one) too; a host_profile record, the raw samples kept gzipped at "
@@ -391,9 +393,11 @@ def py_spy_binary(given: Path | None) -> Path:
     return Path(found)
 
 
-def engine_pid(url: str) -> int:
-    """The engine-core process among the server's (the process listening on its port and its descendants). py-spy
-    samples it with its children (--subprocesses): the worker processes, where the model runs in them."""
+def engine_pid(url: str) -> tuple[int, bool]:
+    """The engine-core process among the server's (the process listening on its port and its descendants), and
+    whether the model runs in worker processes (vLLM's multiproc executor names them VLLM::Worker...): py-spy then
+    samples the engine's children too (--subprocesses). Only then: the engine's other children are Inductor's idle
+    compile workers, one a CPU, and sampling each of them would only cost the host CPU time."""
     from scripts.kit import procstat
     pids = procstat.server_pids(url)
     comms = {}
@@ -407,15 +411,19 @@ def engine_pid(url: str) -> int:
         raise KitError(f"--host: {len(hits)} processes named {ENGINE_COMM} behind {url} (one engine, data parallel "
                        f"1, is what --host samples); the server's processes: "
                        + (", ".join(f"{pid} {c}" for pid, c in sorted(comms.items())) or "none found"))
-    return hits[0]
+    return hits[0], any(c.startswith(WORKER_COMM) for c in comms.values())
 
 
-def start_sampler(spy: Path, pid: int, rate: float, raw: Path, log: Path, timeout_s: float = 60) -> "subprocess.Popen":
+def sampler_flags(children: bool) -> list[str]:
+    return ["--format", "raw", "--threads", "--idle", "--nonblocking"] + (["--subprocesses"] if children else [])
+
+
+def start_sampler(spy: Path, pid: int, rate: float, flags: list[str], raw: Path, log: Path,
+                  timeout_s: float = 60) -> "subprocess.Popen":
     """py-spy in its own process group, polled until it says it samples (or dies: its log's tail is the error)."""
     import subprocess
     out = log.open("wb")
-    sp = subprocess.Popen([str(spy), "record", "--pid", str(pid), "--rate", f"{rate:g}", "--format", "raw",
-                           "--threads", "--idle", "--nonblocking", "--subprocesses", "-o", str(raw)],
+    sp = subprocess.Popen([str(spy), "record", "--pid", str(pid), "--rate", f"{rate:g}", *flags, "-o", str(raw)],
                           stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
     out.close()
     t0 = time.monotonic()
@@ -468,10 +476,12 @@ def host_main(a) -> int:
     sp = None
     try:
         ready = warm_up(proc, v.name, w, a)
-        pid = engine_pid(proc.url)
+        pid, children = engine_pid(proc.url)
+        flags = sampler_flags(children)
         with flock(gpu_lock_path(), waiting="profile: waiting for the GPU lock (a probe, or a server starting)"):
-            sp = start_sampler(spy, pid, a.rate, raw, spy_log)
-            print(f"py-spy samples the engine (pid {pid}) at {a.rate:g} Hz: {a.requests} request(s)", file=sys.stderr)
+            sp = start_sampler(spy, pid, a.rate, flags, raw, spy_log)
+            print(f"py-spy samples the engine (pid {pid}{' and its worker processes' if children else ''}) at "
+                  f"{a.rate:g} Hz: {a.requests} request(s)", file=sys.stderr)
             try:
                 for req in tqdm(L.level_requests(w, 1, 0), desc="requests", unit="req", file=sys.stderr,
                                 disable=None):
@@ -496,7 +506,7 @@ def host_main(a) -> int:
         "workload": {**w.spec(), "sha256": w.sha256, "prompt_tokens": a.prompt_tokens, "decode_tokens": a.decode_tokens,
                      "requests": a.requests, "warmup_requests": a.warmup_requests, "concurrency": 1},
         "sampler": {"tool": "py-spy", "version": version, "rate_hz": a.rate, "engine_comm": ENGINE_COMM,
-                    "flags": ["--format", "raw", "--threads", "--idle", "--nonblocking", "--subprocesses"]},
+                    "flags": flags},
         "server": {"ready_s": round(ready, 2), "argv": [str(x) for x in argv]},
         "reduction": red,
         "rules": [{"phase": ph, "function": fn, "path": frag} for ph, fn, frag in H.PHASES],
