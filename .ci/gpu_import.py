@@ -18,7 +18,9 @@ What it does, and refuses:
   py-spy start profiles (jobs/startprof-<variant>-HHMMSS.json) into results/profiles/ as
   <date>T<HHMMSS>Z-<variant>-startprof.speedscope.json.gz, and `make profile`'s traces (collect brings them
   back loose beside the tarballs, <stamp>-<variant>.trace.json.gz) into results/profiles/ as they are; files
-  already there are left as they are. torch's own trace folders under results/*/logs/ (profile-<stamp>/) are
+  already there are left as they are; `make profile --host`'s samples (results/profiles/*.host.txt.gz, in r.tgz)
+  come in as they are, and their raw copy beside the server log (*.host.txt) is left out. torch's own trace folders
+  under results/*/logs/ (profile-<stamp>/) are
   left out: each holds the same trace as the loose file (session 20261129T1836Z's import stopped on one);
 - experiments/ and derived files the device regenerated (measurements.json, mtp_k_sweep.json, docs/) are not taken:
   `make report` rebuilds them here from the records.
@@ -120,7 +122,10 @@ def plan(staged: Path, root: Path, session: str) -> dict:
     logs = []
     sess = root / "results/gpu-sessions" / session / "logs"
     for f in sorted(staged.glob("results/*/logs/*")):
-        if f.is_file():
+        # `make profile --host` leaves its raw py-spy samples beside the server log (<name>.host.txt) and keeps them
+        # gzipped under results/profiles/, the path its host_profile record names (taken below): the raw copy would be
+        # the same samples twice. Session 20261206T1931Z's first import took only the raw copies.
+        if f.is_file() and not f.name.endswith(".host.txt"):
             logs.append((f, sess / f.parent.parent.name / (f.name + ".gz")))
     for f in sorted(staged.glob("jobs/*.log")):
         logs.append((f, sess / (f.name + ".gz")))
@@ -136,6 +141,8 @@ def plan(staged: Path, root: Path, session: str) -> dict:
             logs.append((f, root / "results/profiles" / name))
     for f in sorted(staged.glob("traces/*")):
         logs.append((f, root / "results/profiles" / f.name))
+    for f in sorted(staged.glob("results/profiles/*.host.txt.gz")):
+        logs.append((f, root / "results/profiles" / f.name))
     return {"records": records, "ledger": new_lines, "logs": [(s, d) for s, d in logs if not d.exists()]}
 
 
@@ -149,7 +156,7 @@ def apply(p: dict, staged: Path, root: Path) -> None:
             f.write("".join(line + "\n" for line in p["ledger"]))
     for src, dst in p["logs"]:
         dst.parent.mkdir(parents=True, exist_ok=True)
-        if src.parent.name in ("traces", "bench"):  # gzipped already; bench JSON kept as the client wrote it
+        if src.parent.name in ("traces", "bench", "profiles"):  # gzipped already; bench JSON as the client wrote it
             shutil.copyfile(src, dst)
             continue
         with open(src, "rb") as i, gzip.open(dst, "wb") as o:

@@ -160,3 +160,21 @@ def test_a_bad_session_name_or_no_folder_is_a_usage_error(tmp_path, capsys):
     assert gpu_import.main(["20261129T0735Z"], root=tmp_path) == 2
     assert gpu_import.main(["20261129T0735Z", str(tmp_path)], root=tmp_path) == 1  # no tarball there
     assert "no .tgz or trace to import" in capsys.readouterr().err
+
+
+def test_host_profile_samples_come_in_at_the_records_path_and_their_raw_copy_stays_out(tmp_path, capsys):
+    # Session 20261206T1931Z: `make profile --host` keeps its py-spy samples gzipped under results/profiles/ (the path
+    # its host_profile record names) and leaves the raw file beside the server log; the first import took only the raw
+    # copy, so the records named files the repo lacked.
+    repo, dev = setup(tmp_path)
+    kept = gzip.compress(b"thread (1): MainThread;run_busy_loop (vllm/v1/engine/core.py:1) 3\n")
+    name = f"20261206T194047Z-{V}.host.txt.gz"
+    tgz(dev / "r.tgz", {f"results/profiles/{name}": kept})
+    tgz(dev / "srvlogs.tgz", {f"results/{V}/logs/profile-20261206T193259.log": b"server\n",
+                              f"results/{V}/logs/profile-20261206T193259.host.txt": gzip.decompress(kept),
+                              f"results/{V}/logs/profile-20261206T193259.py-spy.log": b"py-spy\n"})
+    assert gpu_import.main(["20261206T1931Z", str(dev)], root=repo) == 0
+    assert (repo / "results/profiles" / name).read_bytes() == kept
+    sess = repo / "results/gpu-sessions/20261206T1931Z/logs" / V
+    assert sorted(p.name for p in sess.iterdir()) == ["profile-20261206T193259.log.gz",
+                                                      "profile-20261206T193259.py-spy.log.gz"]
