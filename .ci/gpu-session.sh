@@ -1567,6 +1567,13 @@ PY
         --set "$S" --set SPEC_ACCEPTANCE=0,0,0,0 --set SERVE_KV_CACHE_MEMORY_BYTES=$kv12 \
         --set SERVE_GPU_MEMORY_UTILIZATION=0.2 --set PORT=8114 --requests 8 --prompt-tokens 4096 --decode-tokens 256
     done ;;
+  h37)  # HOST_PINNED_STAGING=on against its parent at acceptance 0 (issue 29's step, host-bound on these hosts: session
+    # 20261206T1931Z's h36): stepvs without its torch profiles (the all-cuts parent as C, -pinned as T), then both
+    # under `make profile --host`, where the two staged functions' samples should fall. Carry .gpu/whl-prof too.
+    # ~13 min for stepvs (two cold compiles side by side), then ~4 min for the two host profiles on their caches.
+    c=qwen3.5-4b-fp8-v4-nocopy-vocab-draftcutlass; t=$c-pinned
+    PROF="" bash "$0" stepvs $c $t pinned
+    bash "$0" h36 $t $c ;;
   gdnstates)  # GDN_PROFILE_STATES=on (scripts/patches/gdn_profile_states.py) where it was needed: qwen3.5-4b-fp8-v4's bake
     # at vLLM's H100 default of 1024 sequences, which without the key ran out of memory in FlashInfer's autotune pass
     # after the KV cache (session 20261206T0747Z: 65.76 GiB of KV, then "Tried to allocate 2.00 GiB"). Passes if the
@@ -1589,7 +1596,7 @@ PY
     bash "$0" up c 8104 $kv12 $c --set "$S" --set SPEC_ACCEPTANCE=$Z
     bash "$0" up t 8106 $kv12 $t --set "$S" --set SPEC_ACCEPTANCE=$Z
     bash "$0" ready 900 8104 8106
-    echo "kit lines of t: $(grep -h "kit: lm_head\|kit: draft FP8" "$LOGS"/up-t.log | sed 's/pid=[0-9]*//' | sort | uniq -c)"
+    echo "kit lines of t: $(grep -h "kit: lm_head\|kit: draft FP8\|kit: pinned staging" "$LOGS"/up-t.log | sed 's/pid=[0-9]*//' | sort | uniq -c)"
     step bash "$0" same 8104 8106 $c $t
     bash "$0" ready 5 8104 8106 && bash "$0" cmp 8104 8106 $c $t $mem --set "$S" --set-a PORT=8104 --set-b PORT=8106 \
       --set-a SPEC_ACCEPTANCE=$Z --set-b SPEC_ACCEPTANCE=$Z --concurrency 1 --requests 8

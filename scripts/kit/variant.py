@@ -358,6 +358,8 @@ class Variant:
                 env["KIT_LM_HEAD_VOCAB"] = str(path_for(self["MODEL"], self["LM_HEAD_VOCAB"]))
         if self["GDN_QKV_SPLIT"] == "two_copies":  # as above (scripts/patches/gdn_qkv_split.py)
             env["KIT_GDN_QKV_SPLIT"] = "1"
+        if self["HOST_PINNED_STAGING"] == "on":  # as above (scripts/patches/pinned_staging.py): the V2 runner's copies
+            env["KIT_PINNED_STAGING"] = "1"
         if self["GDN_IN_PROJ"] != "vllm":  # as above (scripts/patches/gdn_in_proj.py)
             env["KIT_GDN_IN_PROJ"] = {"fused": "1", "fused_lean": "lean"}[self["GDN_IN_PROJ"]]
         if self["GDN_SPEC_SLICE"] != "off":  # as above (scripts/patches/gdn_spec_slice.py): on or lean

