@@ -261,6 +261,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--reduce", type=Path, metavar="TRACE",
                    help="only reduce a kept trace (results/profiles/*.trace.json.gz, or a --host run's "
                         "*.host.txt.gz) with today's rules and print its table; serves nothing, writes nothing")
+    p.add_argument("--inside", metavar="FUNC",
+                   help="with --reduce of a --host run's samples: split the engine thread's busy samples that hold "
+                        "FUNC (a function name, optionally @ a path fragment: prepare_attn, run@triton/runtime/jit.py) "
+                        "by the frame right below it")
+    p.add_argument("--callers", metavar="FUNC",
+                   help="with --reduce of a --host run's samples: split the busy samples that hold FUNC by the nearest "
+                        "vLLM or kit frame above it, the code that called it (for Triton's launch path: "
+                        "run@triton/runtime/jit.py)")
     p.add_argument("--host", action="store_true",
                    help="where the engine's host time goes instead of the kernels': no torch profiler; py-spy samples "
                         "vLLM's engine-core process, and its worker processes where the model runs in them (--idle, from "
@@ -279,8 +287,12 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     a = parser().parse_args(argv)
+    if (a.inside or a.callers) and (a.reduce is None or not a.reduce.name.endswith(".host.txt.gz")):
+        raise KitError("--inside/--callers: only with --reduce of a --host run's samples (*.host.txt.gz)")
+    if a.inside and a.callers:
+        raise KitError("--inside and --callers: one at a time")
     if a.reduce is not None:
-        return reduce_only(a.reduce)
+        return reduce_only(a.reduce, ("inside", a.inside) if a.inside else ("callers", a.callers) if a.callers else None)
     if a.kernels is not None and a.compare is None:
         raise KitError("--kernels: only with --compare A B (it reads the two records' traces)")
     if a.compare is not None:
@@ -525,13 +537,14 @@ def host_main(a) -> int:
     return 0
 
 
-def reduce_only(trace: Path) -> int:
+def reduce_only(trace: Path, split: tuple[str, str] | None = None) -> int:
     """A kept trace through the current reducer: the same table a run prints (phases without bytes or
-    floors, which need the run's variant and device), gaps by host included."""
+    floors, which need the run's variant and device), gaps by host included. split: ("inside" or "callers", FUNC)
+    for a --host run's samples: that split instead of the phase table."""
     if not trace.is_file():
         raise KitError(f"--reduce {trace}: no such file")
     if ".host." in trace.name:
-        return host_reduce_only(trace)
+        return host_reduce_only(trace, split)
     try:
         red = P.reduce(P.load_trace(trace))
     except (OSError, ValueError, KeyError) as e:
@@ -543,20 +556,23 @@ def reduce_only(trace: Path) -> int:
     return 0
 
 
-def host_reduce_only(path: Path) -> int:
-    """A kept py-spy sample file through today's phase rules. Its record (if any) holds the rate and the tokens;
-    without one, the file alone gives shares, and ms at the kit's default rate."""
+def host_reduce_only(path: Path, split: tuple[str, str] | None = None) -> int:
+    """A kept py-spy sample file through today's phase rules (or split by one function: hostprof.drill). Its record
+    (if any) holds the rate and the tokens; without one, the file alone gives shares, and ms at the kit's default
+    rate."""
     rec = next((r for _, r in records(None, "host_profile") if (r["payload"]["raw"] or {}).get("path") == rel(path)),
                None) if path.resolve().is_relative_to(ROOT) else None
     rate = rec["payload"]["sampler"]["rate_hz"] if rec else HOST_RATE_HZ
     tokens = rec["payload"]["reduction"]["output_tokens"] if rec else None
     try:
-        red = H.reduce(H.load(path), rate, tokens)
+        red = H.drill(H.load(path), split[1], split[0], rate, tokens) if split else H.reduce(H.load(path), rate, tokens)
     except (OSError, ValueError, UnicodeDecodeError) as e:
         raise KitError(f"--reduce {path}: {e}") from None
     if rec is None:
         print(f"(no host_profile record names {path}: ms assume {HOST_RATE_HZ:g} Hz)")
-    print(H.table_text(red))
+    if split and not red["samples"]:
+        raise KitError(f"--{split[0]} {split[1]}: no busy sample of the engine thread holds it in {path}")
+    print(H.drill_text(red) if split else H.table_text(red))
     return 0
 
 

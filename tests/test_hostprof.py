@@ -145,3 +145,56 @@ def test_host_flags_are_checked_before_anything_starts(tmp_path):
     with pytest.raises(KitError, match="--rate 0: between 0 and 1000"):
         profile.main(["--host", "--variant", "tiny", "--rate", "0", "--results-dir", str(tmp_path)])
     assert not any(tmp_path.iterdir())  # nothing written
+
+
+RUNNER = STEP + (";UniProcExecutor.execute_model (vllm/v1/executor/uniproc_executor.py:110);"
+                 "GPUModelRunner.execute_model (vllm/v1/worker/gpu/model_runner.py:1200)")
+LAUNCH = ("KernelInterface.__getitem__.<locals>.<lambda> (triton/runtime/jit.py:370);JITFunction.run "
+          "(triton/runtime/jit.py:712)")
+DRILL = "\n".join([
+    LOOP + ";EngineCoreProc._process_input_queue (vllm/v1/engine/core.py:1386);Queue.get (queue.py:171) 100",
+    # two launch sites reach Triton's launcher, one through torch's plumbing, which --callers looks past
+    RUNNER + ";GPUModelRunner.prepare_inputs (vllm/v1/worker/gpu/model_runner.py:900);expand_idx_mapping "
+             "(vllm/v1/worker/gpu/input_batch.py:80);" + LAUNCH + " 12",
+    RUNNER + ";GPUModelRunner.prepare_inputs (vllm/v1/worker/gpu/model_runner.py:900);async_copy_to_gpu "
+             "(vllm/v1/worker/gpu/buffer_utils.py:40) 9",
+    RUNNER + ";MambaHybridModelState.prepare_attn (vllm/v1/worker/gpu/model_states/mamba_hybrid.py:277);"
+             "w8a16_matmul (scripts/patches/w8a16_kernel.py:60);_wrapped_call_impl (torch/nn/modules/module.py:1);"
+             + LAUNCH + " 5",
+    RUNNER + ";MambaHybridModelState.prepare_attn (vllm/v1/worker/gpu/model_states/mamba_hybrid.py:252) 4",
+])
+
+
+def test_inside_and_callers_split_one_functions_busy_samples():
+    ins = H.drill(DRILL, "prepare_inputs", "inside", rate_hz=200, output_tokens=10)
+    assert (ins["busy_samples"], ins["samples"], ins["ms_per_token"]) == (30, 21, 10.5)  # idle left out
+    assert [(r["frame"], r["samples"]) for r in ins["rows"]] == [
+        ("expand_idx_mapping (vllm/v1/worker/gpu/input_batch.py)", 12),
+        ("async_copy_to_gpu (vllm/v1/worker/gpu/buffer_utils.py)", 9)]
+    assert ins["rows"][0]["share_of_busy"] == 0.4 and ins["rows"][0]["ms_per_token"] == 6.0
+    own = H.drill(DRILL, "prepare_attn@model_states/mamba_hybrid", "inside", rate_hz=200)
+    assert {r["frame"]: r["samples"] for r in own["rows"]} == {
+        "w8a16_matmul (scripts/patches/w8a16_kernel.py)": 5, "(its own code)": 4}
+    assert own["ms_per_token"] is None  # no token count: no per-token figure
+    who = H.drill(DRILL, "<lambda>@triton/runtime/jit.py", "callers", rate_hz=200, output_tokens=10)
+    assert [(r["frame"], r["samples"]) for r in who["rows"]] == [
+        ("expand_idx_mapping (vllm/v1/worker/gpu/input_batch.py)", 12),
+        ("w8a16_matmul (scripts/patches/w8a16_kernel.py)", 5)]
+    assert "17 of 30 busy samples hold <lambda>@triton/runtime/jit.py" in H.drill_text(who)
+    assert H.drill(DRILL, "run@vllm/", "inside", rate_hz=200)["samples"] == 0  # the path fragment must match too
+    with pytest.raises(ValueError, match="inside or callers"):
+        H.drill(DRILL, "run", "below", rate_hz=200)
+
+
+def test_inside_and_callers_flags_need_host_samples_and_a_function_that_ran(tmp_path):
+    from scripts import profile
+    from scripts.kit.errors import KitError
+    kept = tmp_path / "x.host.txt.gz"
+    kept.write_bytes(gzip.compress(DRILL.encode()))
+    with pytest.raises(KitError, match="only with --reduce of a --host run's samples"):
+        profile.main(["--inside", "prepare_inputs", "--variant", "tiny"])
+    with pytest.raises(KitError, match="one at a time"):
+        profile.main(["--reduce", str(kept), "--inside", "a", "--callers", "b"])
+    with pytest.raises(KitError, match="--callers nosuch: no busy sample of the engine thread holds it"):
+        profile.main(["--reduce", str(kept), "--callers", "nosuch"])
+    assert profile.main(["--reduce", str(kept), "--callers", "<lambda>@triton/runtime/jit.py"]) == 0

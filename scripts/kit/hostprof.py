@@ -179,3 +179,63 @@ def table_text(red: dict) -> str:
                      + (f", {w['busy_ms_per_token']} ms a token" if per else ""))
         lines += phases_text(w)
     return "\n".join(lines)
+
+
+def _matches(f: str, spec: str) -> bool:
+    """spec: a function name as py-spy prints it less any Class. prefix, optionally @ a path fragment its file must
+    hold (`run@triton/runtime/jit.py`)."""
+    name, _, frag = spec.partition("@")
+    fn, path = frame(f)
+    return fn == name and frag in path
+
+
+def engine_thread(rows) -> str:
+    threads = sorted({t for t, frames, _ in rows if any(frame(f)[0] == LOOP for f in frames)})
+    if len(threads) != 1:
+        raise ValueError(f"{len(threads)} threads run {LOOP}: need exactly one (one engine process's samples)")
+    return threads[0]
+
+
+def drill(text: str, spec: str, how: str, rate_hz: float, output_tokens: int | None = None, top: int = 15) -> dict:
+    """The engine thread's busy samples whose stack holds `spec` (its outermost frame that matches), tallied by
+    how="inside": the frame right below it (the samples with none: "(its own code)"), or how="callers": the nearest
+    frame above it from vLLM's or the kit's own code (vllm/, scripts/), the code that called into it through any
+    library plumbing (torch, Triton). A split of one phase or one function, e.g. the samples on Triton's Python
+    launch path by who launched: how="callers", spec="run@triton/runtime/jit.py"."""
+    if how not in ("inside", "callers"):
+        raise ValueError(f"how={how!r}: inside or callers")
+    rows = parse(text)
+    thread = engine_thread(rows)
+    busy, hits, by = 0, 0, Counter()
+    for t, frames, n in rows:
+        if t != thread or phase_of(frames) == IDLE:
+            continue
+        busy += n
+        at = next((i for i, f in enumerate(frames) if _matches(f, spec)), None)
+        if at is None:
+            continue
+        hits += n
+        if how == "inside":
+            key = "(its own code)" if at + 1 == len(frames) else frames[at + 1]
+        else:
+            key = next((frames[i] for i in range(at - 1, -1, -1)
+                        if any(p in frame(frames[i])[1] for p in ("vllm/", "scripts/"))), "(no vLLM or kit frame)")
+        fn, path = frame(key)
+        by[f"{fn} ({path})" if path else key] += n
+    ms = 1000.0 / rate_hz
+    per = (lambda s: round(s * ms / output_tokens, 4)) if output_tokens else (lambda s: None)
+    return {"spec": spec, "how": how, "thread": thread, "busy_samples": busy, "samples": hits,
+            "ms_per_token": per(hits),
+            "rows": [{"frame": k, "samples": v, "share_of_busy": round(v / busy, 4) if busy else 0.0,
+                      "ms_per_token": per(v)} for k, v in by.most_common(top)]}
+
+
+def drill_text(d: dict) -> str:
+    word = "inside it, by the frame below" if d["how"] == "inside" else "by the vLLM or kit frame that called it"
+    per = f", {d['ms_per_token']} ms a token" if d["ms_per_token"] is not None else ""
+    lines = [f"engine thread {d['thread']}: {d['samples']} of {d['busy_samples']} busy samples hold {d['spec']}"
+             f"{per}; {word}:"]
+    for r in d["rows"]:
+        t = f"{r['ms_per_token']:.4f}" if r["ms_per_token"] is not None else "n/a"
+        lines.append(f"  {r['samples']:6d} {100 * r['share_of_busy']:6.2f}% {t:>8}  {r['frame']}")
+    return "\n".join(lines)

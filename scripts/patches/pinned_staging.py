@@ -7,10 +7,11 @@ waited for the device under a tenth of a millisecond a token). vLLM 0.26's V2 ru
 copies a step with `async_copy_to_gpu` (idx_mapping, cu_num_logits, query_start_loc: fresh NumPy arrays, so each
 `pin_memory()` allocates from torch's caching host allocator and copies into it) and two device-to-host copies with
 `async_copy_to_np` (the sampled tokens and their counts: `.to("cpu", non_blocking=True)` allocates pinned memory the
-same way). In that session's samples those two functions held 130 of the engine thread's 1455 busy samples, 37 of
-them on the `pin_memory()` line alone. vllm-project/vllm#37006 measured `pin_memory()` at about 13 us a call with
-stalls of up to 12 ms under concurrency (the driver's lock); vLLM's own UVA pools (buffer_utils.UvaBufferPool) already
-stage other per-step inputs through buffers made once.
+same way). In that session's samples those two functions held 134 of the engine thread's 1455 busy samples (87
+and 47: `python -m scripts.profile --reduce <its samples> --inside async_copy_to_gpu`, `--callers async_copy_to_np`).
+vllm-project/vllm#37006 measured `pin_memory()` at about 13 us a call with stalls of up to 12 ms under concurrency
+(the driver's lock); vLLM's own UVA pools (buffer_utils.UvaBufferPool) already stage other per-step inputs through
+buffers made once.
 
 What changes, where the key is set (vLLM 0.26; CUDA tensors only, anything else takes vLLM's own path):
 - `vllm.v1.worker.gpu.buffer_utils.async_copy_to_gpu`, for a C-contiguous NumPy array of up to 64 KiB: the array is
@@ -59,6 +60,10 @@ class Ring:
         self.held: list = [None] * slots  # what each slot last handed out (the D2H ring's arrays)
         self.next = 0
         self.busy = 0  # calls that found every slot busy (they took vLLM's path)
+        # What getrefcount says of an object only a list slot holds (2 on CPython 3.11-3.12: the slot and the call's
+        # argument), measured, not assumed: a count above it means a caller still holds the array.
+        probe = [object()]
+        self.free_refs = sys.getrefcount(probe[0])
 
     def take(self, nbytes: int) -> int | None:
         if nbytes > self.slot_bytes:
@@ -66,8 +71,7 @@ class Ring:
         for _ in range(self.slots):
             i = self.next
             self.next = (i + 1) % self.slots
-            # 2: the list's reference and getrefcount's own argument; more means a caller still holds the array
-            if self.held[i] is not None and sys.getrefcount(self.held[i]) > 2:
+            if self.held[i] is not None and sys.getrefcount(self.held[i]) > self.free_refs:
                 continue
             if self.events[i] is not None and not self.events[i].query():
                 continue
