@@ -274,8 +274,11 @@ def host_rows(passes: list[dict]) -> list[str]:
             continue  # a record made before the counters, or a host without them
         tpot = L.stats(x for x, ok in zip(q["samples"]["tpot_ms"], q["samples"]["ok"]) if ok and x is not None)["p50"]
         fmt = lambda v: "-" if v is None else f"{v:g}%"
+        loops = [((c.get(w) or {}).get("host") or {}).get("python_loop_ms") for w in ("before", "after")]
+        loops = [x for x in loops if x]
         out.append(f"  round {q['round'] + 1} {q['side'].upper()} c={q['concurrency']}: TPOT p50 {tpot} ms; steal "
                    f"{fmt(cpu['steal_pct'])}, CPU pressure {fmt(cpu['cpu_pressure_pct'])}"
+                   + (f", python_loop_ms {'-'.join(f'{x:g}' for x in loops)}" if loops else "")
                    + (f"; busiest server thread ({busy['comm']}) on a CPU {busy['run_pct']:g}%, waiting "
                       f"{busy['wait_pct']:g}%, {busy['forced_switches']} forced switches" if busy else ""))
     return (["the host, pass by pass:"] + out) if out else []

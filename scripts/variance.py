@@ -36,7 +36,9 @@ from scripts.kit.record import load_record, make_record, write_record
 from scripts.report import refresh_after_write
 from scripts.kit.variant import load
 
-CONDITIONS = ("sm_clock_mhz", "power_w", "temperature_c", "gpu_processes", "loadavg_1m")
+# python_loop_ms: the host's single-thread speed at each reading (device.conditions; records since 2026-12-06 20:30)
+CONDITIONS = ("sm_clock_mhz", "power_w", "temperature_c", "gpu_processes", "loadavg_1m", "python_loop_ms")
+HOST_CONDITIONS = ("loadavg_1m", "python_loop_ms")
 
 
 def pearson(xs: list, ys: list) -> float | None:
@@ -55,7 +57,7 @@ def pass_condition(p: dict, key: str) -> float | None:
     vals = []
     for when in ("before", "after"):
         c = (p.get("conditions") or {}).get(when) or {}
-        v = (c.get("host") or {}).get(key) if key == "loadavg_1m" else (c.get("gpu") or {}).get(key)
+        v = (c.get("host") or {}).get(key) if key in HOST_CONDITIONS else (c.get("gpu") or {}).get(key)
         if v is not None:
             vals.append(v)
     return round(statistics.fmean(vals), 3) if vals else None

@@ -61,7 +61,8 @@ def test_fake_b_twice_as_fast_is_named_the_winner_with_an_interval_around_two(tm
     host = text[text.index("the host, pass by pass:") + 1:][:len(p["passes"])]
     assert [x.split(":")[0].strip() for x in host] == [
         f"round {q['round'] + 1} {q['side'].upper()} c={q['concurrency']}" for q in p["passes"]]
-    assert all("TPOT p50 " in x and "steal " in x for x in host)
+    assert all("TPOT p50 " in x and "steal " in x and ", python_loop_ms " in x for x in host)
+    assert all(x["conditions"][w]["host"]["python_loop_ms"] > 0 for x in p["passes"] for w in ("before", "after"))
 
 
 def test_fake_a_against_itself_finds_no_big_difference(tmp_path, short_gil_slices):
@@ -567,3 +568,15 @@ def test_cpu_shares_reach_the_summary_and_warn_only_past_their_levels():
     assert [x.split(":")[0] for x in w] == ["side b", "side b"]
     assert "up to 2.91% of the host's CPU time" in w[0] and "up to 40% of a pass" in w[1]
     assert "steal_pct" not in C.conditions_summary([{"side": "a", "conditions": legacy}])["a"]
+
+
+def test_host_speed_that_moved_between_a_sides_passes_is_warned_and_old_passes_say_nothing():
+    def cond(*loops):  # a pass's before and after readings of python_loop_ms (None: a reading without it)
+        return {"conditions": {w: {"host": {} if x is None else {"python_loop_ms": x}} for w, x in zip(("before", "after"), loops)}}
+    steady = [{"side": "a", **cond(9.0, 9.4)}, {"side": "a", **cond(9.8, 10.2)}]  # 9.2 and 10.0: 9% apart
+    moved = [{"side": "b", **cond(8.9, 9.1)}, {"side": "b", **cond(17.0, None)}]  # 9.0 and 17.0
+    w = C.host_speed_warnings({"passes": steady + moved})
+    assert w == ["side b: the host's single-thread speed moved between passes (python_loop_ms 9.00-17.00, lower is "
+                 "faster): a host-bound step moves with it"]
+    old = [{"side": s, **cond(None, None)} for s in "aabb"]  # records made before the reading
+    assert C.host_speed_warnings({"passes": old}) == []

@@ -43,6 +43,9 @@ MARGIN = 0.02
 # record yet says what these are on a GPU host: the levels are a first guess, to be moved once records show their
 # usual range there.
 STEAL_WARN_PCT = 1.0
+# A 25% move of the host's python_loop_ms between a side's passes. One run of the loop spread 12% over 30 runs on
+# the kit's 2-core CI machine; session 20261206T1931Z's H100 host read 16.98 and 8.93 ms minutes apart.
+HOST_SPEED_WARN = 0.25
 PRESSURE_WARN_PCT = 10.0
 
 
@@ -222,9 +225,30 @@ def queue_warnings(payload: dict) -> list[str]:
     return out
 
 
-def step_warnings(payload: dict) -> list[str]:
-    """Per side and level, a step time that moved between passes (latency.step_spread_warning)."""
+def host_speed_warnings(payload: dict) -> list[str]:
+    """Per side, the host's single-thread speed (each pass's python_loop_ms, the mean of its before and after readings)
+    where it moved HOST_SPEED_WARN or more between passes: a host-bound step (a speculating one at low acceptance)
+    moves with it, and the ratio then measures the host too. Records before 2026-12-06 20:30 have no such reading."""
     out = []
+    for s in "ab":
+        per = []
+        for p in payload["passes"]:
+            if p["side"] != s:
+                continue
+            got = [((p.get("conditions") or {}).get(w) or {}).get("host", {}).get("python_loop_ms") for w in ("before", "after")]
+            got = [g for g in got if g]
+            if got:
+                per.append(sum(got) / len(got))
+        if len(per) > 1 and max(per) >= min(per) * (1 + HOST_SPEED_WARN):
+            out.append(f"side {s}: the host's single-thread speed moved between passes (python_loop_ms "
+                       f"{min(per):.2f}-{max(per):.2f}, lower is faster): a host-bound step moves with it")
+    return out
+
+
+def step_warnings(payload: dict) -> list[str]:
+    """Per side and level, a step time that moved between passes (latency.step_spread_warning), and the host's speed
+    where it moved (host_speed_warnings)."""
+    out = host_speed_warnings(payload)
     for s in "ab":
         for c in sorted({p["concurrency"] for p in payload["passes"]}):
             per = [L.engine_steps([r for r in L.rows(p["samples"]) if r["ok"]]) for p in payload["passes"]

@@ -180,8 +180,11 @@ def cpu_shares(before: dict, after: dict) -> dict:
 
 def conditions() -> dict:
     """What a timed pass ran under, read now: the GPU's state (None on a CPU host), the host's load and its CPU
-    counters (cpu_counters; cpu_shares turns two readings into shares of the pass)."""
-    return {"t": round(time.time(), 3), "gpu": gpu_state(), "host": {**host_load(), **cpu_counters()}}
+    counters (cpu_counters; cpu_shares turns two readings into shares of the pass), and one timing of the
+    python_loop_ms loop (one run, ~10-20 ms: the host's single-thread speed now; a host-bound step moves with it, and
+    session 20261206T1931Z's H100 host read 16.98 and 8.93 ms minutes apart)."""
+    return {"t": round(time.time(), 3), "gpu": gpu_state(),
+            "host": {**host_load(), **cpu_counters(), "python_loop_ms": python_loop_ms(runs=1)}}
 
 
 @functools.cache
