@@ -26,6 +26,8 @@ What changes, where the key is set (vLLM 0.26; CUDA tensors only, anything else 
   steps in flight; vLLM's own UVA pools rely on a fixed depth instead ("must be >= the number of concurrent in-flight
   steps").
 - 32 slots of 64 KiB each a ring (4 MiB of pinned memory in all), made at the first call in the engine process.
+- While a CUDA graph is being captured on the current stream, vLLM's path runs: a staged copy and its event would
+  become nodes of the graph, replayed against a slot another step may hold.
 The engine's busy loop makes these calls from one thread; the rings are not meant for more.
 
 Read at every interpreter's start (sitecustomize.py): numpy, torch and vLLM are imported only in the hooks. Tested
@@ -110,7 +112,7 @@ def staged_h2d(orig, ring_for, event_factory, device_types=("cuda",)):
         if not isinstance(x, np.ndarray) or not x.flags.c_contiguous or x.dtype.hasobject:
             return orig(x, out=out, device=device)
         dev = out.device if out is not None else torch.device(device) if device is not None else None
-        if dev is None or dev.type not in device_types:
+        if dev is None or dev.type not in device_types or _capturing(dev):
             return orig(x, out=out, device=device)
         ring = ring_for()
         i = ring.take(x.nbytes) if ring is not None else None
@@ -134,7 +136,7 @@ def staged_d2h(orig, ring_for, event_factory, device_types=("cuda",)):
     """async_copy_to_np(x) through a ring."""
 
     def async_copy_to_np(x):
-        if x.device.type not in device_types or not x.is_contiguous():
+        if x.device.type not in device_types or not x.is_contiguous() or _capturing(x.device):
             return orig(x)
         nbytes = x.numel() * x.element_size()
         ring = ring_for()
@@ -150,6 +152,15 @@ def staged_d2h(orig, ring_for, event_factory, device_types=("cuda",)):
 
     setattr(async_copy_to_np, _MARK, True)
     return async_copy_to_np
+
+
+def _capturing(dev) -> bool:
+    """A CUDA graph being captured on the current stream: a copy or an event recorded now would become a node of the
+    graph, replayed later against a slot another step may hold; vLLM's path then, as it would run without the key."""
+    if dev.type != "cuda":
+        return False
+    import torch
+    return torch.cuda.is_current_stream_capturing()
 
 
 _DTYPES: dict = {}
