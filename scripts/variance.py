@@ -36,7 +36,7 @@ from scripts.kit.record import load_record, make_record, write_record
 from scripts.report import refresh_after_write
 from scripts.kit.variant import load
 
-# python_loop_ms: the host's single-thread speed at each reading (device.conditions; records since 2026-12-06 20:30)
+# python_loop_ms: the host's single-thread speed at each reading (device.conditions; records since 2026-12-06 20:10)
 CONDITIONS = ("sm_clock_mhz", "power_w", "temperature_c", "gpu_processes", "loadavg_1m", "python_loop_ms")
 HOST_CONDITIONS = ("loadavg_1m", "python_loop_ms")
 

@@ -228,7 +228,7 @@ def queue_warnings(payload: dict) -> list[str]:
 def host_speed_warnings(payload: dict) -> list[str]:
     """Per side, the host's single-thread speed (each pass's python_loop_ms, the mean of its before and after readings)
     where it moved HOST_SPEED_WARN or more between passes: a host-bound step (a speculating one at low acceptance)
-    moves with it, and the ratio then measures the host too. Records before 2026-12-06 20:30 have no such reading."""
+    moves with it, and the ratio then measures the host too. Records before 2026-12-06 20:10 have no such reading."""
     out = []
     for s in "ab":
         per = []
