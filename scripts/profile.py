@@ -267,8 +267,8 @@ def parser() -> argparse.ArgumentParser:
                         "by the frame right below it")
     p.add_argument("--callers", metavar="FUNC",
                    help="with --reduce of a --host run's samples: split the busy samples that hold FUNC by the nearest "
-                        "vLLM or kit frame above it, the code that called it (for Triton's launch path: "
-                        "run@triton/runtime/jit.py)")
+                        "vLLM or kit frame above it, the code that called it (for Triton's launch path, its outermost frame: "
+                        "'<lambda>@triton/runtime/jit.py')")
     p.add_argument("--host", action="store_true",
                    help="where the engine's host time goes instead of the kernels': no torch profiler; py-spy samples "
                         "vLLM's engine-core process, and its worker processes where the model runs in them (--idle, from "

