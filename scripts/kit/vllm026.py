@@ -9,9 +9,11 @@ tests/test_gdn_reuse_patch.py 0.26's build_attn_metadata; tests/test_engine_toke
 EngineCore makes its structured-output manager, which loads the tokenizer, after the model's warm-up;
 tests/test_draft_loop_graph_patch.py runs 0.26's BlockTables layout refresh (a standby's wake), and
 tests/test_sleep_key_patch.py checks that 0.26's ModelConfig hashes sleep mode; tests/test_gdn_in_proj_patch.py
-rewrites 0.26's GDN forward and reads Qwen3.5's weight mapper from its qwen3_5.py. `make vllm026-src` (CI's .ci/run too) takes
-FILES from the vllm==0.26.0 wheel with pip download (no dependencies, nothing installed) into the
-git-ignored CACHE; the wheel itself is not kept. A second call finds the files and downloads nothing.
+rewrites 0.26's GDN forward and reads Qwen3.5's weight mapper from its qwen3_5.py; tests/test_pinned_staging_patch.py
+runs 0.26's async_copy_to_gpu and async_copy_to_np, patched and not, and reads which runner modules import them by
+name. `make vllm026-src` (CI's .ci/run too) takes FILES from the vllm==0.26.0 wheel with pip download (no
+dependencies, nothing installed) into the git-ignored CACHE; the wheel itself is not kept. A second call finds the
+files and downloads nothing.
 
     python -m scripts.kit vllm026-src        # prints the folder to set as $KIT_VLLM026_SRC
 """
@@ -37,7 +39,11 @@ FILES = ("vllm/v1/attention/backends/gdn_attn.py", "vllm/multimodal/registry.py"
          "vllm/v1/engine/core.py", "vllm/v1/structured_output/__init__.py", "vllm/v1/worker/gpu_model_runner.py",
          "vllm/v1/worker/gpu/model_runner.py", "vllm/v1/worker/gpu/spec_decode/mtp/speculator.py",
          "vllm/v1/worker/gpu/block_table.py", "vllm/config/model.py",
-         "vllm/model_executor/models/qwen3_5.py")
+         "vllm/model_executor/models/qwen3_5.py",
+         # the V2 runner's per-step copies and every module that takes them by name (tests/test_pinned_staging_patch.py)
+         "vllm/v1/worker/gpu/buffer_utils.py", "vllm/v1/worker/gpu/async_utils.py", "vllm/v1/worker/gpu/pp_utils.py",
+         "vllm/v1/worker/gpu/pcp_manager.py", "vllm/v1/worker/gpu/structured_outputs.py",
+         "vllm/v1/worker/gpu/spec_decode/utils.py")
 ENV = "KIT_VLLM026_SRC"
 # Every such skip starts with this; `make test`'s summary counts them and says how to run them.
 SKIP = "no vLLM 0.26 source (run: make vllm026-src)"
