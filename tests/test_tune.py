@@ -909,13 +909,3 @@ def test_step_cuts_measured_on_a_gpu_are_levers_there_and_leave_with_what_they_n
     for o in ({"SPEC_DRAFT_VOCAB": 0}, {"SPEC_METHOD": "none", "SPEC_K": 0}, {"GDN_SPEC_PACKED": "off"}):
         load("qwen3.5-4b-fp8-v2-gdn", [f"{k}={x}" for k, x in {**{k: cut[k] for k in
              ("SPEC_DRAFT_ARGMAX", "SPEC_DRAFT_FP8", "GDN_SPEC_OVERLAP")}, **T.fixup(cut, o)}.items()])  # loads
-
-
-def test_pinned_staging_lever_only_on_a_gpu_host_with_the_v2_runner():
-    v2 = load("qwen3.5-4b-fp8-v4")  # VLLM_USE_V2_MODEL_RUNNER=1 through its BASE chain
-    ls, _ = T.levers(v2.config, "gpu", lambda o: True, None, (1, 8))
-    assert next(lv for lv in ls if lv.name == "pinned_staging").values == (
-        {"HOST_PINNED_STAGING": "on"}, {"HOST_PINNED_STAGING": "off"})
-    for cfg, platform in ((load("qwen3.5-4b-fp8-dvg").config, "gpu"), (v2.config, "cpu")):
-        ls, _ = T.levers(cfg, platform, lambda o: True, None, (1, 8))
-        assert "pinned_staging" not in {lv.name for lv in ls}

@@ -261,10 +261,8 @@ def levers(cfg: dict, platform: str, weights_ok, arch: dict | None = None,
         if (arch or {}).get("model_type", "").startswith("qwen3_5"):  # Qwen3.5's layout (scripts/patches/gdn_in_proj.py)
             out.append(Lever("gdn_in_proj", ({"GDN_IN_PROJ": "fused"}, {"GDN_IN_PROJ": "vllm"}),
                              "a GDN layer's input projections as one GEMM (kit patch) or two (vLLM)"))
-    if gpu and v2_runner(cfg):  # the V2 runner's per-step copies (scripts/patches/pinned_staging.py): host time only
-        out.append(Lever("pinned_staging", ({"HOST_PINNED_STAGING": "on"}, {"HOST_PINNED_STAGING": "off"}),
-                         "the V2 runner's per-step host-GPU copies through pinned rings made once (kit patch), or "
-                         "pinned memory asked for at every copy (vLLM 0.26)"))
+    # HOST_PINNED_STAGING is no lever: measured twice on an H100 against its parent, no difference in the step, and its
+    # staged copies held no fewer host samples than vLLM's (results/gpu-sessions/20261206T2336Z/README.md).
     hi = max(concurrency)
     seqs = [n for n in MAX_SEQS if n >= min(concurrency) and n <= max(2 * hi, 8)]
     out.append(Lever("max_num_seqs", tuple({"SERVE_MAX_NUM_SEQS": str(n)} for n in seqs),
