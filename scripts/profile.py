@@ -269,6 +269,9 @@ def parser() -> argparse.ArgumentParser:
                    help="with --reduce of a --host run's samples: split the busy samples that hold FUNC by the nearest "
                         "vLLM or kit frame above it, the code that called it (for Triton's launch path, its outermost frame: "
                         "'<lambda>@triton/runtime/jit.py')")
+    p.add_argument("--lines", metavar="FUNC",
+                   help="with --reduce of a --host run's samples: split the busy samples that hold FUNC by the line of "
+                        "FUNC they were on (which statement holds the time: a call, or its own code)")
     p.add_argument("--host", action="store_true",
                    help="where the engine's host time goes instead of the kernels': no torch profiler; py-spy samples "
                         "vLLM's engine-core process, and its worker processes where the model runs in them (--idle, from "
@@ -287,12 +290,13 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     a = parser().parse_args(argv)
-    if (a.inside or a.callers) and (a.reduce is None or not a.reduce.name.endswith(".host.txt.gz")):
-        raise KitError("--inside/--callers: only with --reduce of a --host run's samples (*.host.txt.gz)")
-    if a.inside and a.callers:
-        raise KitError("--inside and --callers: one at a time")
+    splits = [(how, getattr(a, how)) for how in H.HOWS if getattr(a, how)]
+    if splits and (a.reduce is None or not a.reduce.name.endswith(".host.txt.gz")):
+        raise KitError("--inside/--callers/--lines: only with --reduce of a --host run's samples (*.host.txt.gz)")
+    if len(splits) > 1:
+        raise KitError(f"{' and '.join('--' + how for how, _ in splits)}: one at a time")
     if a.reduce is not None:
-        return reduce_only(a.reduce, ("inside", a.inside) if a.inside else ("callers", a.callers) if a.callers else None)
+        return reduce_only(a.reduce, splits[0] if splits else None)
     if a.kernels is not None and a.compare is None:
         raise KitError("--kernels: only with --compare A B (it reads the two records' traces)")
     if a.compare is not None:
@@ -539,7 +543,7 @@ def host_main(a) -> int:
 
 def reduce_only(trace: Path, split: tuple[str, str] | None = None) -> int:
     """A kept trace through the current reducer: the same table a run prints (phases without bytes or
-    floors, which need the run's variant and device), gaps by host included. split: ("inside" or "callers", FUNC)
+    floors, which need the run's variant and device), gaps by host included. split: (one of hostprof.HOWS, FUNC)
     for a --host run's samples: that split instead of the phase table."""
     if not trace.is_file():
         raise KitError(f"--reduce {trace}: no such file")

@@ -182,8 +182,22 @@ def test_inside_and_callers_split_one_functions_busy_samples():
         ("w8a16_matmul (scripts/patches/w8a16_kernel.py)", 5)]
     assert "17 of 30 busy samples hold <lambda>@triton/runtime/jit.py" in H.drill_text(who)
     assert H.drill(DRILL, "run@vllm/", "inside", rate_hz=200)["samples"] == 0  # the path fragment must match too
-    with pytest.raises(ValueError, match="inside or callers"):
+    with pytest.raises(ValueError, match="one of inside, callers, lines"):
         H.drill(DRILL, "run", "below", rate_hz=200)
+
+
+def test_lines_split_one_functions_busy_samples_by_the_line_it_was_on():
+    at = H.drill(DRILL, "prepare_attn@model_states/mamba_hybrid", "lines", rate_hz=200, output_tokens=10)
+    assert [(r["frame"], r["samples"]) for r in at["rows"]] == [
+        ("line 277 (vllm/v1/worker/gpu/model_states/mamba_hybrid.py)", 5),  # the call into the W8A16 kernel
+        ("line 252 (vllm/v1/worker/gpu/model_states/mamba_hybrid.py)", 4)]  # its own code
+    assert at["samples"] == 9 and at["ms_per_token"] == 4.5
+    assert "9 of 30 busy samples hold prepare_attn@model_states/mamba_hybrid" in H.drill_text(at)
+    assert "by the line of it they were on" in H.drill_text(at)
+    # one function seen on two lines across samples, and a frame py-spy gave no line for
+    raw = "\n".join([LOOP + ";f (vllm/x.py:3) 2", LOOP + ";f (vllm/x.py:7) 5", LOOP + ";f (vllm/x.py) 1"])
+    assert [(r["frame"], r["samples"]) for r in H.drill(raw, "f", "lines", rate_hz=100)["rows"]] == [
+        ("line 7 (vllm/x.py)", 5), ("line 3 (vllm/x.py)", 2), ("(no line)", 1)]
 
 
 def test_inside_and_callers_flags_need_host_samples_and_a_function_that_ran(tmp_path):
@@ -195,6 +209,13 @@ def test_inside_and_callers_flags_need_host_samples_and_a_function_that_ran(tmp_
         profile.main(["--inside", "prepare_inputs", "--variant", "tiny"])
     with pytest.raises(KitError, match="one at a time"):
         profile.main(["--reduce", str(kept), "--inside", "a", "--callers", "b"])
+    with pytest.raises(KitError, match="--inside and --lines: one at a time"):
+        profile.main(["--reduce", str(kept), "--inside", "a", "--lines", "b"])
+    with pytest.raises(KitError, match="only with --reduce of a --host run's samples"):
+        profile.main(["--lines", "prepare_inputs", "--variant", "tiny"])
+    with pytest.raises(KitError, match="--lines nosuch: no busy sample of the engine thread holds it"):
+        profile.main(["--reduce", str(kept), "--lines", "nosuch"])
+    assert profile.main(["--reduce", str(kept), "--lines", "prepare_attn"]) == 0
     with pytest.raises(KitError, match="--callers nosuch: no busy sample of the engine thread holds it"):
         profile.main(["--reduce", str(kept), "--callers", "nosuch"])
     assert profile.main(["--reduce", str(kept), "--callers", "<lambda>@triton/runtime/jit.py"]) == 0

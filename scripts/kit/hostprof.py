@@ -30,7 +30,7 @@ from collections import Counter
 from pathlib import Path
 
 LINE = re.compile(r'^(?:process \d+:"[^"]*";)*thread \((?P<tid>[^)]*)\): (?P<stack>.*) (?P<n>\d+)$')
-FRAME = re.compile(r"^(?P<func>.*?) \((?P<file>[^()]*?)(?::\d+)?\)$")
+FRAME = re.compile(r"^(?P<func>.*?) \((?P<file>[^()]*?)(?::(?P<line>\d+))?\)$")
 LOOP = "run_busy_loop"
 IDLE = "idle: no request"
 WORKER_LOOP = "worker_busy_loop"
@@ -66,6 +66,12 @@ def frame(s: str) -> tuple[str, str]:
     m = FRAME.match(s)
     func, path = (m["func"], m["file"]) if m else (s, "")
     return func.rsplit(".", 1)[-1], path
+
+
+def line_of(s: str) -> int | None:
+    """`Class.func (path/file.py:12)` -> 12; None where py-spy gave no line."""
+    m = FRAME.match(s)
+    return int(m["line"]) if m and m["line"] else None
 
 
 def parse(text: str) -> list[tuple[str, list[str], int]]:
@@ -196,15 +202,19 @@ def engine_thread(rows) -> str:
     return threads[0]
 
 
+HOWS = ("inside", "callers", "lines")
+
+
 def drill(text: str, spec: str, how: str, rate_hz: float, output_tokens: int | None = None, top: int = 15) -> dict:
     """The engine thread's busy samples whose stack holds `spec` (its outermost frame that matches), tallied by
     how="inside": the frame right below it (the samples with none: "(its own code)"), or how="callers": the nearest
     frame above it from vLLM's or the kit's own code (vllm/, scripts/), the code that called into it through any
     library plumbing (torch, Triton). A split of one phase or one function, e.g. the samples on Triton's Python
     launch path by who launched: how="callers", spec="<lambda>@triton/runtime/jit.py" (the launch's outermost frame,
-    `kernel[grid](...)`; "run@..." misses the samples taken before JITFunction.run is entered)."""
-    if how not in ("inside", "callers"):
-        raise ValueError(f"how={how!r}: inside or callers")
+    `kernel[grid](...)`; "run@..." misses the samples taken before JITFunction.run is entered). how="lines": the line
+    of that frame the samples were on (which of its statements, a call or its own code, holds the time)."""
+    if how not in HOWS:
+        raise ValueError(f"how={how!r}: one of {', '.join(HOWS)}")
     rows = parse(text)
     thread = engine_thread(rows)
     busy, hits, by = 0, 0, Counter()
@@ -216,6 +226,10 @@ def drill(text: str, spec: str, how: str, rate_hz: float, output_tokens: int | N
         if at is None:
             continue
         hits += n
+        if how == "lines":
+            ln = line_of(frames[at])
+            by[f"line {ln} ({frame(frames[at])[1]})" if ln is not None else "(no line)"] += n
+            continue
         if how == "inside":
             key = "(its own code)" if at + 1 == len(frames) else frames[at + 1]
         else:
@@ -232,7 +246,8 @@ def drill(text: str, spec: str, how: str, rate_hz: float, output_tokens: int | N
 
 
 def drill_text(d: dict) -> str:
-    word = "inside it, by the frame below" if d["how"] == "inside" else "by the vLLM or kit frame that called it"
+    word = {"inside": "inside it, by the frame below", "callers": "by the vLLM or kit frame that called it",
+            "lines": "by the line of it they were on"}[d["how"]]
     per = f", {d['ms_per_token']} ms a token" if d["ms_per_token"] is not None else ""
     lines = [f"engine thread {d['thread']}: {d['samples']} of {d['busy_samples']} busy samples hold {d['spec']}"
              f"{per}; {word}:"]
