@@ -183,10 +183,11 @@ def test_the_modules_rebound_are_the_ones_that_take_the_functions_by_name_in_026
     assert _importers026(P.D2H_TARGET, "async_copy_to_np") == set(P.D2H_USERS)
 
 
-def test_staged_copies_match_026s_own_functions_for_the_call_forms_its_runner_uses(monkeypatch):
+def test_staged_copies_on_cpu_stand_ins_match_026s_own_functions_for_the_call_forms_its_runner_uses(monkeypatch):
     """0.26's async_copy_to_gpu and async_copy_to_np, patched in a module as the hook patches them, against the same
-    functions unpatched. The only stand-in: Tensor.pin_memory returns a copy (torch's CPU build has no pinned memory),
-    for the unpatched side; the staged side must not call it."""
+    functions unpatched. Stand-ins (no GPU here): Tensor.pin_memory returns a copy (torch's CPU build has no pinned
+    memory) for the unpatched side, which the staged side must not call; the rings are CPU memory and their CUDA
+    events StandInEvent."""
     pins = []
     monkeypatch.setattr(torch.Tensor, "pin_memory", lambda t: pins.append(1) or t.clone())
     h2d = _function026("v1/worker/gpu/buffer_utils.py", "async_copy_to_gpu")
