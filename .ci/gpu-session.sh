@@ -1420,8 +1420,9 @@ PY
     # synthetic acceptance differs (B's TPOT 0.91-1.18 ms within one pass); 24 narrows that part by about sqrt(3).
     # HEADLINE_ROUNDS (default 5, CMP's): the interval resamples rounds, so more rounds narrow it too.
     # HEADLINE_PUBLISHED_LEVELS (default 1,4,8,16,32) and HEADLINE_BS_ROUNDS (default 3): the published rates' target is
-    # c=1 only, and vLLM's client took ~4.5 of 23 minutes a rate set in 20261206T1703Z; "1" and 2 fit all three rate
-    # sets into one 30-minute lease with two cold compiles (the pessimistic set keeps c=1..32: goodput at every level).
+    # c=1 only, and vLLM's client took ~4.5 of 23 minutes a rate set in 20261206T1703Z. With "1" and 1, session
+    # 20261207T0406Z (H100) ran all three rate sets, both cold compiles included, in 23 minutes; after 300 s of refused
+    # calls its device time ran out in the last client run. The pessimistic set keeps c=1..32 (goodput at every level).
     shift; A=qwen3.5-4b-bf16; F=${V:-qwen3.5-4b-fp8-dvg}; kv12=12884901888; S="SERVE_MAX_NUM_SEQS=256"
     # make compare refuses fewer than 5 rounds, but only once the servers are up: session 20261205T1920Z lost its
     # pair that way (HEADLINE_ROUNDS=3) and kept only vLLM's client. Say so before anything starts.
